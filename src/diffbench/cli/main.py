@@ -1,0 +1,84 @@
+"""The ``diffbench`` command. Subcommands live in their own modules and are registered here.
+
+Importing this module (and ``diffbench --help``) must not import torch, diffusers or an HTTP client:
+subcommand modules import heavy dependencies inside their command functions.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from diffbench import __version__
+from diffbench.errors import DiffbenchError
+
+app = typer.Typer(
+    name="diffbench",
+    help="Measure, plan and prove inference optimizations for diffusion models.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"diffbench {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """Measure, plan and prove inference optimizations for diffusion models."""
+
+
+def _register() -> None:
+    # One line per command module; each exposes register(app).
+    from diffbench.cli import bench as _bench
+
+    _bench.register(app)
+
+
+_register()
+
+
+def _offline_env() -> None:
+    """Offline by design: hub clients fail fast instead of retrying for ~23 s (offline-setup.md §2)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: runs the app and maps :class:`DiffbenchError` to its exit code with a one-line error."""
+    _offline_env()
+    try:
+        rv = app(args=argv, standalone_mode=False)
+    except DiffbenchError as exc:
+        typer.secho(f"error: {exc}", fg="red", err=True)
+        return exc.exit_code
+    except typer.Exit as exc:
+        return exc.exit_code
+    except typer.Abort:
+        typer.secho("aborted", fg="red", err=True)
+        return 130
+    except KeyboardInterrupt:
+        typer.secho("interrupted", fg="red", err=True)
+        return 130
+    except Exception as exc:
+        # Usage errors of the (possibly vendored) click: duck-typed so any typer version works.
+        if hasattr(exc, "show") and isinstance(getattr(exc, "exit_code", None), int):
+            exc.show()
+            return int(exc.exit_code)
+        raise
+    return rv if isinstance(rv, int) else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

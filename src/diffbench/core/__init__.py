@@ -1,0 +1,1 @@
+"""Core: clock and sync protocol, statistics, typed records. Imports only stdlib, numpy, pydantic."""

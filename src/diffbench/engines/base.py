@@ -1,0 +1,148 @@
+"""The Engine protocol: what ``bench``, ``sweep`` and ``serve`` see of an engine.
+
+An engine turns a :class:`GenerationRequest` into a :class:`GenerationResult` (pixels plus the stage and
+step timings and memory it measured). The caller owns the timing of the whole call: it reads its
+:class:`~diffbench.core.clock.Timer`, which calls :meth:`Engine.sync` before every clock read, so an
+asynchronous device (CUDA, the simulated engine) is measured by completion, not by launch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+STAGES = ("text_encode", "denoise", "vae_decode", "other")
+
+
+class GenerationRequest(BaseModel):
+    """One generation call.
+
+    Sizes are in pixels; ``frames`` is None for images (video models need it). ``guidance`` is the CFG
+    scale (or the distilled guidance for guidance-distilled models); None means the pipeline default.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    prompt: str
+    prompt_id: str = "p0"
+    negative_prompt: str | None = None
+    height: int = Field(gt=0)
+    width: int = Field(gt=0)
+    frames: int | None = Field(default=None, gt=0)
+    steps: int = Field(gt=0)
+    guidance: float | None = None
+    batch: int = Field(default=1, gt=0)
+    seed: int = 0
+
+    @property
+    def shape_key(self) -> tuple[int, int, int | None, int, int]:
+        """(height, width, frames, steps, batch): what a warmup must cover (compile/autotune per shape)."""
+        return (self.height, self.width, self.frames, self.steps, self.batch)
+
+    def shape_label(self) -> str:
+        """Human label, e.g. ``256x256 s8 b1`` or ``480x832 f33 s30 b1`` (height x width)."""
+        f = f" f{self.frames}" if self.frames else ""
+        return f"{self.height}x{self.width}{f} s{self.steps} b{self.batch}"
+
+
+class StageTimes(BaseModel):
+    """Stage split of one generation, in seconds.
+
+    ``other_s`` = total − (text encode + denoise + VAE decode), so the stages reconcile with the total.
+    ``step_s`` lists every denoising step (scheduler steps, not forwards); ``denoiser_calls`` counts
+    denoiser forwards (2 per step with CFG run as two calls; 1 when CFG is batched or distilled).
+    """
+
+    text_encode_s: float = 0.0
+    denoise_s: float = 0.0
+    vae_decode_s: float = 0.0
+    other_s: float = 0.0
+    total_s: float = 0.0
+    step_s: list[float] = []
+    denoiser_calls: int = 0
+
+
+class MemoryStats(BaseModel):
+    """Peak memory of one generation.
+
+    ``kind`` is ``cuda`` (``torch.cuda.max_memory_allocated`` / ``max_memory_reserved`` after
+    ``reset_peak_memory_stats``), ``cpu-rss`` (peak resident-set growth over the value before the call;
+    reserved is None) or ``sim``. Bytes.
+    """
+
+    kind: Literal["cuda", "cpu-rss", "sim", "none"] = "none"
+    peak_allocated_bytes: int | None = None
+    peak_reserved_bytes: int | None = None
+    peak_stage: str | None = None
+
+
+@dataclass
+class GenerationResult:
+    """What an engine returns.
+
+    ``images``: uint8 array, (B, H, W, 3) for images or (B, F, H, W, 3) for video. For an asynchronous
+    engine it may be filled only after :meth:`Engine.sync` (use :meth:`Engine.fetch`).
+    """
+
+    images: np.ndarray | None
+    stages: StageTimes | None = None
+    memory: MemoryStats | None = None
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+class EngineInfo(BaseModel):
+    """Conditions an engine runs under (part of every report and of the deployment fingerprint)."""
+
+    engine: str
+    engine_version: str
+    model: str
+    model_hash: str | None = None
+    pipeline_class: str | None = None
+    device: str = "cpu"
+    dtype: str = "float32"
+    attention_backend: str = "default"
+    compile: bool = False
+    cache: str = "none"
+    parallelism: str = "none"
+    asynchronous: bool = False
+    is_video: bool = False
+    default_steps: int | None = None
+    default_guidance: float | None = None
+    cfg: str = "none"
+    details: dict[str, str] = {}
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """The protocol. Lifecycle: ``start()`` → ``validate``/``generate``/``sync`` … → ``stop()``."""
+
+    def start(self) -> EngineInfo:
+        """Load the model; returns the conditions. Raises ModelError / MissingDependencyError."""
+        ...
+
+    def info(self) -> EngineInfo:
+        """The conditions (after start)."""
+        ...
+
+    def validate(self, request: GenerationRequest) -> None:
+        """Raise :class:`~diffbench.errors.ShapeError` when the model cannot take the request."""
+        ...
+
+    def generate(self, request: GenerationRequest) -> GenerationResult:
+        """Launch one generation. May return before the device finished (asynchronous engines)."""
+        ...
+
+    def sync(self) -> None:
+        """Block until all launched work has completed."""
+        ...
+
+    def clock(self) -> int:
+        """The engine's monotonic clock in nanoseconds (``perf_counter_ns`` for real engines)."""
+        ...
+
+    def stop(self) -> None:
+        """Release the model and the device."""
+        ...

@@ -1,0 +1,88 @@
+"""The one exception tree of diffbench, and the exit codes the CLI maps it to.
+
+```
+DiffbenchError (exit 2)            base; message names the input and the fix
+├── UsageError (exit 2)            a bad option value or combination
+├── InputError (exit 2)            a file or directory that is missing, unreadable or malformed
+├── ModelError (exit 2)            a model path, id or pipeline class that cannot be used
+├── ShapeError (exit 2)            a size / frame count / step count the model cannot take
+├── MissingDependencyError (exit 3) an optional extra is not installed (names the extra)
+├── MissingWeightsError (exit 3)   metric or model weights are not on disk (names file and location)
+├── StoreError (exit 4)            the run store is locked, read-only or from a newer schema
+└── GateFailed (exit 1)            a quality or SLO gate failed (the run itself completed)
+```
+
+Third-party exceptions are translated into these at the boundary that calls the library.
+"""
+
+from __future__ import annotations
+
+
+class DiffbenchError(Exception):
+    """Base class. ``exit_code`` is what the CLI returns for it."""
+
+    exit_code: int = 2
+
+
+class UsageError(DiffbenchError):
+    """A bad option value or combination (e.g. ``--steps 0``)."""
+
+
+class InputError(DiffbenchError):
+    """A file or directory that is missing, unreadable, corrupt or malformed."""
+
+
+class ModelError(DiffbenchError):
+    """A model path, hub id or pipeline class that cannot be used offline."""
+
+
+class ShapeError(DiffbenchError):
+    """A height, width, frame count or step count that the model cannot take."""
+
+
+class MissingDependencyError(DiffbenchError):
+    """An optional dependency is missing; the message names the extra to install."""
+
+    exit_code = 3
+
+
+class MissingWeightsError(DiffbenchError):
+    """Weights are not on disk; the message names the file and where to put it."""
+
+    exit_code = 3
+
+
+class StoreError(DiffbenchError):
+    """The run store cannot be used (locked, read-only, newer schema)."""
+
+    exit_code = 4
+
+
+class GateFailed(DiffbenchError):
+    """A gate failed: the measurement completed but did not meet the stated limits."""
+
+    exit_code = 1
+
+
+def require(module: str, extra: str) -> object:
+    """Import an optional module or raise :class:`MissingDependencyError` naming the extra.
+
+    Args:
+        module: dotted module name, e.g. ``"diffusers"``.
+        extra: the diffbench extra that provides it, e.g. ``"diffusers"``.
+
+    Returns:
+        The imported module.
+
+    Raises:
+        MissingDependencyError: when the import fails.
+    """
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+        raise MissingDependencyError(
+            f"{module} is not installed ({exc}); install it with: pip install -c constraints.txt "
+            f"'diffbench[{extra}]'"
+        ) from exc
