@@ -9,6 +9,8 @@ DiffbenchError (exit 2)            base; message names the input and the fix
 ├── MissingDependencyError (exit 3) an optional extra is not installed (names the extra)
 ├── MissingWeightsError (exit 3)   metric or model weights are not on disk (names file and location)
 ├── StoreError (exit 4)            the run store is locked, read-only or from a newer schema
+├── GenerationError (exit 5)       one generation failed (recorded as data where a run continues)
+│   └── DeviceOutOfMemory (exit 5) the device ran out of memory for one request / shape
 └── GateFailed (exit 1)            a quality or SLO gate failed (the run itself completed)
 ```
 
@@ -56,6 +58,16 @@ class StoreError(DiffbenchError):
     """The run store cannot be used (locked, read-only, newer schema)."""
 
     exit_code = 4
+
+
+class GenerationError(DiffbenchError):
+    """One generation failed; runs record it with the shape and go on."""
+
+    exit_code = 5
+
+
+class DeviceOutOfMemory(GenerationError):
+    """The device ran out of memory (CUDA OOM, or the simulated limit) for one request."""
 
 
 class GateFailed(DiffbenchError):

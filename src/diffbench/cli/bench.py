@@ -1,11 +1,151 @@
-"""``diffbench bench`` (placeholder while the command is built)."""
+"""``diffbench bench``: single-request latency benchmark (warmed up, synchronized, percentiles with n)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
+
+from diffbench.errors import UsageError
+
+ENGINE_HELP = "sim (simulated GPU-like device) or diffusers (a real pipeline)."
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError as exc:
+        raise UsageError(f"--seeds {text!r}: expected comma-separated integers, e.g. 0,1,2") from exc
+    if not seeds:
+        raise UsageError("--seeds is empty; give at least one seed, e.g. --seeds 0")
+    return seeds
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
-    def bench() -> None:
-        """Single-request latency benchmark."""
+    def bench(
+        engine: str = typer.Option("diffusers", help=ENGINE_HELP),
+        model: str = typer.Option(
+            "tiny-flux",
+            help="tiny-flux | tiny-sdxl | tiny-wan | PATH to a local "
+            "diffusers pipeline directory (never a hub id: nothing is downloaded).",
+        ),
+        device: str = typer.Option("cpu", help="cpu, cuda or cuda:N."),
+        dtype: str = typer.Option("float32", help="float32 | bfloat16 | float16."),
+        attention_backend: str | None = typer.Option(
+            None, help="diffusers attention backend, e.g. native, flash, sage."
+        ),
+        compile: bool = typer.Option(
+            False, "--compile", help="torch.compile the denoiser (warm up every shape!)."
+        ),
+        steps: int | None = typer.Option(
+            None, min=1, help="Denoising steps (default: 8 for tiny models, 28 image / 30 video)."
+        ),
+        guidance: float | None = typer.Option(None, help="Guidance / CFG scale (default: the pipeline's)."),
+        negative_prompt: str | None = typer.Option(None, help="Negative prompt (CFG models)."),
+        height: int | None = typer.Option(None, min=1, help="Height in pixels (default per model)."),
+        width: int | None = typer.Option(None, min=1, help="Width in pixels (default per model)."),
+        frames: int | None = typer.Option(None, min=1, help="Frames (video models; 4k+1 for Wan)."),
+        shapes: str | None = typer.Option(
+            None, help="Several shapes: 'HxW[xF],HxW[xF]' (overrides --height/--width/--frames)."
+        ),
+        batch: int = typer.Option(1, min=1, help="Images per call."),
+        prompts: Path | None = typer.Option(
+            None, help="Prompt file, one per line (default: the built-in set)."
+        ),
+        num_prompts: int = typer.Option(4, min=1, help="How many built-in prompts to cycle through."),
+        seeds: str = typer.Option("0", help="Comma-separated seeds, e.g. 0,1."),
+        warmup: int = typer.Option(
+            2, min=0, help="Warmup runs per shape (reported apart, never in the statistics)."
+        ),
+        runs: int = typer.Option(100, min=1, help="Timed runs per shape (p99 needs >= 100)."),
+        no_sync: bool = typer.Option(
+            False,
+            "--no-sync",
+            help="Do NOT synchronize the device (demonstrates the mistake; the result is marked invalid and the command fails).",
+        ),
+        repro: bool = typer.Option(
+            True, "--repro/--no-repro", help="Generate the first request twice and report PSNR."
+        ),
+        threads: int | None = typer.Option(
+            None, min=1, help="torch intra-op threads (recorded in the report)."
+        ),
+        json_path: Path | None = typer.Option(
+            None, "--json", help="Write the versioned JSON result here (streamed as runs finish)."
+        ),
+        markdown_path: Path | None = typer.Option(None, "--markdown", help="Write a Markdown report here."),
+        save_outputs: Path | None = typer.Option(
+            None, help="Save each output (PNG / PNG frames) plus manifest.json here."
+        ),
+        sim_compile_s: float = typer.Option(5.0, min=0, help="[sim] first-call compile cost per shape (s)."),
+        sim_step_s: float = typer.Option(0.04, min=0, help="[sim] per-step time at 1024x1024 (s)."),
+        sim_jitter: float = typer.Option(0.02, min=0, help="[sim] relative jitter (log-normal sd)."),
+        sim_tail_prob: float = typer.Option(
+            0.02, min=0, max=1, help="[sim] probability of a tail event per run."
+        ),
+        sim_tail_s: float = typer.Option(0.5, min=0, help="[sim] tail event duration (s)."),
+        sim_realtime: bool = typer.Option(
+            False, "--sim-realtime", help="[sim] sleep for real instead of a virtual clock."
+        ),
+        sim_seed: int = typer.Option(0, help="[sim] random seed."),
+    ) -> None:
+        """Single-request latency: warmup per shape, synchronized timed runs, stage split, memory, reproducibility."""
+        from diffbench.bench.protocol import BenchConfig
+        from diffbench.bench.session import BenchOptions, Shape, parse_shapes, run_session
+        from diffbench.engines.registry import ENGINES, EngineConfig, SimParams
+        from diffbench.errors import DiffbenchError
+        from diffbench.report.bench_report import print_console
+
+        if engine not in ENGINES:
+            raise UsageError(f"--engine {engine!r}: choose one of {', '.join(ENGINES)}")
+        shape_list = parse_shapes(shapes) if shapes else [Shape(height=height, width=width, frames=frames)]
+        sim = SimParams(
+            compile_s=sim_compile_s,
+            step_s=sim_step_s,
+            jitter=sim_jitter,
+            tail_prob=sim_tail_prob,
+            tail_s=sim_tail_s,
+            realtime=sim_realtime,
+            seed=sim_seed,
+        )
+        opts = BenchOptions(
+            engine=EngineConfig(
+                engine=engine,
+                model=model,
+                device=device,
+                dtype=dtype,
+                attention_backend=attention_backend,
+                compile=compile,
+                threads=threads,
+                sim=sim,
+            ),
+            shapes=shape_list,
+            steps=steps,
+            guidance=guidance,
+            negative_prompt=negative_prompt,
+            batch=batch,
+            prompts_file=prompts,
+            num_prompts=num_prompts,
+            seeds=_seeds(seeds),
+            protocol=BenchConfig(warmup=warmup, runs=runs, sync=not no_sync, repro=repro),
+            json_path=json_path,
+            markdown_path=markdown_path,
+            save_outputs=save_outputs,
+        )
+        try:
+            result = run_session(opts)
+        except KeyboardInterrupt:
+            typer.secho(
+                "interrupted: the partial result was written" + (f" to {json_path}" if json_path else ""),
+                fg="red",
+                err=True,
+            )
+            raise typer.Exit(130) from None
+        print_console(result)
+        if not result.valid:
+            raise DiffbenchError(
+                "refused: the measurement was not synchronized with the device (it timed the "
+                "launch, not the work); rerun without --no-sync"
+            )
+        if all(s.latency_s is None for s in result.shapes):
+            raise DiffbenchError("every shape failed: " + "; ".join(s.error or "?" for s in result.shapes))

@@ -74,7 +74,9 @@ def read_manifest(directory: Path) -> Manifest | None:
     try:
         return Manifest.model_validate(data)
     except ValidationError as exc:
-        raise InputError(f"{path}: invalid manifest: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") from exc
+        raise InputError(
+            f"{path}: invalid manifest: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}"
+        ) from exc
 
 
 def write_manifest(directory: Path, manifest: Manifest) -> Path:

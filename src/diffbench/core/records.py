@@ -20,7 +20,13 @@ Outcome = Literal[
     "cancelled",  # still in flight when the run was stopped (Ctrl-C or drain deadline)
 ]
 OUTCOMES: tuple[str, ...] = (
-    "ok", "http_error", "rejected", "timeout", "connection_error", "invalid_payload", "cancelled",
+    "ok",
+    "http_error",
+    "rejected",
+    "timeout",
+    "connection_error",
+    "invalid_payload",
+    "cancelled",
 )
 
 

@@ -86,8 +86,18 @@ def summarize(values: Sequence[float] | np.ndarray, check: Iterable[float] = (90
     n = int(arr.size)
     if n == 0:
         nan = math.nan
-        return Summary(n=0, mean=nan, std=nan, min=nan, max=nan, p50=nan, p90=nan, p99=nan, p999=nan,
-                       warnings=["no samples"])
+        return Summary(
+            n=0,
+            mean=nan,
+            std=nan,
+            min=nan,
+            max=nan,
+            p50=nan,
+            p90=nan,
+            p99=nan,
+            p999=nan,
+            warnings=["no samples"],
+        )
     p50, p90, p99, p999 = (float(v) for v in np.percentile(arr, [50, 90, 99, 99.9], method="linear"))
     return Summary(
         n=n,

@@ -1,0 +1,80 @@
+"""``--save-outputs DIR``: lossless outputs plus ``DIR/manifest.json`` for pairing in ``diffbench quality``.
+
+Images are PNG (``<prompt_id>_s<seed>_i<index>.png``); videos are folders of PNG frames
+(``<prompt_id>_s<seed>_i<index>/frame_00000.png``), lossless so that quality comparisons measure the
+model, not a codec. The manifest records prompt id, prompt, seed, index, shape, file and sha256.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+
+from diffbench.core.manifest import Manifest, ManifestEntry, write_manifest
+from diffbench.engines.base import GenerationRequest
+from diffbench.errors import InputError, require
+
+
+def _sha256_files(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+class OutputWriter:
+    """Writes each distinct (prompt_id, seed, index) output once and keeps the manifest current."""
+
+    def __init__(
+        self, directory: str | Path, conditions: dict[str, object], fingerprint: dict[str, object] | None
+    ):
+        self.dir = Path(directory)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"--save-outputs {self.dir}: cannot create the directory ({exc})") from exc
+        self.manifest = Manifest(conditions=conditions, fingerprint=fingerprint)
+        self._keys: set[tuple[str, int, int]] = set()
+
+    def __call__(self, request: GenerationRequest, images: np.ndarray) -> None:
+        """Save ``images`` ((B,H,W,3) or (B,F,H,W,3) uint8) for ``request``; update the manifest."""
+        pil = require("PIL.Image", "diffusers")
+        for i in range(images.shape[0]):
+            key = (request.prompt_id, request.seed, i)
+            if key in self._keys:
+                continue
+            self._keys.add(key)
+            stem = f"{request.prompt_id}_s{request.seed}_i{i}"
+            arr = images[i]
+            if arr.ndim == 4:  # video: frames folder
+                folder = self.dir / stem
+                folder.mkdir(exist_ok=True)
+                files = []
+                for f in range(arr.shape[0]):
+                    p = folder / f"frame_{f:05d}.png"
+                    pil.fromarray(arr[f]).save(p)
+                    files.append(p)
+                rel, sha, frames = stem, _sha256_files(files), int(arr.shape[0])
+                h, w = int(arr.shape[1]), int(arr.shape[2])
+            else:
+                p = self.dir / f"{stem}.png"
+                pil.fromarray(arr).save(p)
+                rel, sha, frames = p.name, _sha256_files([p]), None
+                h, w = int(arr.shape[0]), int(arr.shape[1])
+            self.manifest.entries.append(
+                ManifestEntry(
+                    prompt_id=request.prompt_id,
+                    prompt=request.prompt,
+                    seed=request.seed,
+                    index=i,
+                    height=h,
+                    width=w,
+                    frames=frames,
+                    steps=request.steps,
+                    file=rel,
+                    sha256=sha,
+                )
+            )
+        write_manifest(self.dir, self.manifest)

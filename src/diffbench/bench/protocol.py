@@ -1,0 +1,313 @@
+"""The measurement protocol of ``diffbench bench``.
+
+For each distinct shape (height, width, frames, steps, batch) of the workload:
+
+1. **Warmup**: ``warmup`` untimed-for-statistics runs with the real prompts at that shape (the first call
+   compiles, autotunes and grows the memory pool); their times are kept apart in ``warmup_s``.
+2. **Timed runs**: ``runs`` generations cycling through the workload's prompts × seeds. The device is
+   synchronized before every clock read (:class:`~diffbench.core.clock.Timer`). After each run the
+   protocol checks that no device work was still pending at the end-time read; pending work means the
+   launch was timed, not the work, and the result is marked invalid.
+3. **Reproducibility**: the first request is generated once more and compared with its first output
+   (PSNR, dB); below 40 dB the shape is flagged "not reproducible".
+
+A failure (out of memory, an exception) at one shape is recorded with the shape and the run goes on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from diffbench.bench.result import (
+    REPRO_THRESHOLD_DB,
+    MemoryResult,
+    Note,
+    ReproResult,
+    ShapeResult,
+    StagesSummary,
+    StepSummary,
+)
+from diffbench.core.clock import Timer, no_sync
+from diffbench.core.psnr import psnr_uint8
+from diffbench.core.stats import percentile_warnings, summarize
+from diffbench.engines.base import Engine, GenerationRequest, GenerationResult
+from diffbench.errors import GenerationError
+
+FIRST_RUN_OUTLIER = 3.0  # first timed run > 3x the median of the others -> it carried a compile
+UNSYNC_TOLERANCE = 0.05  # pending work > 5 % of the measured time at the end read -> unsynchronized
+
+
+class BenchConfig(BaseModel):
+    """Protocol settings.
+
+    ``warmup`` and ``runs`` are per shape. ``sync=False`` exists only to demonstrate the mistake: the
+    protocol then detects pending device work and marks the result invalid.
+    """
+
+    warmup: int = Field(default=2, ge=0)
+    runs: int = Field(default=100, ge=1)
+    sync: bool = True
+    repro: bool = True
+    percentiles: tuple[float, ...] = (90, 99)
+    generator_device: Literal["cpu", "cuda"] = "cpu"
+
+
+OutputSink = Callable[[GenerationRequest, np.ndarray], None]
+Progress = Callable[[list[ShapeResult]], None]
+
+
+def group_by_shape(requests: Sequence[GenerationRequest]) -> list[list[GenerationRequest]]:
+    """Group requests by shape key, keeping first-appearance order of shapes and of requests."""
+    groups: dict[tuple[int, int, int | None, int, int], list[GenerationRequest]] = {}
+    for r in requests:
+        groups.setdefault(r.shape_key, []).append(r)
+    return list(groups.values())
+
+
+def _median(values: Sequence[float]) -> float:
+    return float(np.median(np.asarray(values, dtype=np.float64))) if values else math.nan
+
+
+class _ShapeRun:
+    """Accumulates one shape's measurements."""
+
+    def __init__(self, first: GenerationRequest) -> None:
+        self.result = ShapeResult(
+            shape=first.shape_label(),
+            height=first.height,
+            width=first.width,
+            frames=first.frames,
+            steps=first.steps,
+            batch=first.batch,
+            guidance=first.guidance,
+        )
+        self.stage_rows: list[tuple[float, float, float, float]] = []  # enc, den, dec, e2e
+        self.steps: list[list[float]] = []
+        self.calls: list[int] = []
+        self.denoiser_batch: int | None = None
+        self.mem_alloc: int | None = None
+        self.mem_reserved: int | None = None
+        self.mem_stage: str | None = None
+        self.mem_kind = "none"
+        self.pending: list[float] = []
+
+    def add(self, e2e: float, res: GenerationResult, pending: float) -> None:
+        self.result.samples_s.append(e2e)
+        self.pending.append(pending)
+        st = res.stages
+        if st is not None:
+            self.stage_rows.append((st.text_encode_s, st.denoise_s, st.vae_decode_s, e2e))
+            if st.step_s:
+                self.steps.append(list(st.step_s))
+            self.calls.append(st.denoiser_calls)
+        if "denoiser_batch" in res.extra:
+            self.denoiser_batch = int(res.extra["denoiser_batch"])
+        m = res.memory
+        if m is not None and m.kind != "none":
+            self.mem_kind = m.kind
+            if m.peak_allocated_bytes is not None and (
+                self.mem_alloc is None or m.peak_allocated_bytes > self.mem_alloc
+            ):
+                self.mem_alloc, self.mem_stage = m.peak_allocated_bytes, m.peak_stage
+            if m.peak_reserved_bytes is not None:
+                self.mem_reserved = max(self.mem_reserved or 0, m.peak_reserved_bytes)
+
+    def finish(self, cfg: BenchConfig) -> ShapeResult:
+        r = self.result
+        samples = r.samples_s
+        if not samples:
+            return r
+        r.latency_s = summarize(samples, check=cfg.percentiles)
+        if self.stage_rows:
+            enc, den, dec, e2e = (list(col) for col in zip(*self.stage_rows, strict=True))
+            others = [t - a - b - c for a, b, c, t in self.stage_rows]
+            r.stages_s = StagesSummary(
+                text_encode=_median(enc),
+                denoise=_median(den),
+                vae_decode=_median(dec),
+                other=_median(others),
+                end_to_end=_median(e2e),
+            )
+        if self.steps:
+            flat = [s for run in self.steps for s in run]
+            width = min(len(run) for run in self.steps)
+            per_step = [_median([run[i] for run in self.steps]) for i in range(width)]
+            r.step_s = StepSummary(
+                median=_median(flat),
+                mean=float(np.mean(flat)),
+                p90=float(np.percentile(flat, 90)),
+                n=len(flat),
+                steps_per_run=width,
+                per_step_median=per_step,
+                denoiser_calls_per_step=float(np.mean(self.calls)) / max(width, 1),
+                denoiser_batch=self.denoiser_batch,
+            )
+        r.memory = MemoryResult(
+            kind=self.mem_kind,
+            peak_allocated_bytes=self.mem_alloc,
+            peak_reserved_bytes=self.mem_reserved,
+            peak_stage=self.mem_stage,
+        )
+        images_per_call = r.batch
+        r.throughput_images_per_s = images_per_call / float(np.mean(samples))
+        r.sync_pending_s = max(self.pending) if self.pending else 0.0
+        notes = list(r.warnings)
+        if cfg.warmup == 0:
+            notes.append(
+                Note(
+                    code="no_warmup",
+                    message=(
+                        f"{r.shape}: no warmup: the first call (compilation, autotuning, memory-pool growth) is inside "
+                        f"the statistics; mean {r.latency_s.mean:.4g} s vs median {r.latency_s.p50:.4g} s"
+                    ),
+                )
+            )
+        if len(samples) >= 3:
+            rest = _median(samples[1:])
+            if rest > 0 and samples[0] > FIRST_RUN_OUTLIER * rest:
+                notes.append(
+                    Note(
+                        code="first_run_outlier",
+                        message=(
+                            f"{r.shape}: the first timed run took {samples[0]:.4g} s, {samples[0] / rest:.1f}x the median "
+                            "of the others: it most likely carried a compile or warmup; raise --warmup"
+                        ),
+                    )
+                )
+        for msg in percentile_warnings(len(samples), cfg.percentiles):
+            notes.append(Note(code="percentile_unsupported", message=f"{r.shape}: {msg}"))
+        if r.repro is not None and r.repro.reproducible is False:
+            notes.append(
+                Note(
+                    code="not_reproducible",
+                    message=(
+                        f"{r.shape}: not reproducible: the same request twice gave PSNR {r.repro.psnr_db:.1f} dB "
+                        f"(< {REPRO_THRESHOLD_DB:g} dB)"
+                    ),
+                )
+            )
+        r.warnings = notes
+        return r
+
+
+def run_bench(
+    engine: Engine,
+    requests: Sequence[GenerationRequest],
+    config: BenchConfig,
+    *,
+    timer: Timer | None = None,
+    on_output: OutputSink | None = None,
+    on_progress: Progress | None = None,
+) -> list[ShapeResult]:
+    """Run the protocol over ``requests`` (any mix of shapes) and return one result per shape.
+
+    Args:
+        engine: a started engine.
+        requests: the workload (prompts × seeds × shapes); shapes are measured in order of appearance.
+        config: warmup and runs per shape, sync, repro.
+        timer: clock + sync; defaults to the engine's clock, synchronized with ``engine.sync``
+            (or unsynchronized when ``config.sync`` is False).
+        on_output: called with the first output of each distinct request (for ``--save-outputs``).
+        on_progress: called with the shapes so far after every timed run (for streaming the JSON).
+
+    Raises:
+        ShapeError: a request the model cannot take (checked for all shapes before anything runs).
+    """
+    for r in requests:
+        engine.validate(r)
+    if timer is None:
+        timer = Timer(sync=engine.sync if config.sync else no_sync, clock=engine.clock)
+    done: list[ShapeResult] = []
+    for group in group_by_shape(requests):
+        run = _ShapeRun(group[0])
+        try:
+            _run_shape(
+                engine,
+                group,
+                config,
+                timer,
+                run,
+                on_output,
+                lambda current=run: on_progress(done + [current.result]) if on_progress else None,
+            )
+        except GenerationError as exc:
+            run.result.error = str(exc)
+            run.result.warnings.append(Note(code="shape_failed", message=f"{run.result.shape}: {exc}"))
+        except KeyboardInterrupt:
+            done.append(run.finish(config))
+            if on_progress:
+                on_progress(done)
+            raise
+        done.append(run.finish(config))
+        if on_progress:
+            on_progress(done)
+    return done
+
+
+def _run_shape(
+    engine: Engine,
+    group: list[GenerationRequest],
+    cfg: BenchConfig,
+    timer: Timer,
+    run: _ShapeRun,
+    on_output: OutputSink | None,
+    progress: Callable[[], None],
+) -> None:
+    for i in range(cfg.warmup):
+        t0 = timer.now_ns()
+        engine.generate(group[i % len(group)])
+        t1 = timer.now_ns()
+        run.result.warmup_s.append((t1 - t0) / 1e9)
+    first_images: dict[tuple[str, int], np.ndarray] = {}
+    seen: set[tuple[str, int]] = set()
+    for i in range(cfg.runs):
+        req = group[i % len(group)]
+        t0 = timer.now_ns()
+        res = engine.generate(req)
+        t1 = timer.now_ns()
+        engine.sync()  # protocol guard: was device work still pending at the end read?
+        pending = max(0.0, (engine.clock() - t1) / 1e9)
+        e2e = (t1 - t0) / 1e9
+        run.add(e2e, res, pending)
+        if pending > max(UNSYNC_TOLERANCE * e2e, 1e-3) and not any(
+            w.code == "unsynchronized" for w in run.result.warnings
+        ):
+            run.result.warnings.append(
+                Note(
+                    code="unsynchronized",
+                    message=(
+                        f"{run.result.shape}: device work was still pending {pending:.4g} s after the end-time read "
+                        f"of a {e2e:.4g} s measurement: this timed the launch, not the generation. Synchronize the "
+                        "device before reading the clock (drop --no-sync)"
+                    ),
+                )
+            )
+        key = (req.prompt_id, req.seed)
+        if key not in seen and res.images is not None:
+            seen.add(key)
+            if cfg.repro and not first_images:
+                first_images[key] = res.images.copy()
+            if on_output:
+                on_output(req, res.images)
+        progress()
+    if cfg.repro and first_images:
+        (pid, seed), ref = next(iter(first_images.items()))
+        req = next(r for r in group if (r.prompt_id, r.seed) == (pid, seed))
+        again = engine.generate(req)
+        engine.sync()
+        psnr = psnr_uint8(ref, again.images) if again.images is not None else None
+        info = engine.info()
+        run.result.repro = ReproResult(
+            psnr_db=psnr,
+            reproducible=None if psnr is None else psnr >= REPRO_THRESHOLD_DB,
+            prompt_id=pid,
+            seed=seed,
+            generator_device=cfg.generator_device,
+            threads=int(info.details.get("threads", 0)) or None,
+            attention_backend=info.attention_backend,
+        )

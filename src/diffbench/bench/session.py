@@ -1,0 +1,213 @@
+"""One ``diffbench bench`` session: options → workload → engine → protocol → streamed, versioned result."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from diffbench.bench.outputs import OutputWriter
+from diffbench.bench.protocol import BenchConfig, run_bench
+from diffbench.bench.result import BenchResult, Conditions, Note, Protocol, ShapeResult
+from diffbench.core.env import capture_env
+from diffbench.core.fingerprint import deployment_fingerprint
+from diffbench.core.jsonio import write_json_atomic
+from diffbench.core.stats import PERCENTILE_METHOD
+from diffbench.engines.base import Engine, EngineInfo, GenerationRequest
+from diffbench.engines.registry import EngineConfig, create_engine
+from diffbench.errors import UsageError
+from diffbench.workload.prompts import Prompt, builtin_prompts, load_prompt_file
+
+# Defaults per embedded model: (height, width, frames, steps). Tiny models use few steps so the default
+# run (100 timed runs) finishes in well under a minute on 2 CPU cores.
+MODEL_DEFAULTS: dict[str, tuple[int, int, int | None, int]] = {
+    "tiny-flux": (256, 256, None, 8),
+    "tiny-sdxl": (256, 256, None, 8),
+    "tiny-wan": (128, 128, 9, 8),
+    "sim": (1024, 1024, None, 28),
+}
+IMAGE_DEFAULT = (1024, 1024, None, 28)
+VIDEO_DEFAULT = (480, 832, 81, 30)
+
+
+class Shape(BaseModel):
+    """A requested shape; None fields take the model's default."""
+
+    height: int | None = Field(default=None, gt=0)
+    width: int | None = Field(default=None, gt=0)
+    frames: int | None = Field(default=None, gt=0)
+
+
+def parse_shapes(text: str) -> list[Shape]:
+    """``"256x256,512x512"`` or ``"128x128x9"`` (height x width [x frames]), comma separated.
+
+    Raises:
+        UsageError: malformed entries or non-positive values.
+    """
+    shapes = []
+    for part in text.split(","):
+        bits = part.strip().lower().split("x")
+        if len(bits) not in (2, 3) or not all(b.isdigit() and int(b) > 0 for b in bits):
+            raise UsageError(
+                f"--shapes {part!r}: expected HEIGHTxWIDTH or HEIGHTxWIDTHxFRAMES with positive integers"
+            )
+        h, w = int(bits[0]), int(bits[1])
+        shapes.append(Shape(height=h, width=w, frames=int(bits[2]) if len(bits) == 3 else None))
+    return shapes
+
+
+class BenchOptions(BaseModel):
+    """Everything ``diffbench bench`` accepts (validated once, then passed around)."""
+
+    engine: EngineConfig = EngineConfig()
+    shapes: list[Shape] = [Shape()]
+    steps: int | None = Field(default=None, gt=0)
+    guidance: float | None = None
+    negative_prompt: str | None = None
+    batch: int = Field(default=1, gt=0)
+    prompts_file: Path | None = None
+    num_prompts: int = Field(default=4, gt=0)
+    seeds: list[int] = [0]
+    protocol: BenchConfig = BenchConfig()
+    json_path: Path | None = None
+    markdown_path: Path | None = None
+    save_outputs: Path | None = None
+
+
+def _defaults(engine: EngineConfig, info: EngineInfo) -> tuple[int, int, int | None, int]:
+    if engine.engine == "sim":
+        return MODEL_DEFAULTS["sim"]
+    if engine.model in MODEL_DEFAULTS:
+        return MODEL_DEFAULTS[engine.model]
+    return VIDEO_DEFAULT if info.is_video else IMAGE_DEFAULT
+
+
+def build_workload(opts: BenchOptions, info: EngineInfo) -> list[GenerationRequest]:
+    """Prompts × seeds × shapes as requests (shape-major order)."""
+    dh, dw, df, ds = _defaults(opts.engine, info)
+    prompts: list[Prompt] = (
+        load_prompt_file(opts.prompts_file) if opts.prompts_file else builtin_prompts(opts.num_prompts)
+    )
+    out = []
+    for shape in opts.shapes:
+        frames = shape.frames if shape.frames is not None else (df if info.is_video else None)
+        for p in prompts:
+            for seed in opts.seeds:
+                out.append(
+                    GenerationRequest(
+                        prompt=p.text,
+                        prompt_id=p.prompt_id,
+                        negative_prompt=opts.negative_prompt,
+                        height=shape.height or dh,
+                        width=shape.width or dw,
+                        frames=frames,
+                        steps=opts.steps or ds,
+                        guidance=opts.guidance,
+                        batch=opts.batch,
+                        seed=seed,
+                    )
+                )
+    return out
+
+
+def _conditions(
+    info: EngineInfo, first: GenerationRequest, env_hw: str, driver: str | None, cuda: str | None
+) -> Conditions:
+    return Conditions(
+        model=info.model,
+        model_hash=info.model_hash,
+        pipeline=info.pipeline_class,
+        shape=first.shape_label(),
+        steps=first.steps,
+        cfg=info.cfg,
+        guidance=first.guidance,
+        batch=first.batch,
+        engine=info.engine,
+        engine_version=info.engine_version,
+        attention_backend=info.attention_backend,
+        parallelism=info.parallelism,
+        precision=info.dtype,
+        cache=info.cache,
+        compile=info.compile,
+        device=info.device,
+        hardware=env_hw,
+        driver=driver,
+        cuda=cuda,
+    )
+
+
+def run_session(
+    opts: BenchOptions,
+    engine: Engine | None = None,
+    on_update: Callable[[BenchResult], None] | None = None,
+) -> BenchResult:
+    """Run the whole bench and return the final result; the JSON (if asked) is rewritten as runs finish.
+
+    On KeyboardInterrupt the partial result is written (``partial: true``, ``interrupted: true``) and the
+    interrupt is re-raised.
+    """
+    engine = engine or create_engine(opts.engine)
+    info = engine.start()
+    try:
+        requests = build_workload(opts, info)
+        env = capture_env()
+        hw = ", ".join(g.name for g in env.gpus) if info.device.startswith("cuda") else env.cpu
+        base = BenchResult(
+            created_unix=time.time(),
+            conditions=_conditions(info, requests[0], hw, env.driver, env.cuda),
+            env=env,
+            protocol=Protocol(
+                warmup_per_shape=opts.protocol.warmup,
+                runs_per_shape=opts.protocol.runs,
+                synchronized=opts.protocol.sync,
+                percentile_method=PERCENTILE_METHOD,
+            ),
+        )
+        writer = None
+        if opts.save_outputs:
+            fp = deployment_fingerprint(info, env)
+            writer = OutputWriter(opts.save_outputs, base.conditions.model_dump(mode="json"), fp)
+            base = base.model_copy(update={"outputs_dir": str(opts.save_outputs)})
+
+        state = {"result": base}
+
+        def assemble(shapes: list[ShapeResult], partial: bool, interrupted: bool = False) -> BenchResult:
+            r = base.model_copy(update={"shapes": shapes, "partial": partial, "interrupted": interrupted})
+            r = r.with_primary()
+            if any(w.code == "unsynchronized" for w in r.warnings) or not opts.protocol.sync:
+                r = r.model_copy(update={"valid": False})
+            if interrupted:
+                r.warnings.append(
+                    Note(code="interrupted", message="interrupted: results cover the runs done so far")
+                )
+            return r
+
+        def progress(shapes: list[ShapeResult]) -> None:
+            state["result"] = assemble(shapes, partial=True)
+            _write(opts, state["result"], markdown=False)
+            if on_update:
+                on_update(state["result"])
+
+        try:
+            shapes = run_bench(engine, requests, opts.protocol, on_output=writer, on_progress=progress)
+        except KeyboardInterrupt:
+            partial = assemble(state["result"].shapes, partial=True, interrupted=True)
+            _write(opts, partial, markdown=True)
+            raise
+        final = assemble(shapes, partial=False)
+        _write(opts, final, markdown=True)
+        return final
+    finally:
+        engine.stop()
+
+
+def _write(opts: BenchOptions, result: BenchResult, markdown: bool) -> None:
+    if opts.json_path:
+        write_json_atomic(opts.json_path, result.model_dump(mode="json"))
+    if markdown and opts.markdown_path:
+        from diffbench.report.bench_report import to_markdown
+
+        opts.markdown_path.parent.mkdir(parents=True, exist_ok=True)
+        opts.markdown_path.write_text(to_markdown(result))

@@ -1,0 +1,55 @@
+"""The deployment fingerprint: everything a fixed-seed baseline depends on.
+
+A baseline is valid only for the configuration it was made with: model identity, precision,
+parallelism, engine and version, compile, attention backend, cache configuration, torch / diffusers
+versions and the device. Any difference other than the option under test invalidates a comparison.
+"""
+
+from __future__ import annotations
+
+from diffbench.core.env import EnvInfo
+from diffbench.engines.base import EngineInfo
+
+FINGERPRINT_FIELDS = (
+    "model",
+    "model_hash",
+    "pipeline",
+    "precision",
+    "parallelism",
+    "engine",
+    "engine_version",
+    "compile",
+    "attention_backend",
+    "cache",
+    "torch",
+    "diffusers",
+    "device",
+    "hardware",
+)
+
+
+def deployment_fingerprint(info: EngineInfo, env: EnvInfo) -> dict[str, object]:
+    """The fingerprint as a flat dict of :data:`FINGERPRINT_FIELDS`."""
+    gpus = ", ".join(g.name for g in env.gpus)
+    return {
+        "model": info.model,
+        "model_hash": info.model_hash,
+        "pipeline": info.pipeline_class,
+        "precision": info.dtype,
+        "parallelism": info.parallelism,
+        "engine": info.engine,
+        "engine_version": info.engine_version,
+        "compile": info.compile,
+        "attention_backend": info.attention_backend,
+        "cache": info.cache,
+        "torch": env.packages.get("torch"),
+        "diffusers": env.packages.get("diffusers"),
+        "device": info.device,
+        "hardware": gpus if info.device.startswith("cuda") else env.cpu,
+    }
+
+
+def fingerprint_diff(a: dict[str, object], b: dict[str, object], ignore: tuple[str, ...] = ()) -> list[str]:
+    """Fields whose values differ between two fingerprints (excluding ``ignore``), sorted."""
+    keys = (set(a) | set(b)) - set(ignore)
+    return sorted(k for k in keys if a.get(k) != b.get(k))

@@ -1,0 +1,309 @@
+"""The diffusers engine: a real diffusers pipeline on CPU or CUDA, timed stage by stage.
+
+``model`` is either a tiny random-weight pipeline built offline (``tiny-flux``, ``tiny-sdxl``,
+``tiny-wan``; see :mod:`diffbench.engines.tiny`) or a local pipeline directory loaded with
+``DiffusionPipeline.from_pretrained(path, local_files_only=True)``. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from diffbench.engines.base import EngineInfo, GenerationRequest, GenerationResult
+from diffbench.engines.registry import EngineConfig
+from diffbench.errors import DeviceOutOfMemory, GenerationError, ModelError, ShapeError, UsageError, require
+
+# pipeline class -> (spatial multiple, is_video, temporal compression, CFG mode)
+# FLUX packs 2x2 latent patches over an 8x VAE -> multiples of 16; SDXL's UNet needs multiples of 8;
+# Wan: 8x VAE with 2x2 patches -> 16, and a 4x temporal VAE -> frames = 4k + 1.
+PIPELINES: dict[str, tuple[int, bool, int, str]] = {
+    "FluxPipeline": (16, False, 1, "distilled (true CFG only with true_cfg_scale > 1)"),
+    "StableDiffusionXLPipeline": (8, False, 1, "batched (1 call per step, batch x2)"),
+    "StableDiffusionPipeline": (8, False, 1, "batched (1 call per step, batch x2)"),
+    "StableDiffusion3Pipeline": (16, False, 1, "batched (1 call per step, batch x2)"),
+    "WanPipeline": (16, True, 4, "separate (2 calls per step)"),
+    "QwenImagePipeline": (16, False, 1, "separate (2 calls per step with true_cfg_scale > 1)"),
+}
+DTYPES = ("float32", "bfloat16", "float16")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def _package_version(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def config_hash(pipe: Any) -> str:
+    """sha256 (first 16 hex) over the pipeline's and every component's config, sorted JSON."""
+    h = hashlib.sha256()
+    h.update(type(pipe).__name__.encode())
+    for name, comp in sorted(pipe.components.items()):
+        cfg = getattr(comp, "config", None)
+        if cfg is None:
+            continue
+        as_dict = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
+        as_dict = {k: v for k, v in as_dict.items() if not k.startswith("_") and k != "transformers_version"}
+        h.update(name.encode() + json.dumps(as_dict, sort_keys=True, default=str).encode())
+    return h.hexdigest()[:16]
+
+
+def _resolve_model_path(model: str) -> Path:
+    path = Path(model).expanduser()
+    if path.is_dir():
+        if not (path / "model_index.json").exists():
+            raise ModelError(
+                f"{path} has no model_index.json: --model must be a diffusers pipeline directory "
+                "(as written by save_pretrained or a hub snapshot)"
+            )
+        return path
+    if path.exists():
+        raise ModelError(
+            f"--model {model} is a file; give the pipeline directory that holds model_index.json"
+        )
+    if _HUB_ID.match(model) and not model.startswith((".", "/", "~")):
+        raise ModelError(
+            f"--model {model} looks like a hub id, but diffbench runs offline: weights must be a local "
+            f"directory. On a machine with network access run `huggingface-cli download {model} --local-dir "
+            f"DIR`, copy DIR here and pass --model DIR (or use tiny-flux, tiny-sdxl, tiny-wan)"
+        )
+    raise ModelError(
+        f"--model {model}: no such directory; pass a local diffusers pipeline directory or one of "
+        "tiny-flux, tiny-sdxl, tiny-wan"
+    )
+
+
+class DiffusersEngine:
+    """Runs a diffusers pipeline. Synchronous from the caller's view except on CUDA (see ``sync``)."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.pipe: Any = None
+        self.timer: Any = None
+        self._info: EngineInfo | None = None
+        self._torch: Any = None
+
+    # -- loading ------------------------------------------------------------------------------
+    def _load(self) -> Any:
+        from diffbench.engines.tiny import TINY_MODELS, build_tiny
+
+        model = self.config.model
+        if model in TINY_MODELS:
+            return build_tiny(model)
+        if model.startswith("tiny-"):
+            raise ModelError(f"--model {model}: unknown tiny model; choose one of {', '.join(TINY_MODELS)}")
+        path = _resolve_model_path(model)
+        try:
+            cls_name = json.loads((path / "model_index.json").read_text()).get("_class_name", "?")
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ModelError(f"{path / 'model_index.json'}: unreadable ({exc})") from exc
+        if cls_name not in PIPELINES:
+            raise ModelError(
+                f"{path}: pipeline class {cls_name} is not supported; supported: {', '.join(sorted(PIPELINES))}"
+            )
+        diffusers = require("diffusers", "diffusers")
+        try:
+            return diffusers.DiffusionPipeline.from_pretrained(str(path), local_files_only=True)
+        except Exception as exc:
+            raise ModelError(
+                f"{path}: cannot load the pipeline offline ({type(exc).__name__}: {exc})"
+            ) from exc
+
+    def start(self) -> EngineInfo:
+        """Build or load the pipeline, move it to the device and dtype, apply backend and compile.
+
+        Raises:
+            ModelError: missing directory, hub id, unsupported pipeline class.
+            UsageError: unknown dtype, device or attention backend.
+            MissingDependencyError: the ``diffusers`` extra is not installed.
+        """
+        torch = require("torch", "diffusers")
+        require("diffusers", "diffusers")
+        self._torch = torch
+        cfg = self.config
+        if cfg.dtype not in DTYPES:
+            raise UsageError(f"--dtype {cfg.dtype} is not supported; choose one of {', '.join(DTYPES)}")
+        if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+            raise UsageError(
+                f"--device {cfg.device}: CUDA is not available on this machine; use --device cpu"
+            )
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        pipe = self._load()
+        cls_name = type(pipe).__name__
+        if cls_name not in PIPELINES:
+            raise ModelError(
+                f"pipeline class {cls_name} is not supported; supported: {', '.join(sorted(PIPELINES))}"
+            )
+        pipe = pipe.to(cfg.device)
+        if cfg.dtype != "float32":
+            pipe = pipe.to(getattr(torch, cfg.dtype))
+        pipe.set_progress_bar_config(disable=True)
+        denoiser = getattr(pipe, "transformer", None) or getattr(pipe, "unet", None)
+        backend = "default (torch SDPA)"
+        if cfg.attention_backend:
+            try:
+                denoiser.set_attention_backend(cfg.attention_backend)
+            except Exception as exc:
+                from diffusers.models.attention_dispatch import AttentionBackendName
+
+                names = ", ".join(b.value for b in AttentionBackendName if not b.value.startswith("_"))
+                raise UsageError(
+                    f"--attention-backend {cfg.attention_backend} cannot be used with {cls_name} here "
+                    f"({exc}); known backends: {names}"
+                ) from exc
+            backend = cfg.attention_backend
+        if cfg.compile:
+            denoiser.compile()
+        from diffbench.engines.stage_timer import StageTimer
+
+        self.pipe = pipe
+        self.timer = StageTimer(pipe, cfg.device)
+        mult, is_video, _, cfg_mode = PIPELINES[cls_name]
+        self._info = EngineInfo(
+            engine="diffusers",
+            engine_version=_package_version("diffusers"),
+            model=cfg.model,
+            model_hash=config_hash(pipe),
+            pipeline_class=cls_name,
+            device=cfg.device,
+            dtype=cfg.dtype,
+            attention_backend=backend,
+            compile=cfg.compile,
+            cache="none",
+            parallelism="none (1 device)",
+            asynchronous=cfg.device.startswith("cuda"),
+            is_video=is_video,
+            default_steps=None,
+            default_guidance=None,
+            cfg=cfg_mode,
+            details={"spatial_multiple": str(mult), "threads": str(torch.get_num_threads())},
+        )
+        return self._info
+
+    def info(self) -> EngineInfo:
+        """The conditions (after :meth:`start`)."""
+        if self._info is None:
+            raise UsageError("engine not started")
+        return self._info
+
+    # -- requests -----------------------------------------------------------------------------
+    def validate(self, request: GenerationRequest) -> None:
+        """Check the shape against the pipeline's constraints.
+
+        Raises:
+            ShapeError: height/width not a multiple of the spatial multiple; frames missing, given to an
+                image model, or not 4k + 1 for a 4x temporal VAE.
+        """
+        cls_name = self.info().pipeline_class or ""
+        mult, is_video, tcomp, _ = PIPELINES[cls_name]
+        name = cls_name.replace("Pipeline", "")
+        for field, value in (("height", request.height), ("width", request.width)):
+            if value % mult:
+                lo, hi = value // mult * mult, (value // mult + 1) * mult
+                raise ShapeError(
+                    f"--{field} {value} is not a multiple of {mult} ({name} needs it); use {lo or hi} or {hi}"
+                )
+        if is_video and request.frames is None:
+            raise ShapeError(f"{name} is a video model: give --frames (of the form {tcomp}k+1, e.g. 9 or 33)")
+        if not is_video and request.frames is not None:
+            raise ShapeError(f"--frames {request.frames}: {name} is an image model; drop --frames")
+        if is_video and request.frames is not None and (request.frames - 1) % tcomp:
+            k = (request.frames - 1) // tcomp
+            raise ShapeError(
+                f"--frames {request.frames} is not of the form {tcomp}k+1 ({name}'s VAE compresses time "
+                f"{tcomp}x); use {tcomp * k + 1} or {tcomp * (k + 1) + 1}"
+            )
+
+    def pipeline_kwargs(self, request: GenerationRequest) -> dict[str, Any]:
+        """The keyword arguments passed to the pipeline for ``request`` (generator per image)."""
+        torch = self._torch
+        gen_device = "cpu"
+        gens = [
+            torch.Generator(device=gen_device).manual_seed(request.seed + i) for i in range(request.batch)
+        ]
+        kw: dict[str, Any] = dict(
+            prompt=request.prompt,
+            height=request.height,
+            width=request.width,
+            num_inference_steps=request.steps,
+            num_images_per_prompt=request.batch,
+            generator=gens if request.batch > 1 else gens[0],
+            output_type="np",
+        )
+        cls_name = self.info().pipeline_class
+        if request.negative_prompt is not None:
+            kw["negative_prompt"] = request.negative_prompt
+        if request.guidance is not None:
+            kw["guidance_scale"] = request.guidance
+        if cls_name == "WanPipeline":
+            kw["num_frames"] = request.frames
+            kw.pop("num_images_per_prompt")
+            kw["num_videos_per_prompt"] = request.batch
+        if self.config.model.startswith("tiny-") and cls_name in ("FluxPipeline", "WanPipeline"):
+            from diffbench.engines.tiny import T5_MAX_LEN
+
+            kw["max_sequence_length"] = T5_MAX_LEN
+        return kw
+
+    def generate(self, request: GenerationRequest) -> GenerationResult:
+        """Run one generation; returns uint8 pixels, stage times and peak memory.
+
+        Raises:
+            DeviceOutOfMemory: CUDA (or host) out of memory for this request.
+            GenerationError: any other failure inside the pipeline.
+        """
+        torch = self._torch
+        try:
+            with torch.inference_mode():
+                out, stages, memory = self.timer.run(self.pipeline_kwargs(request), request.batch)
+        except torch.cuda.OutOfMemoryError as exc:
+            torch.cuda.empty_cache()
+            raise DeviceOutOfMemory(f"out of memory at {request.shape_label()}: {exc}") from exc
+        except MemoryError as exc:
+            raise DeviceOutOfMemory(f"host out of memory at {request.shape_label()}") from exc
+        except (ShapeError, UsageError):
+            raise
+        except Exception as exc:
+            raise GenerationError(
+                f"generation failed at {request.shape_label()}: {type(exc).__name__}: {exc}"
+            ) from exc
+        arr = out.frames if hasattr(out, "frames") else out.images
+        arr = np.asarray(arr)
+        images = (np.clip(arr, 0.0, 1.0) * 255.0).round().astype(np.uint8)
+        extra = {"denoiser_batch": float(self.timer.last_denoiser_batch)}
+        return GenerationResult(images=images, stages=stages, memory=memory, extra=extra)
+
+    def sync(self) -> None:
+        """``torch.cuda.synchronize()`` on CUDA; nothing on the CPU."""
+        if self.config.device.startswith("cuda"):
+            self._torch.cuda.synchronize()
+
+    def clock(self) -> int:
+        """``time.perf_counter_ns()``."""
+        import time
+
+        return time.perf_counter_ns()
+
+    def stop(self) -> None:
+        """Drop the pipeline and free device memory."""
+        if self.timer is not None:
+            self.timer.detach()
+        self.pipe = None
+        if self._torch is not None and self.config.device.startswith("cuda"):
+            self._torch.cuda.empty_cache()
+
+
+def threads_in_use() -> int:
+    """Intra-op threads torch will use (``OMP_NUM_THREADS`` or torch's default)."""
+    return int(os.environ.get("OMP_NUM_THREADS", "0")) or (os.cpu_count() or 1)

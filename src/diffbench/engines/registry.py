@@ -1,0 +1,65 @@
+"""Create an engine from an :class:`EngineConfig` without importing heavy modules up front."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from diffbench.engines.base import Engine
+from diffbench.errors import UsageError
+
+ENGINES = ("sim", "diffusers")
+
+
+class SimParams(BaseModel):
+    """Parameters of the simulated device (seconds unless stated). See :mod:`diffbench.engines.sim`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    launch_s: float = Field(default=0.002, ge=0)
+    text_encode_s: float = Field(default=0.010, ge=0)
+    step_s: float = Field(default=0.040, ge=0)
+    vae_decode_s: float = Field(default=0.060, ge=0)
+    other_s: float = Field(default=0.004, ge=0)
+    compile_s: float = Field(default=5.0, ge=0)
+    jitter: float = Field(default=0.02, ge=0, description="relative sd of a log-normal factor per stage")
+    tail_prob: float = Field(default=0.02, ge=0, le=1)
+    tail_s: float = Field(default=0.5, ge=0)
+    memory_bytes_per_pixel: float = Field(default=2048.0, ge=0)
+    realtime: bool = Field(default=False, description="sleep for real instead of a virtual clock")
+    nondeterminism: float = Field(default=0.0, ge=0, description="noise sd (0-255 scale) added to outputs")
+    fail_above_pixels: int | None = Field(default=None, description="simulate OOM above H*W*F*batch")
+    seed: int = 0
+
+
+class EngineConfig(BaseModel):
+    """Which engine and model to run, and how (device, dtype, attention backend, compile, cache)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    engine: Literal["sim", "diffusers"] = "diffusers"
+    model: str = "tiny-flux"
+    device: str = "cpu"
+    dtype: str = "float32"
+    attention_backend: str | None = None
+    compile: bool = False
+    threads: int | None = None
+    sim: SimParams = SimParams()
+
+
+def create_engine(config: EngineConfig) -> Engine:
+    """Instantiate (but do not start) the engine named by ``config.engine``.
+
+    Raises:
+        UsageError: unknown engine name.
+    """
+    if config.engine == "sim":
+        from diffbench.engines.sim import SimEngine
+
+        return SimEngine(config)
+    if config.engine == "diffusers":
+        from diffbench.engines.diffusers_engine import DiffusersEngine
+
+        return DiffusersEngine(config)
+    raise UsageError(f"unknown engine {config.engine!r}; choose one of {', '.join(ENGINES)}")

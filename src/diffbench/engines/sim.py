@@ -1,0 +1,176 @@
+"""A simulated device that behaves like a GPU for the measurement protocol.
+
+What it models (so the protocol itself is testable without a GPU):
+
+- **Asynchronous launch**: :meth:`SimEngine.generate` returns after ``launch_s`` of host time; the work
+  completes later on the device queue. :meth:`SimEngine.sync` waits for the queue.
+- **First-call compile**: the first call at each shape (height, width, frames, steps, batch) pays
+  ``compile_s`` of host time, as ``torch.compile`` / autotuning / memory-pool growth do.
+- **Jitter and tails**: each stage time is multiplied by a log-normal factor (sd ``jitter``); with
+  probability ``tail_prob`` one step takes ``tail_s`` longer (a preemption, a GC pause, a clock drop).
+- **Scaling**: per-step and VAE times scale with pixels × frames × batch relative to 1024×1024×1×1 (defaults resemble FLUX at 1024² on a datacenter GPU).
+
+By default time is *virtual*: :meth:`SimEngine.clock` returns a simulated nanosecond clock that advances
+with launches and syncs, so runs are instant and exactly reproducible for a seed. ``realtime=True``
+sleeps for real against ``time.perf_counter_ns``. Outputs are deterministic images from (prompt, seed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+import numpy as np
+
+from diffbench import __version__
+from diffbench.engines.base import (
+    EngineInfo,
+    GenerationRequest,
+    GenerationResult,
+    MemoryStats,
+    StageTimes,
+)
+from diffbench.engines.registry import EngineConfig
+from diffbench.errors import DeviceOutOfMemory
+
+_REF_PIXELS = 1024 * 1024
+
+
+def _request_seed(req: GenerationRequest, index: int) -> int:
+    h = hashlib.sha256(f"{req.prompt}\x00{req.seed}\x00{index}".encode()).digest()
+    return int.from_bytes(h[:8], "little")
+
+
+class SimEngine:
+    """The simulated engine (see module docstring). Parameters come from ``config.sim``."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.p = config.sim
+        self._rng = np.random.default_rng(self.p.seed)
+        self._host_ns = 0
+        self._device_free_ns = 0
+        self._compiled: set[tuple[int, int, int | None, int, int]] = set()
+        self._info: EngineInfo | None = None
+        self.launches = 0
+
+    # -- clock ---------------------------------------------------------------------------------
+    def clock(self) -> int:
+        """Nanoseconds: the virtual host clock, or ``perf_counter_ns`` when realtime."""
+        return time.perf_counter_ns() if self.p.realtime else self._host_ns
+
+    def _host_advance(self, seconds: float) -> None:
+        if self.p.realtime:
+            time.sleep(seconds)
+        else:
+            self._host_ns += int(round(seconds * 1e9))
+
+    # -- protocol ------------------------------------------------------------------------------
+    def start(self) -> EngineInfo:
+        """No model to load; returns the conditions."""
+        self._info = EngineInfo(
+            engine="sim",
+            engine_version=__version__,
+            model=self.config.model if self.config.model != "tiny-flux" else "sim",
+            model_hash=hashlib.sha256(self.p.model_dump_json().encode()).hexdigest()[:16],
+            pipeline_class="SimulatedPipeline",
+            device="sim",
+            dtype="n/a",
+            asynchronous=True,
+            default_steps=8,
+            default_guidance=None,
+            cfg="none",
+            details={k: str(v) for k, v in self.p.model_dump().items()},
+        )
+        return self._info
+
+    def info(self) -> EngineInfo:
+        """The conditions (starts lazily)."""
+        return self._info or self.start()
+
+    def validate(self, request: GenerationRequest) -> None:
+        """Every shape is accepted by the simulated device (OOM is simulated at generate time)."""
+
+    def _stage(self, base: float) -> float:
+        if base <= 0:
+            return 0.0
+        return base * float(np.exp(self._rng.normal(0.0, self.p.jitter))) if self.p.jitter else base
+
+    def generate(self, request: GenerationRequest) -> GenerationResult:
+        """Launch one generation: returns after the launch; the device finishes it later.
+
+        Raises:
+            DeviceOutOfMemory: when ``fail_above_pixels`` is set and the request is larger.
+        """
+        self.info()
+        frames = request.frames or 1
+        pixels = request.height * request.width * frames * request.batch
+        if self.p.fail_above_pixels is not None and pixels > self.p.fail_above_pixels:
+            raise DeviceOutOfMemory(
+                f"simulated out of memory at {request.shape_label()} ({pixels} pixels > "
+                f"{self.p.fail_above_pixels})"
+            )
+        key = request.shape_key
+        if key not in self._compiled:
+            self._compiled.add(key)
+            self._host_advance(self.p.compile_s)
+        scale = pixels / _REF_PIXELS
+        steps = [self._stage(self.p.step_s * max(scale, 0.05)) for _ in range(request.steps)]
+        if self.p.tail_prob and self._rng.random() < self.p.tail_prob:
+            steps[int(self._rng.integers(len(steps)))] += self.p.tail_s
+        enc = self._stage(self.p.text_encode_s)
+        dec = self._stage(self.p.vae_decode_s * max(scale, 0.05))
+        other = self._stage(self.p.other_s)
+        work = enc + sum(steps) + dec + other
+        self._host_advance(self.p.launch_s)
+        self.launches += 1
+        now = self.clock()
+        start = max(now, self._device_free_ns)
+        self._device_free_ns = start + int(round(work * 1e9))
+        stages = StageTimes(
+            text_encode_s=enc,
+            denoise_s=sum(steps),
+            vae_decode_s=dec,
+            other_s=other,
+            total_s=work,
+            step_s=steps,
+            denoiser_calls=request.steps,
+        )
+        memory = MemoryStats(
+            kind="sim",
+            peak_allocated_bytes=int(self.p.memory_bytes_per_pixel * pixels),
+            peak_reserved_bytes=int(self.p.memory_bytes_per_pixel * pixels * 1.25),
+            peak_stage="vae_decode",
+        )
+        return GenerationResult(images=self._images(request), stages=stages, memory=memory)
+
+    def _images(self, request: GenerationRequest) -> np.ndarray:
+        """Deterministic uint8 images from (prompt, seed): a random 16×16 tile per image, tiled."""
+        outs = []
+        for i in range(request.batch):
+            rng = np.random.default_rng(_request_seed(request, i))
+            frames = request.frames or 1
+            tile = rng.integers(0, 256, size=(frames, 16, 16, 3), dtype=np.uint8)
+            reps = (1, -(-request.height // 16), -(-request.width // 16), 1)
+            img = np.tile(tile, reps)[:, : request.height, : request.width]
+            if self.p.nondeterminism:
+                noise = self._rng.normal(0, self.p.nondeterminism, img.shape)
+                img = np.clip(img + noise, 0, 255).astype(np.uint8)
+            outs.append(img if request.frames else img[0])
+        return np.stack(outs)
+
+    def sync(self) -> None:
+        """Wait until every launched generation has completed."""
+        if self.p.realtime:
+            remaining = self._device_free_ns - time.perf_counter_ns()
+            if remaining > 0:
+                time.sleep(remaining / 1e9)
+        else:
+            self._host_ns = max(self._host_ns, self._device_free_ns)
+
+    def pending_s(self) -> float:
+        """Seconds of queued device work not yet complete at the current clock (0 when idle)."""
+        return max(0.0, (self._device_free_ns - self.clock()) / 1e9)
+
+    def stop(self) -> None:
+        """Nothing to release."""

@@ -1,0 +1,130 @@
+"""Render a :class:`~diffbench.bench.result.BenchResult`: rich console tables and Markdown."""
+
+from __future__ import annotations
+
+import math
+
+from diffbench.bench.result import BenchResult, ShapeResult
+
+
+def _ms(v: float | None) -> str:
+    return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v * 1e3:.2f}"
+
+
+def _mib(v: int | None) -> str:
+    return "—" if v is None else f"{v / 2**20:.1f} MiB"
+
+
+def _db(v: float | None) -> str:
+    if v is None:
+        return "—"
+    return "inf (bitwise identical)" if math.isinf(v) else f"{v:.2f} dB"
+
+
+def conditions_line(r: BenchResult) -> str:
+    """The conditions block in one line, in the field's minimal-report order."""
+    c = r.conditions
+    gpus = ", ".join(g.name for g in r.env.gpus) or "no GPU"
+    return (
+        f"{c.model} ({c.pipeline}) · {c.shape} · {c.steps} steps · CFG {c.cfg}"
+        f"{'' if c.guidance is None else f' (guidance {c.guidance:g})'} · {c.engine} {c.engine_version} · "
+        f"attention {c.attention_backend} · parallelism {c.parallelism} · {c.precision} · cache {c.cache} · "
+        f"compile {'on' if c.compile else 'off'} · {c.device}: {c.hardware} · {gpus} · driver {c.driver or '—'}"
+        f" / CUDA {c.cuda or '—'}"
+    )
+
+
+def _shape_rows(s: ShapeResult) -> list[tuple[str, str]]:
+    if s.error and s.latency_s is None:
+        return [("error", s.error)]
+    lat = s.latency_s
+    rows: list[tuple[str, str]] = []
+    if s.step_s:
+        rows.append(
+            (
+                "per-step ms (median, n)",
+                f"{_ms(s.step_s.median)} (n={s.step_s.n}, "
+                f"{s.step_s.steps_per_run} steps × {s.step_s.denoiser_calls_per_step:g} denoiser calls)",
+            )
+        )
+    if s.stages_s:
+        st = s.stages_s
+        rows.append(
+            (
+                "stages ms (median)",
+                f"text encode {_ms(st.text_encode)} · denoise {_ms(st.denoise)} · "
+                f"VAE decode {_ms(st.vae_decode)} · other {_ms(st.other)}",
+            )
+        )
+    if lat:
+        rows.append(
+            (
+                "end-to-end ms",
+                f"p50 {_ms(lat.p50)} · p90 {_ms(lat.p90)} · p99 {_ms(lat.p99)} · "
+                f"mean {_ms(lat.mean)} · max {_ms(lat.max)} (n={lat.n})",
+            )
+        )
+    if s.warmup_s:
+        rows.append(("warmup ms (not in stats)", ", ".join(_ms(w) for w in s.warmup_s)))
+    if s.memory:
+        m = s.memory
+        label = "peak RSS growth" if m.kind == "cpu-rss" else f"peak ({m.kind})"
+        res = f" · reserved {_mib(m.peak_reserved_bytes)}" if m.peak_reserved_bytes is not None else ""
+        rows.append((label, f"{_mib(m.peak_allocated_bytes)}{res} · in {m.peak_stage or '—'}"))
+    if s.throughput_images_per_s is not None:
+        rows.append(("throughput", f"{s.throughput_images_per_s:.3g} images/s per device"))
+    if s.repro:
+        flag = "" if s.repro.reproducible in (None, True) else "  NOT REPRODUCIBLE"
+        rows.append(
+            (
+                "reproducibility PSNR",
+                f"{_db(s.repro.psnr_db)}{flag} (seed {s.repro.seed}, generator "
+                f"{s.repro.generator_device}, threads {s.repro.threads}, attention {s.repro.attention_backend})",
+            )
+        )
+    if s.error:
+        rows.append(("error", s.error))
+    return rows
+
+
+def print_console(r: BenchResult) -> None:
+    """Print the conditions and one table per shape, then the warnings (rich)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    con.print(f"[bold]conditions[/bold]: {conditions_line(r)}")
+    con.print(
+        f"protocol: warmup {r.protocol.warmup_per_shape}/shape (reported apart) · "
+        f"{r.protocol.runs_per_shape} timed runs/shape · synchronized {r.protocol.synchronized} · "
+        f"percentiles: {r.protocol.percentile_method}"
+    )
+    for s in r.shapes:
+        t = Table(title=f"{s.shape}", show_header=False, title_justify="left")
+        t.add_column("metric", style="bold")
+        t.add_column("value")
+        for k, v in _shape_rows(s):
+            t.add_row(k, v)
+        con.print(t)
+    for w in r.warnings:
+        con.print(f"[bold yellow]warning[/bold yellow] [{w.code}] {w.message}")
+    if not r.valid:
+        con.print("[bold red]INVALID: the protocol was violated; these numbers must not be used[/bold red]")
+    if r.partial:
+        con.print("[bold red]PARTIAL result (interrupted)[/bold red]")
+
+
+def to_markdown(r: BenchResult) -> str:
+    """The report as Markdown (conditions block, a section per shape, warnings)."""
+    lines = ["# diffbench bench", "", f"**Conditions:** {conditions_line(r)}", ""]
+    if r.partial:
+        lines += ["**PARTIAL result (interrupted).**", ""]
+    if not r.valid:
+        lines += ["**INVALID: the protocol was violated.**", ""]
+    for s in r.shapes:
+        lines += [f"## {s.shape}", "", "| metric | value |", "|---|---|"]
+        lines += [f"| {k} | {v} |" for k, v in _shape_rows(s)]
+        lines.append("")
+    if r.warnings:
+        lines += ["## Warnings", ""] + [f"- `{w.code}` {w.message}" for w in r.warnings] + [""]
+    return "\n".join(lines)

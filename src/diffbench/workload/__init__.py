@@ -1,0 +1,1 @@
+"""Workloads: prompt sets, seeds and shapes."""
