@@ -88,6 +88,9 @@ def register(app: typer.Typer) -> None:
             False, "--sim-realtime", help="[sim] sleep for real instead of a virtual clock."
         ),
         sim_seed: int = typer.Option(0, help="[sim] random seed."),
+        sim_fail_above_pixels: int | None = typer.Option(
+            None, min=1, help="[sim] simulate out-of-memory above H*W*frames*batch pixels."
+        ),
     ) -> None:
         """Single-request latency: warmup per shape, synchronized timed runs, stage split, memory, reproducibility."""
         from diffbench.bench.protocol import BenchConfig
@@ -107,6 +110,7 @@ def register(app: typer.Typer) -> None:
             tail_s=sim_tail_s,
             realtime=sim_realtime,
             seed=sim_seed,
+            fail_above_pixels=sim_fail_above_pixels,
         )
         opts = BenchOptions(
             engine=EngineConfig(

@@ -1,0 +1,283 @@
+"""`diffbench bench` end to end: the acceptance command, the JSON schema, bad inputs, partial results."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from diffbench.cli.main import main
+
+
+def _bench(*args: str) -> int:
+    return main(["bench", *args])
+
+
+def test_acceptance_tiny_flux_json(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    md = tmp_path / "r.md"
+    rc = _bench(
+        "--model",
+        "tiny-flux",
+        "--height",
+        "128",
+        "--width",
+        "128",
+        "--steps",
+        "4",
+        "--warmup",
+        "1",
+        "--runs",
+        "5",
+        "--json",
+        str(out),
+        "--markdown",
+        str(md),
+    )
+    assert rc == 0
+    r = json.loads(out.read_text())
+    assert r["schema_version"] == 1 and r["partial"] is False and r["valid"] is True
+    for key in (
+        "model",
+        "shape",
+        "steps",
+        "cfg",
+        "engine",
+        "engine_version",
+        "attention_backend",
+        "parallelism",
+        "precision",
+        "cache",
+        "hardware",
+        "driver",
+        "cuda",
+    ):
+        assert key in r["conditions"]
+    assert r["conditions"]["steps"] == 4
+    for key in ("n", "mean", "p50", "p90", "p99"):
+        assert key in r["latency_s"]
+    assert r["latency_s"]["n"] == 5 and len(r["warmup_s"]) == 1
+    st = r["stages_s"]
+    parts = st["text_encode"] + st["denoise"] + st["vae_decode"] + st["other"]
+    assert parts == pytest.approx(st["end_to_end"], rel=0.05)
+    assert st["text_encode"] > 0 and st["denoise"] > 0 and st["vae_decode"] > 0
+    # the hooks capture most of the time: "other" is the small remainder, not a hiding place
+    assert st["other"] < 0.25 * st["end_to_end"]
+    assert r["step_s"]["n"] == 5 * 4 and r["step_s"]["steps_per_run"] == 4 and r["step_s"]["median"] > 0
+    mem = r["memory"]
+    assert {"peak_allocated_bytes", "peak_reserved_bytes", "peak_stage"} <= set(mem)
+    assert mem["kind"] == "cpu-rss"
+    assert r["repro"]["reproducible"] is True
+    assert {"torch", "diffusers", "transformers"} <= set(r["env"]["packages"])
+    assert r["env"]["torch_threads"] >= 1
+    assert "## 128x128 s4 b1" in md.read_text()
+
+
+def test_cfg_forwards_are_counted(tmp_path: Path) -> None:
+    out = tmp_path / "w.json"
+    rc = _bench(
+        "--model",
+        "tiny-wan",
+        "--height",
+        "64",
+        "--width",
+        "64",
+        "--frames",
+        "5",
+        "--steps",
+        "3",
+        "--guidance",
+        "5.0",
+        "--warmup",
+        "1",
+        "--runs",
+        "2",
+        "--no-repro",
+        "--json",
+        str(out),
+    )
+    assert rc == 0
+    assert json.loads(out.read_text())["step_s"]["denoiser_calls_per_step"] == 2  # Wan: CFG as two forwards
+    out2 = tmp_path / "x.json"
+    rc = _bench(
+        "--model",
+        "tiny-sdxl",
+        "--height",
+        "64",
+        "--width",
+        "64",
+        "--steps",
+        "3",
+        "--guidance",
+        "5.0",
+        "--warmup",
+        "1",
+        "--runs",
+        "2",
+        "--no-repro",
+        "--json",
+        str(out2),
+    )
+    assert rc == 0
+    step = json.loads(out2.read_text())["step_s"]
+    assert step["denoiser_calls_per_step"] == 1 and step["denoiser_batch"] == 2  # SDXL batches CFG
+
+
+def test_save_outputs_manifest(tmp_path: Path) -> None:
+    d = tmp_path / "A"
+    rc = _bench(
+        "--model",
+        "tiny-flux",
+        "--height",
+        "64",
+        "--width",
+        "64",
+        "--steps",
+        "2",
+        "--warmup",
+        "0",
+        "--runs",
+        "4",
+        "--num-prompts",
+        "2",
+        "--seeds",
+        "0,1",
+        "--save-outputs",
+        str(d),
+    )
+    assert rc == 0
+    m = json.loads((d / "manifest.json").read_text())
+    keys = {(e["prompt_id"], e["seed"]) for e in m["entries"]}
+    assert keys == {("p00", 0), ("p00", 1), ("p01", 0), ("p01", 1)}
+    for e in m["entries"]:
+        assert hashlib.sha256((d / e["file"]).read_bytes()).hexdigest() == e["sha256"]
+        assert (e["height"], e["width"]) == (64, 64)
+    assert m["fingerprint"]["model"] == "tiny-flux" and "torch" in m["fingerprint"]
+
+
+def test_local_pipeline_directory_loads_offline(tmp_path: Path) -> None:
+    from diffbench.engines.tiny import build_tiny
+
+    build_tiny("tiny-flux").save_pretrained(tmp_path / "flux")
+    out = tmp_path / "l.json"
+    rc = _bench(
+        "--model",
+        str(tmp_path / "flux"),
+        "--height",
+        "64",
+        "--width",
+        "64",
+        "--steps",
+        "2",
+        "--warmup",
+        "0",
+        "--runs",
+        "2",
+        "--json",
+        str(out),
+    )
+    assert rc == 0
+    assert json.loads(out.read_text())["conditions"]["pipeline"] == "FluxPipeline"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--model", "/nonexistent/model"], "no such directory"),
+        (["--model", "black-forest-labs/FLUX.1-dev"], "looks like a hub id"),
+        (["--model", "tiny-flux", "--height", "100"], "not a multiple of 16"),
+        (
+            ["--model", "tiny-wan", "--frames", "10", "--height", "64", "--width", "64"],
+            "not of the form 4k+1",
+        ),
+        (["--model", "tiny-flux", "--frames", "9"], "image model"),
+        (["--engine", "nope"], "choose one of"),
+        (["--seeds", "a,b"], "comma-separated integers"),
+        (["--shapes", "64by64"], "HEIGHTxWIDTH"),
+        (["--prompts", "/nonexistent.txt"], "cannot read"),
+    ],
+)
+def test_bad_input_gives_one_line_error(args: list[str], message: str, capsys) -> None:
+    rc = _bench(*args, "--runs", "1", "--warmup", "0")
+    assert rc != 0
+    err = capsys.readouterr().err
+    assert message in err and err.startswith("error:")
+
+
+def test_unsupported_pipeline_class(tmp_path: Path, capsys) -> None:
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "model_index.json").write_text(json.dumps({"_class_name": "KandinskyPipeline"}))
+    assert _bench("--model", str(tmp_path / "m"), "--runs", "1") == 2
+    err = capsys.readouterr().err
+    assert "KandinskyPipeline is not supported" in err and "FluxPipeline" in err
+
+
+def test_steps_zero_is_rejected(capsys) -> None:
+    assert _bench("--steps", "0") == 2
+    assert "--steps" in capsys.readouterr().err
+
+
+def test_no_sync_is_refused(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "n.json"
+    assert _bench("--engine", "sim", "--runs", "5", "--warmup", "1", "--no-sync", "--json", str(out)) == 2
+    assert "refused" in capsys.readouterr().err
+    r = json.loads(out.read_text())
+    assert r["valid"] is False and any(w["code"] == "unsynchronized" for w in r["warnings"])
+
+
+def test_sim_acceptance_warmup_zero_vs_two(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    assert _bench("--engine", "sim", "--warmup", "0", "--runs", "10", "--json", str(a)) == 0
+    assert _bench("--engine", "sim", "--warmup", "2", "--runs", "10", "--json", str(b)) == 0
+    ra, rb = json.loads(a.read_text()), json.loads(b.read_text())
+    assert ra["latency_s"]["mean"] > 1.2 * rb["latency_s"]["mean"]
+    assert {"no_warmup", "first_run_outlier"} <= {w["code"] for w in ra["warnings"]}
+    assert not {"no_warmup", "first_run_outlier"} & {w["code"] for w in rb["warnings"]}
+
+
+def test_oom_in_one_shape_is_recorded_and_the_rest_reported(tmp_path: Path) -> None:
+    out = tmp_path / "o.json"
+    rc = _bench(
+        "--engine",
+        "sim",
+        "--shapes",
+        "512x512,2048x2048,1024x1024",
+        "--runs",
+        "3",
+        "--warmup",
+        "1",
+        "--sim-fail-above-pixels",
+        str(1024 * 1024),
+        "--json",
+        str(out),
+    )
+    assert rc == 0
+    r = json.loads(out.read_text())
+    assert [s["error"] is None for s in r["shapes"]] == [True, False, True]
+    assert "out of memory at 2048x2048" in r["shapes"][1]["error"]
+    assert r["latency_s"]["n"] == 3 and any(w["code"] == "shape_failed" for w in r["warnings"])
+
+
+def test_interrupt_leaves_a_valid_partial_json(tmp_path: Path) -> None:
+    from diffbench.bench.protocol import BenchConfig
+    from diffbench.bench.session import BenchOptions, run_session
+    from diffbench.engines.registry import EngineConfig
+
+    out = tmp_path / "p.json"
+    opts = BenchOptions(
+        engine=EngineConfig(engine="sim"), protocol=BenchConfig(warmup=1, runs=50), json_path=out
+    )
+    seen = []
+
+    def interrupt(result) -> None:
+        seen.append(result)
+        if len(seen) == 7:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_session(opts, on_update=interrupt)
+    r = json.loads(out.read_text())
+    assert r["partial"] is True and r["interrupted"] is True
+    assert len(r["shapes"][0]["samples_s"]) == 7
