@@ -44,6 +44,12 @@ def _register() -> None:
     from diffbench.cli import bench as _bench
 
     _bench.register(app)
+    __import__("diffbench.cli.ledger", fromlist=["register"]).register(app)
+    __import__("diffbench.cli.plan", fromlist=["register"]).register(app)
+    __import__("diffbench.cli.serve", fromlist=["register"]).register(app)
+    __import__("diffbench.cli.load", fromlist=["register"]).register(app)
+    __import__("diffbench.cli.simulate", fromlist=["register"]).register(app)
+    __import__("diffbench.cli.quality", fromlist=["register"]).register(app)
 
 
 _register()
