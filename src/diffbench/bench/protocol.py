@@ -126,12 +126,23 @@ class _ShapeRun:
         if self.stage_rows:
             enc, den, dec, e2e = (list(col) for col in zip(*self.stage_rows, strict=True))
             others = [t - a - b - c for a, b, c, t in self.stage_rows]
+
+            def mean(xs: list[float]) -> float:
+                return float(np.mean(xs))
+
             r.stages_s = StagesSummary(
-                text_encode=_median(enc),
-                denoise=_median(den),
-                vae_decode=_median(dec),
-                other=_median(others),
-                end_to_end=_median(e2e),
+                text_encode=mean(enc),
+                denoise=mean(den),
+                vae_decode=mean(dec),
+                other=mean(others),
+                end_to_end=mean(e2e),
+                median={
+                    "text_encode": _median(enc),
+                    "denoise": _median(den),
+                    "vae_decode": _median(dec),
+                    "other": _median(others),
+                    "end_to_end": _median(e2e),
+                },
             )
         if self.steps:
             flat = [s for run in self.steps for s in run]
@@ -310,4 +321,7 @@ def _run_shape(
             generator_device=cfg.generator_device,
             threads=int(info.details.get("threads", 0)) or None,
             attention_backend=info.attention_backend,
+            deterministic_algorithms={"True": True, "False": False}.get(
+                info.details.get("deterministic_algorithms", "")
+            ),
         )

@@ -24,13 +24,16 @@ class Note(BaseModel):
 
 
 class StagesSummary(BaseModel):
-    """Median seconds per stage over the timed runs; ``other`` = end-to-end − the three stages."""
+    """Mean seconds per stage over the timed runs; ``other`` = end-to-end − the three stages per run, so
+    the four means add up exactly to the mean end-to-end time (means are additive, medians are not).
+    ``median`` holds each stage's median for robustness against outliers."""
 
     text_encode: float
     denoise: float
     vae_decode: float
     other: float
     end_to_end: float
+    median: dict[str, float] = {}
 
 
 class StepSummary(BaseModel):

@@ -187,7 +187,11 @@ class DiffusersEngine:
             default_steps=None,
             default_guidance=None,
             cfg=cfg_mode,
-            details={"spatial_multiple": str(mult), "threads": str(torch.get_num_threads())},
+            details={
+                "spatial_multiple": str(mult),
+                "threads": str(torch.get_num_threads()),
+                "deterministic_algorithms": str(torch.are_deterministic_algorithms_enabled()),
+            },
         )
         return self._info
 

@@ -51,7 +51,7 @@ def _shape_rows(s: ShapeResult) -> list[tuple[str, str]]:
         st = s.stages_s
         rows.append(
             (
-                "stages ms (median)",
+                "stages ms (mean, adds up)",
                 f"text encode {_ms(st.text_encode)} · denoise {_ms(st.denoise)} · "
                 f"VAE decode {_ms(st.vae_decode)} · other {_ms(st.other)}",
             )
