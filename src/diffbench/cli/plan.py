@@ -1,0 +1,55 @@
+"""``diffbench plan``: the ordered derivation from the ledger to a serving configuration (no torch)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("plan")
+    def plan(
+        model: str = typer.Option(..., "--model", help="Model id, e.g. flux.1-dev."),
+        size: str = typer.Option(..., "--size", help="WIDTHxHEIGHT in pixels."),
+        gpu: str = typer.Option(..., "--gpu", help="GPU id, e.g. h100-sxm."),
+        slo_p99: float = typer.Option(..., "--slo-p99", help="Latency SLO, p99 seconds."),
+        qps: float = typer.Option(..., "--qps", help="Requests per second to serve."),
+        steps: int | None = typer.Option(None, "--steps", help="Denoising steps (default: the model's)."),
+        frames: int | None = typer.Option(None, "--frames", help="Frames for video models (4k+1)."),
+        cfg: float | None = typer.Option(None, "--cfg", help="Guidance scale (> 1: CFG, 2 forwards/step)."),
+        text_tokens: int | None = typer.Option(None, "--text-tokens", help="Text tokens (prompt-dependent models)."),
+        gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs per node."),
+        quality_budget: float | None = typer.Option(
+            None, "--quality-budget", help="Lowest PSNR (dB) vs the lossless output for lossy steps together."),
+        lossy: bool = typer.Option(True, "--lossy/--no-lossy", help="Allow lossy steps (within the budget)."),
+        allow_model_swap: bool = typer.Option(False, "--allow-model-swap", help="Allow a few-step model."),
+        headroom: float = typer.Option(1.3, "--headroom", help="Capacity headroom factor (≥ 1)."),
+        catalog: Path | None = typer.Option(None, "--catalog", help="YAML file extending/overriding the catalog."),
+        json_path: Path | None = typer.Option(None, "--json", help="Write the plan as JSON to this path."),
+    ) -> None:
+        """Derive a serving configuration: lossless, lossy, multi-GPU, few-step, capacity, signals."""
+        from pydantic import ValidationError
+        from rich.console import Console
+
+        from diffbench.cli.ledger import _config_error
+        from diffbench.core.jsonio import write_json_atomic
+        from diffbench.ledger.catalog import load_catalog
+        from diffbench.ledger.tokens import parse_size
+        from diffbench.plan.derive import plan as derive
+        from diffbench.plan.models import PlanConfig
+        from diffbench.plan.render import plan_renderable
+
+        cat = load_catalog(catalog)
+        width, height = parse_size(size)
+        try:
+            pc = PlanConfig(model=model, width=width, height=height, frames=frames, steps=steps, cfg=cfg,
+                            text_tokens=text_tokens, gpu=gpu, gpus_per_node=gpus_per_node, slo_p99_s=slo_p99,
+                            qps=qps, quality_budget_db=quality_budget, allow_lossy=lossy,
+                            allow_model_swap=allow_model_swap, headroom=headroom)
+        except ValidationError as exc:
+            raise _config_error(exc) from None
+        result = derive(cat, pc)
+        Console(width=max(Console().width, 140)).print(plan_renderable(result))
+        if json_path is not None:
+            write_json_atomic(json_path, result.model_dump(mode="json"))

@@ -1,0 +1,206 @@
+"""The ledger: FLOPs, time and memory of the three stages (text encode, denoise, VAE decode) on one GPU."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from diffbench.errors import UsageError
+from diffbench.ledger import memory as mem
+from diffbench.ledger import timing as tm
+from diffbench.ledger.catalog import get_gpu, get_model
+from diffbench.ledger.flops import (
+    ForwardFlops,
+    forward_flops,
+    forwards_per_step,
+    text_encode_flops,
+    vae_decode_flops,
+)
+from diffbench.ledger.schema import Catalog
+from diffbench.ledger.tokens import Tokens, check_shape, count_tokens
+
+SCHEMA_VERSION = 1
+
+
+class LedgerConfig(BaseModel):
+    """What to account for. Sizes in pixels; ``steps``/``frames``/``cfg`` default to the model's own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    width: int = Field(gt=0)
+    height: int = Field(gt=0)
+    frames: int | None = None
+    steps: int | None = None
+    cfg: float | None = None
+    text_tokens: int | None = Field(default=None, gt=0)
+    gpu: str
+    precision: mem.Precision = "bf16"
+    attention: str = "sdpa"
+    compile: bool = False
+    vae_tiling: bool = False
+    offload: mem.Offload = "none"
+    cache_speedup: float = Field(default=1.0, ge=1.0, description="step-cache speed-up of the denoise loop")
+    attention_speedup: float = Field(default=1.0, ge=1.0, description="sparse-attention speed-up of the core")
+    eta_gemm: float | None = None
+    eta_attn: float | None = None
+    eta_vae: float | None = None
+    margin: float | None = Field(default=None, ge=0, lt=1)
+    measured_s: float | None = None
+
+
+class Stage(BaseModel):
+    """One stage: FLOPs, predicted seconds and the memory it needs (resident weights + its activations)."""
+
+    name: str
+    flops: float
+    time_s: float
+    memory_bytes: int
+
+
+class LedgerResult(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    config: LedgerConfig
+    model_name: str
+    gpu_name: str
+    width: int
+    height: int
+    frames: int
+    steps: int
+    tokens: Tokens
+    forwards_per_step: int
+    forward: ForwardFlops
+    etas: tm.Etas
+    stages: list[Stage]
+    weights: list[mem.ComponentBytes]
+    weights_bytes: int
+    resident_weights_bytes: int
+    activation_bytes: int
+    vae_decode_peak_bytes: int
+    peak_memory_bytes: int
+    capacity_bytes: int
+    usable_bytes: int
+    fits: bool
+    offload_time_s: float
+    total_flops: float
+    total_time_s: float
+    denoise_linear_s: float
+    denoise_attention_s: float
+    attention_time_share: float
+    assumed_mfu: float
+    measured_mfu: float | None = None
+    notes: list[str] = Field(default_factory=list)
+
+
+def evaluate(catalog: Catalog, cfg: LedgerConfig) -> LedgerResult:
+    """Account for one request on one GPU.
+
+    Raises:
+        ModelError / UsageError: unknown model or GPU (with the closest id), bad option values.
+        ShapeError: a size or frame count the model cannot take.
+    """
+    model = get_model(catalog, cfg.model)
+    gpu = get_gpu(catalog, cfg.gpu)
+    frames = check_shape(model, cfg.width, cfg.height, cfg.frames)
+    steps = cfg.steps if cfg.steps is not None else model.default_steps
+    if steps <= 0:
+        raise UsageError(f"--steps {steps}: must be a positive integer")
+    tokens = count_tokens(model, cfg.width, cfg.height, frames, cfg.text_tokens)
+    fps = forwards_per_step(model, cfg.cfg)
+    fwd = forward_flops(model, tokens, cfg.width, cfg.height)
+    etas = tm.resolve_etas(catalog, gpu, cfg.attention, cfg.compile, cfg.eta_gemm, cfg.eta_attn, cfg.eta_vae)
+    notes: list[str] = []
+    if cfg.precision == "fp8" and not tm.fp8_effective(gpu, "fp8"):
+        notes.append(f"{gpu.display_name} has no FP8 tensor cores: fp8 saves memory only (no speed-up)")
+    if cfg.precision == "int4":
+        notes.append("int4 weights: weight-only, compute stays 16-bit (no speed-up assumed)")
+    if gpu.provisional:
+        notes.append(f"{gpu.display_name} peak figures are provisional (see its catalog source)")
+
+    # Text encode
+    te_flops = text_encode_flops(model, fps, cfg.text_tokens)
+    te_time = tm.text_time(te_flops, gpu, etas)
+    # Denoise: forwards × steps, the step cache skips a share of the steps
+    n_fwd = steps * fps
+    lin_s = tm.linear_time(fwd.linear * n_fwd, gpu, etas, cfg.precision) / cfg.cache_speedup
+    att_s = tm.attention_time(fwd.attention * n_fwd, gpu, etas) / cfg.cache_speedup / cfg.attention_speedup
+    den_flops = fwd.total * n_fwd / cfg.cache_speedup
+    den_time = lin_s + att_s
+    # VAE decode
+    vae_flops = vae_decode_flops(model, cfg.width, cfg.height, tokens.latent_frames)
+    vae_s = tm.vae_time(catalog, model, vae_flops, gpu, etas)
+
+    # Memory
+    weights = mem.component_weights(catalog, model, cfg.precision)
+    weights_bytes = sum(w.bytes for w in weights)
+    blocks = sum(g.count for g in model.denoiser.blocks) or 1
+    resident = mem.resident_weight_bytes(weights, cfg.offload, blocks)
+    batch = 2 if (fps == 2 and not model.cfg_sequential) else 1
+    act = mem.denoise_activation_bytes(catalog, model, tokens, batch)
+    vae_peak = mem.vae_decode_peak_bytes(model, cfg.width, cfg.height, cfg.vae_tiling)
+    overhead = int(catalog.memory.runtime_overhead_gib * 2**30)
+    te_w = sum(w.bytes for w in weights if w.component.startswith("text_encoder"))
+    den_w = next(w.bytes for w in weights if w.component == "denoiser")
+    vae_w = next(w.bytes for w in weights if w.component == "vae")
+    peak = resident + max(act, vae_peak) + overhead
+    margin = catalog.memory.margin if cfg.margin is None else cfg.margin
+    usable = int(gpu.memory_bytes * (1 - margin))
+    fits = peak <= usable
+    if cfg.vae_tiling and not model.vae.tiling:
+        notes.append(f"{model.display_name}'s VAE does not support tiling; it decodes in causal chunks instead")
+
+    # Offload transfer time: host→device bytes over PCIe, minus overlap with compute for group offload
+    moved, per_fwd = mem.offload_bytes_per_request(weights, cfg.offload, n_fwd)
+    h2d = gpu.pcie_gbps * 1e9
+    offload_s = 0.0
+    if cfg.offload == "model":
+        offload_s = 2 * moved / h2d  # in and back out, per component
+    elif cfg.offload == "sequential":
+        offload_s = moved / h2d
+    elif cfg.offload == "group":
+        per_fwd_compute = den_time / max(n_fwd / cfg.cache_speedup, 1.0)
+        exposed = max(0.0, per_fwd / h2d - per_fwd_compute)
+        offload_s = exposed * n_fwd / cfg.cache_speedup + (moved - per_fwd * n_fwd) / h2d
+        notes.append("group offload needs about 2× the model size in pinned host RAM (diffusers memory.md)")
+
+    stages = [
+        Stage(name="text_encode", flops=te_flops, time_s=te_time, memory_bytes=te_w + overhead),
+        Stage(name="denoise", flops=den_flops, time_s=den_time, memory_bytes=den_w + act + overhead),
+        Stage(name="vae_decode", flops=vae_flops, time_s=vae_s, memory_bytes=vae_w + vae_peak + overhead),
+    ]
+    total_flops = te_flops + den_flops + vae_flops
+    total_time = te_time + den_time + vae_s + offload_s
+    measured = tm.mfu(total_flops, cfg.measured_s, gpu) if cfg.measured_s is not None else None
+    return LedgerResult(
+        config=cfg, model_name=model.display_name, gpu_name=gpu.display_name, width=cfg.width, height=cfg.height,
+        frames=frames, steps=steps, tokens=tokens, forwards_per_step=fps, forward=fwd, etas=etas, stages=stages,
+        weights=weights, weights_bytes=weights_bytes, resident_weights_bytes=resident, activation_bytes=act,
+        vae_decode_peak_bytes=vae_peak, peak_memory_bytes=peak, capacity_bytes=gpu.memory_bytes,
+        usable_bytes=usable, fits=fits, offload_time_s=offload_s, total_flops=total_flops,
+        total_time_s=total_time, denoise_linear_s=lin_s, denoise_attention_s=att_s,
+        attention_time_share=att_s / den_time if den_time else 0.0,
+        assumed_mfu=tm.mfu(total_flops, total_time, gpu) if total_time > 0 else 0.0,
+        measured_mfu=measured, notes=notes,
+    )
+
+
+def fit_suggestions(catalog: Catalog, cfg: LedgerConfig) -> list[str]:
+    """What would make a configuration fit one GPU: tiling, offload, lower precision, a bigger GPU."""
+    tries: list[tuple[str, dict[str, object]]] = [
+        ("--vae-tiling", {"vae_tiling": True}),
+        ("--offload model", {"offload": "model", "vae_tiling": True}),
+        ("--offload group", {"offload": "group", "vae_tiling": True}),
+        ("--precision fp8", {"precision": "fp8", "vae_tiling": True}),
+        ("--precision fp8 --offload group", {"precision": "fp8", "offload": "group", "vae_tiling": True}),
+    ]
+    out: list[str] = []
+    for label, change in tries:
+        r = evaluate(catalog, cfg.model_copy(update=change))
+        if r.fits:
+            out.append(f"{label} (peak {r.peak_memory_bytes / 2**30:.1f} GiB, {r.total_time_s:.2f} s)")
+    base = evaluate(catalog, cfg)
+    bigger = sorted((g.memory_gib, gid) for gid, g in catalog.gpus.items()
+                    if g.memory_bytes * (1 - catalog.memory.margin) >= base.peak_memory_bytes)
+    if bigger:
+        out.append(f"a GPU with ≥ {base.peak_memory_bytes / 2**30 / (1 - catalog.memory.margin):.0f} GiB "
+                   f"(e.g. --gpu {bigger[0][1]})")
+    return out

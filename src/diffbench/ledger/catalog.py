@@ -1,0 +1,164 @@
+"""Load the ledger catalog: the built-in YAML plus an optional user file that extends or overrides it.
+
+Merging: entries of ``models`` and ``gpus`` merge by id (a new id is added; the fields given for an
+existing id replace those fields); the other sections merge key by key. The merged data is validated with
+the pydantic schema in :mod:`diffbench.ledger.schema`; errors name the field and the file and line.
+"""
+
+from __future__ import annotations
+
+import difflib
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from diffbench.errors import InputError, ModelError, UsageError
+from diffbench.ledger.schema import Catalog, GpuSpec, ModelSpec
+
+BUILTIN_NAME = "catalog.yaml"
+
+
+def _builtin_text() -> str:
+    return resources.files("diffbench.ledger.data").joinpath(BUILTIN_NAME).read_text(encoding="utf-8")
+
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _parse(text: str, label: str) -> dict[str, Any]:
+    try:
+        data = yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader (C or pure Python)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{label}:{mark.line + 1}" if mark is not None else label
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InputError(f"catalog {where}: invalid YAML ({problem}); fix the syntax at that line") from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise InputError(f"catalog {label}:1: the top level must be a mapping with models/gpus/... sections")
+    return data
+
+
+def _compose(text: str) -> yaml.Node | None:
+    """The YAML node tree (with line marks), built only when an error needs a line number."""
+    return yaml.compose(text, Loader=_Loader)
+
+
+def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> tuple[int | None, bool]:
+    """Line (1-based) of the deepest key on ``loc`` in a composed YAML tree; flag whether loc was complete."""
+    if node is None:
+        return None, False
+    line = node.start_mark.line + 1
+    cur = node
+    for key in loc:
+        nxt = None
+        if isinstance(cur, yaml.MappingNode):
+            for k, v in cur.value:
+                if k.value == str(key):
+                    nxt, line = v, k.start_mark.line + 1
+                    break
+        elif isinstance(cur, yaml.SequenceNode) and isinstance(key, int) and key < len(cur.value):
+            nxt = cur.value[key]
+            line = nxt.start_mark.line + 1
+        if nxt is None:
+            return line, False
+        cur = nxt
+    return line, True
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if key in ("models", "gpus") and isinstance(value, dict) and isinstance(out.get(key), dict):
+            merged = dict(out[key])
+            for ident, entry in value.items():
+                if isinstance(entry, dict) and isinstance(merged.get(ident), dict):
+                    merged[ident] = {**merged[ident], **entry}
+                else:
+                    merged[ident] = entry
+            out[key] = merged
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _validation_message(exc: ValidationError, texts: list[tuple[str, str]]) -> str:
+    sources = [(label, _compose(text)) for label, text in texts]
+    err = exc.errors()[0]
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-after")))
+    field = ".".join(str(p) for p in loc) or "(top level)"
+    where = sources[-1][0]
+    best: tuple[str, int | None] | None = None
+    for label, node in reversed(sources):  # the user file first
+        line, complete = _line_of(node, loc)
+        if complete:
+            best = (label, line)
+            break
+        if best is None and line is not None and len(loc) > 1 and _line_of(node, loc[:-1])[1]:
+            best = (label, line)
+    if best is not None:
+        where = f"{best[0]}:{best[1]}" if best[1] is not None else best[0]
+    return f"catalog {where}: field {field}: {err['msg']}; fix that field (see the built-in catalog for the layout)"
+
+
+def load_catalog(path: str | Path | None = None) -> Catalog:
+    """Return the built-in catalog, extended/overridden by the YAML file at ``path`` if given.
+
+    Raises:
+        InputError: the file is missing, not YAML, or fails validation (message names field and line).
+    """
+    if path is None:
+        return _builtin()
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"--catalog {p}: file not found; pass an existing YAML file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"--catalog {p}: cannot read ({exc}); pass a readable UTF-8 YAML file") from exc
+    base_text = _builtin_text()
+    merged = _merge(_parse(base_text, BUILTIN_NAME), _parse(text, str(p)))
+    try:
+        return Catalog.model_validate(merged)
+    except ValidationError as exc:
+        raise InputError(_validation_message(exc, [(BUILTIN_NAME, base_text), (str(p), text)])) from exc
+
+
+@lru_cache(maxsize=1)
+def _builtin() -> Catalog:
+    text = _builtin_text()
+    try:
+        return Catalog.model_validate(_parse(text, BUILTIN_NAME))
+    except ValidationError as exc:  # pragma: no cover - the shipped file is tested
+        raise InputError(_validation_message(exc, [(BUILTIN_NAME, text)])) from exc
+
+
+def _unknown(kind: str, name: str, valid: list[str], flag: str) -> str:
+    key = name.strip().lower()
+    prefixed = sorted(v for v in valid if key and v.startswith(key))
+    close = prefixed or difflib.get_close_matches(key, valid, n=1, cutoff=0.4)
+    hint = f"did you mean {' or '.join(repr(c) for c in close[:3])}? " if close else ""
+    return f"unknown {kind} {name!r}: {hint}valid {flag} values: {', '.join(sorted(valid))}"
+
+
+def get_model(catalog: Catalog, name: str) -> ModelSpec:
+    """Look up a model id (case-insensitive). Raises :class:`ModelError` naming the closest id."""
+    key = name.strip().lower()
+    if key in catalog.models:
+        return catalog.models[key]
+    raise ModelError(_unknown("model", name, list(catalog.models), "--model"))
+
+
+def get_gpu(catalog: Catalog, name: str) -> GpuSpec:
+    """Look up a GPU id (case-insensitive). Raises :class:`UsageError` naming the closest id."""
+    key = name.strip().lower()
+    if key in catalog.gpus:
+        return catalog.gpus[key]
+    raise UsageError(_unknown("GPU", name, list(catalog.gpus), "--gpu"))

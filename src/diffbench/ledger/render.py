@@ -1,0 +1,81 @@
+"""Rich renderables for a ledger result (no printing here; the CLI prints)."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from diffbench.ledger.account import LedgerResult
+from diffbench.ledger.multigpu import ParallelPlan
+
+GIB = 2**30
+
+
+def fmt_flops(f: float) -> str:
+    if f >= 1e15:
+        return f"{f / 1e15:,.2f} PF"
+    return f"{f / 1e12:,.2f} TF"
+
+
+def parallel_table(plans: list[ParallelPlan]) -> Group:
+    """Multi-GPU layouts for one request: latency, GPU-seconds (work and occupied), traffic, memory."""
+    t = Table(title="multi-GPU options (one request)")
+    for col in ("layout", "GPUs", "link", "latency", "GPU·s", "occupied GPU·s", "comm/forward/GPU", "peak/GPU", "note"):
+        t.add_column(col, justify="left" if col in ("layout", "link", "note") else "right", overflow="fold")
+    for p in plans:
+        if p.valid:
+            t.add_row(p.label, str(p.gpus), p.link, f"{p.latency_s:.3f} s", f"{p.gpu_s:.2f}",
+                      f"{p.occupied_gpu_s:.2f}", f"{p.comm_bytes_per_forward / 1e9:.2f} GB",
+                      f"{p.peak_per_gpu_bytes / GIB:.1f} GiB", p.reason or ("" if p.fits else "does not fit"))
+    invalid = [f"{p.label}: {p.reason}" for p in plans if not p.valid]
+    parts: list[Table | Text] = [t]
+    if invalid:
+        parts.append(Text("not valid: " + "; ".join(invalid), style="dim"))
+    return Group(*parts)
+
+
+def ledger_renderable(r: LedgerResult, suggestions: list[str] | None = None,
+                      parallel: list[ParallelPlan] | None = None) -> Group:
+    shape = f"{r.width}x{r.height}" + (f", {r.frames} frames" if r.frames > 1 else "")
+    head = Text(f"{r.model_name} · {shape} · {r.steps} steps · {r.forwards_per_step} forward(s)/step · "
+                f"{r.gpu_name} · {r.config.precision}, {r.config.attention}, "
+                f"{'compiled' if r.config.compile else 'eager'}", style="bold")
+    tok = Text(f"tokens: {r.tokens.visual:,} visual + {r.tokens.text_joint} joint text"
+               + (f" (+{r.tokens.text_cross} cross-attention text)" if r.tokens.text_cross else "")
+               + f" = N {r.tokens.seq:,}; per forward {fmt_flops(r.forward.linear)} linear + "
+                 f"{fmt_flops(r.forward.attention)} attention ({r.forward.attention_share:.0%} of FLOPs)")
+    t = Table(title="stages (one GPU)")
+    for col in ("stage", "FLOPs", "time", "memory"):
+        t.add_column(col, justify="left" if col == "stage" else "right")
+    for s in r.stages:
+        t.add_row(s.name, fmt_flops(s.flops), f"{s.time_s * 1e3:,.1f} ms", f"{s.memory_bytes / GIB:.2f} GiB")
+    if r.offload_time_s:
+        t.add_row("offload transfers", "—", f"{r.offload_time_s * 1e3:,.1f} ms", "—")
+    t.add_row("total", fmt_flops(r.total_flops), f"{r.total_time_s:.3f} s", f"{r.peak_memory_bytes / GIB:.2f} GiB peak",
+              style="bold")
+    w = Table(title="weights")
+    for col in ("component", "parameters", "precision", "bytes"):
+        w.add_column(col, justify="left" if col in ("component", "precision") else "right")
+    for c in r.weights:
+        w.add_row(c.component, f"{c.params / 1e9:.3f} B", c.precision, f"{c.bytes / GIB:.2f} GiB")
+    w.add_row("total", "", "", f"{r.weights_bytes / GIB:.2f} GiB", style="bold")
+    fits = "yes" if r.fits else "no"
+    mem = Text(f"memory: resident weights {r.resident_weights_bytes / GIB:.2f} GiB + max(denoise activations "
+               f"{r.activation_bytes / GIB:.2f}, VAE decode {r.vae_decode_peak_bytes / GIB:.2f}) GiB + runtime → "
+               f"peak {r.peak_memory_bytes / GIB:.2f} GiB of {r.capacity_bytes / GIB:.0f} GiB "
+               f"(usable {r.usable_bytes / GIB:.1f} GiB with margin) → fits = {fits}",
+               style="green" if r.fits else "red")
+    eta = Text(f"assumptions: η_gemm {r.etas.gemm:.3f}, η_attention {r.etas.attention:.3f}, η_vae {r.etas.vae:.2f}, "
+               f"η_text {r.etas.text:.2f}; attention {r.attention_time_share:.0%} of denoise time; "
+               f"single-GPU latency {r.total_time_s:.3f} s; implied MFU {r.assumed_mfu:.2f}")
+    parts = [head, tok, t, w, mem, eta]
+    if r.measured_mfu is not None:
+        parts.append(Text(f"measured: {r.config.measured_s:g} s → MFU {r.measured_mfu:.3f} "
+                          f"(predicted {r.total_time_s:.3f} s)", style="bold"))
+    if parallel:
+        parts.append(parallel_table(parallel))
+    if suggestions:
+        parts.append(Text("would fit with: " + "; ".join(suggestions), style="yellow"))
+    parts.extend(Text(f"note: {n}", style="dim") for n in r.notes)
+    return Group(*parts)

@@ -1,0 +1,256 @@
+"""Typed schema of the ledger catalog (models, GPUs, optimization factors, calibration anchors).
+
+Every model is frozen and forbids unknown fields, so a typo in a user ``--catalog`` file is an error that
+names the field (see :mod:`diffbench.ledger.catalog` for the line number).
+Units: parameters are counts, TFLOPS are 1e12 FLOP/s, bandwidths GB/s (1e9 B/s), memory GiB, dB PSNR.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BlockGroup(_Strict):
+    """A run of identical transformer blocks.
+
+    ``tok_params_d2``: linear parameters each sequence token passes through, in units of d² (P_tok / d²);
+    ``tok_params_ffn``: extra per-token parameters in units of d·ffn; ``text_kv_d2``: K/V projection
+    parameters applied to the cross-attention text tokens (d² units); ``seq``: ``joint`` (image/video plus
+    joint text tokens) or ``image`` (image/video tokens only). ``weights_*``: stored parameters per block
+    (memory, including modulation), same units. Source: model-catalog.md §5.2.
+    """
+
+    name: str
+    count: int = Field(ge=0)
+    tok_params_d2: float = Field(ge=0)
+    tok_params_ffn: float = Field(default=0.0, ge=0)
+    text_kv_d2: float = Field(default=0.0, ge=0)
+    cross_attn: bool = False
+    self_attn: bool = True
+    seq: Literal["joint", "image"] = "joint"
+    weights_d2: float = Field(ge=0)
+    weights_ffn: float = Field(default=0.0, ge=0)
+
+
+class AttentionLevel(_Strict):
+    """One UNet level with transformer layers: tokens = (H/downsample)·(W/downsample)."""
+
+    downsample: int = Field(gt=0)
+    channels: int = Field(gt=0)
+    layers: int = Field(ge=0)
+
+
+class UNetSpec(_Strict):
+    """UNet cost: non-attention FLOPs at 1024² (scaled with pixels) plus attention cores per level."""
+
+    nonattn_flops_at_1024: float = Field(gt=0)
+    context_dim: int = Field(gt=0)
+    attention_levels: list[AttentionLevel]
+
+
+class Denoiser(_Strict):
+    arch: Literal["dit", "unet"] = "dit"
+    hidden: int = Field(gt=0)
+    heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    ffn: int = Field(default=0, ge=0)
+    blocks: list[BlockGroup]
+    unet: UNetSpec | None = None
+    extra_params: float = Field(default=0.0, ge=0)
+    params: float = Field(gt=0, description="parameters used for weight memory (per expert)")
+    published_params: float | None = Field(default=None, gt=0)
+    source: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _arch_fields(self) -> Denoiser:
+        if self.arch == "unet" and self.unet is None:
+            raise ValueError("arch 'unet' needs a 'unet' section")
+        if self.arch == "dit" and not self.blocks:
+            raise ValueError("arch 'dit' needs at least one entry in 'blocks'")
+        return self
+
+
+class TextEncoder(_Strict):
+    name: str
+    params: float = Field(gt=0)
+    lm_params: float | None = Field(default=None, gt=0, description="parameters a token passes through, if not all")
+    tokens: int = Field(gt=0)
+    source: str = Field(min_length=1)
+
+
+class Vae(_Strict):
+    kind: Literal["2d", "3d"]
+    params: float = Field(gt=0)
+    fp32: bool = False
+    conv_flops_at_1024: float | None = Field(default=None, gt=0, description="2D: conv FLOPs at 1024², ∝ pixels")
+    mid_attn_channels: int = Field(default=512, gt=0)
+    act_bytes_per_px: float = Field(default=3072.0, gt=0, description="decode activation peak per output pixel")
+    tile_px: int = Field(default=512, gt=0, description="tile side when tiling is on")
+    tiling: bool = Field(default=True, description="decoder supports tiled decode (AutoencoderKLWan does not)")
+    flops_per_mpx_per_latent_frame: float | None = Field(default=None, gt=0)
+    source: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> Vae:
+        if self.kind == "3d" and self.flops_per_mpx_per_latent_frame is None:
+            raise ValueError("a 3d VAE needs 'flops_per_mpx_per_latent_frame'")
+        if self.kind == "2d" and self.conv_flops_at_1024 is None:
+            raise ValueError("a 2d VAE needs 'conv_flops_at_1024'")
+        return self
+
+
+class FewStep(_Strict):
+    name: str
+    steps: int = Field(gt=0)
+    forwards_per_step: int = Field(default=1, ge=1, le=2)
+    source: str = Field(min_length=1)
+
+
+class ModelSpec(_Strict):
+    display_name: str
+    kind: Literal["image", "video"]
+    guidance: Literal["distilled", "cfg", "none"]
+    default_cfg: float = 3.5
+    size_multiple: int = Field(default=16, gt=0)
+    temporal_compression: int = Field(default=1, ge=1)
+    default_steps: int = Field(gt=0)
+    default_frames: int | None = Field(default=None, gt=0)
+    text_tokens_joint: int = Field(default=0, ge=0)
+    text_tokens_cross: int = Field(default=0, ge=0)
+    cfg_sequential: bool = False
+    experts: int = Field(default=1, ge=1)
+    denoiser: Denoiser
+    text_encoders: list[TextEncoder]
+    vae: Vae
+    few_step: FewStep | None = None
+    source: str = Field(min_length=1)
+
+
+class GpuSpec(_Strict):
+    display_name: str
+    arch: Literal["ampere", "ada", "hopper", "blackwell"]
+    bf16_tflops: float = Field(gt=0)
+    fp8_tflops: float | None = Field(default=None, gt=0)
+    memory_gib: float = Field(gt=0)
+    mem_bw_gbps: float = Field(gt=0)
+    nvlink_gbps: float | None = Field(default=None, gt=0, description="per direction")
+    pcie_gbps: float = Field(gt=0, description="effective per direction")
+    provisional: bool = False
+    source: str = Field(min_length=1)
+
+    @property
+    def memory_bytes(self) -> int:
+        return int(self.memory_gib * 2**30)
+
+
+class MemoryFacts(_Strict):
+    runtime_overhead_gib: float = Field(ge=0)
+    margin: float = Field(ge=0, lt=1)
+    activation_fp32_factor: float = Field(ge=1)
+    bytes_per_param: dict[str, float]
+    source: str = Field(min_length=1)
+
+
+class Efficiency(_Strict):
+    eta_vae: float = Field(gt=0, le=1)
+    eta_text: float = Field(gt=0, le=1)
+    fp32_vae_peak_fraction: float = Field(gt=0, le=1)
+    comm_efficiency: float = Field(gt=0, le=1)
+    eta_gemm_eager: float | None = Field(default=None, gt=0, le=1)
+    eta_gemm_compiled: float | None = Field(default=None, gt=0, le=1)
+    source: str = Field(min_length=1)
+
+
+class SpAnchor(_Strict):
+    strategy: Literal["ulysses"]
+    degree: int = Field(gt=1)
+    compiled_s: float = Field(gt=0)
+
+
+class Calibration(_Strict):
+    model: str
+    width: int = Field(gt=0)
+    height: int = Field(gt=0)
+    steps: int = Field(gt=0)
+    gpu: str
+    attention: str
+    eager_s: float = Field(gt=0)
+    compiled_s: float = Field(gt=0)
+    includes_vae_decode: bool
+    sp_anchor: SpAnchor
+    source: str = Field(min_length=1)
+
+
+class AttentionBackend(_Strict):
+    eta: float = Field(gt=0, le=1)
+    lossless: bool
+    psnr_db: float | None = Field(default=None, gt=0)
+    requires_arch: list[str] = Field(default_factory=list)
+    source: str = Field(min_length=1)
+
+
+class Fp8Linear(_Strict):
+    gemm_retention: float = Field(gt=0, le=1)
+    psnr_db: float = Field(gt=0)
+    source: str = Field(min_length=1)
+
+
+class CacheThreshold(_Strict):
+    threshold: float = Field(gt=0)
+    denoise_speedup: float = Field(ge=1)
+    psnr_db: float = Field(gt=0)
+
+
+class StepCache(_Strict):
+    method: str
+    thresholds: list[CacheThreshold] = Field(min_length=1)
+    source: str = Field(min_length=1)
+
+
+class SparseAttention(_Strict):
+    attention_speedup: float = Field(ge=1)
+    psnr_db: float = Field(gt=0)
+    video_only: bool = True
+    source: str = Field(min_length=1)
+
+
+class Offload(_Strict):
+    model_cpu_offload: str
+    group_offload_overlap: bool = True
+    source: str = Field(min_length=1)
+
+
+class Optimizations(_Strict):
+    attention_backends: dict[str, AttentionBackend]
+    fp8_linear: Fp8Linear
+    step_cache: StepCache
+    sparse_attention: SparseAttention
+    offload: Offload
+
+
+class Catalog(_Strict):
+    """The whole catalog. Look-ups with suggestions live in :mod:`diffbench.ledger.catalog`."""
+
+    schema_version: int = 1
+    models: dict[str, ModelSpec]
+    gpus: dict[str, GpuSpec]
+    memory: MemoryFacts
+    efficiency: Efficiency
+    calibration: Calibration
+    optimizations: Optimizations
+
+    @model_validator(mode="after")
+    def _references(self) -> Catalog:
+        if self.calibration.model not in self.models:
+            raise ValueError(f"calibration.model {self.calibration.model!r} is not a model in the catalog")
+        if self.calibration.gpu not in self.gpus:
+            raise ValueError(f"calibration.gpu {self.calibration.gpu!r} is not a GPU in the catalog")
+        if self.calibration.attention not in self.optimizations.attention_backends:
+            raise ValueError(f"calibration.attention {self.calibration.attention!r} is not an attention backend")
+        return self

@@ -1,0 +1,87 @@
+"""From a request shape to token counts (model-catalog.md §4).
+
+Images (DiT): N_img = (H/16)·(W/16) for an 8× VAE with 2×2 patches; joint-attention models add their text
+tokens to the attention sequence. Video: N_vid = (1 + (F−1)/4)·(H/16)·(W/16) for a 4× temporal VAE.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict
+
+from diffbench.errors import ShapeError, UsageError
+from diffbench.ledger.schema import ModelSpec
+
+_SIZE = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\d+)\s*$")
+PATCH_PX = 16  # 8× VAE × 2×2 patch (model-catalog.md §4)
+
+
+class Tokens(BaseModel):
+    """Token counts of one request (batch 1). ``seq`` is the self-attention sequence length N."""
+
+    model_config = ConfigDict(frozen=True)
+
+    visual: int          # image or video tokens (N_img / N_vid)
+    text_joint: int      # text tokens inside the joint sequence
+    text_cross: int      # text tokens seen only through cross-attention
+    latent_frames: int   # 1 for images
+    seq: int             # visual + text_joint
+
+
+def parse_size(size: str) -> tuple[int, int]:
+    """Parse ``WIDTHxHEIGHT`` (OpenAI ``size`` syntax) into ``(width, height)`` pixels.
+
+    Raises:
+        UsageError: not of the form ``1024x768`` with positive integers.
+    """
+    m = _SIZE.match(size or "")
+    if not m or int(m.group(1)) <= 0 or int(m.group(2)) <= 0:
+        raise UsageError(f"--size {size!r}: expected WIDTHxHEIGHT in pixels, e.g. 1024x1024")
+    return int(m.group(1)), int(m.group(2))
+
+
+def check_shape(model: ModelSpec, width: int, height: int, frames: int | None) -> int:
+    """Validate a shape for ``model``; return the frame count to use (1 for images).
+
+    Raises:
+        ShapeError: a side is not a multiple of the model's ``size_multiple``; frames given for an image
+            model; frames not 4k+1 for a 4× temporal VAE.
+    """
+    m = model.size_multiple
+    for name, value in (("width", width), ("height", height)):
+        if value % m:
+            lo, hi = value // m * m, (value // m + 1) * m
+            fix = f"use {lo} or {hi}" if lo > 0 else f"use {hi}"
+            raise ShapeError(f"{name} {value} is not a multiple of {m} for {model.display_name}; {fix}")
+    if model.kind == "image":
+        if frames not in (None, 1):
+            raise ShapeError(f"--frames {frames}: {model.display_name} is an image model; drop --frames")
+        return 1
+    f = frames if frames is not None else (model.default_frames or 1)
+    t = model.temporal_compression
+    if f < 1 or (f - 1) % t:
+        k = max((f - 1) // t, 0)
+        raise ShapeError(
+            f"--frames {f}: {model.display_name} needs {t}k+1 frames (its VAE compresses time {t}×); "
+            f"use {k * t + 1} or {(k + 1) * t + 1}"
+        )
+    return f
+
+
+def count_tokens(model: ModelSpec, width: int, height: int, frames: int = 1,
+                 text_tokens: int | None = None) -> Tokens:
+    """Token counts for a validated shape. ``text_tokens`` overrides the joint text length (e.g. Qwen-Image).
+
+    For a UNet (SDXL) ``visual`` is the latent grid of the first attention level, (H/16)·(W/16).
+    """
+    latent_frames = 1 if model.kind == "image" else 1 + (frames - 1) // model.temporal_compression
+    visual = latent_frames * (height // PATCH_PX) * (width // PATCH_PX)
+    joint = model.text_tokens_joint
+    if text_tokens is not None and joint:
+        joint = text_tokens
+    cross = model.text_tokens_cross
+    if text_tokens is not None and cross:
+        cross = text_tokens
+    return Tokens(visual=visual, text_joint=joint, text_cross=cross, latent_frames=latent_frames,
+                  seq=visual + joint)

@@ -1,0 +1,102 @@
+"""Typed inputs and results of the planner (``diffbench plan``). Seconds, bytes and dB throughout."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from diffbench.ledger.multigpu import ParallelPlan
+
+SCHEMA_VERSION = 1
+
+
+class PlanConfig(BaseModel):
+    """What to plan for. ``quality_budget_db`` is the lowest PSNR (dB) against the lossless output that the
+    lossy steps may reach together; ``None`` allows no lossy step."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    width: int = Field(gt=0)
+    height: int = Field(gt=0)
+    frames: int | None = None
+    steps: int | None = None
+    cfg: float | None = None
+    text_tokens: int | None = Field(default=None, gt=0)
+    gpu: str
+    gpus_per_node: int = Field(default=8, ge=1)
+    slo_p99_s: float = Field(gt=0)
+    qps: float = Field(gt=0)
+    quality_budget_db: float | None = Field(default=None, gt=0)
+    allow_lossy: bool = True
+    allow_model_swap: bool = False
+    headroom: float = Field(default=1.3, ge=1.0)
+
+
+class PlanStep(BaseModel):
+    """One step of the derivation. ``latency_s``/``gpu_s`` are the values after the step (whether applied
+    or not, they describe the plan so far); ``quality_cost_db`` is this step's own PSNR estimate against the
+    lossless output (None = lossless); ``psnr_db`` the combined estimate after it."""
+
+    stage: int
+    name: str
+    applied: bool
+    reason: str
+    assumption: str
+    latency_s: float
+    gpu_s: float
+    quality_cost_db: float | None = None
+    psnr_db: float | None = None
+    command: str
+
+
+class Alternative(BaseModel):
+    name: str
+    latency_s: float
+    per_request_gpu_s: float
+    total_gpus: int
+    nodes: int
+    note: str
+
+
+class Signal(BaseModel):
+    """A dashboard series to set or watch (names from monitoring.md §3)."""
+
+    name: str
+    value: float | None = None
+    unit: str = ""
+    note: str = ""
+
+
+class Alert(BaseModel):
+    """An alert rule to enable (monitoring.md §4.1) and the threshold this plan implies."""
+
+    name: str
+    condition: str
+    threshold: str
+
+
+class PlanResult(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    config: PlanConfig
+    model_name: str
+    gpu_name: str
+    frames: int
+    steps_count: int
+    steps: list[PlanStep]
+    latency_s: float
+    slo_met: bool
+    stopped_at: str | None = None
+    per_request_gpu_s: float
+    occupied_gpu_s: float
+    gpus_per_instance: int
+    instances: int
+    total_gpus: int
+    nodes: int
+    total_gpus_occupied_bound: int
+    parallel: ParallelPlan | None = None
+    psnr_db: float | None = None
+    api: str
+    pools: str
+    alternatives: list[Alternative] = Field(default_factory=list)
+    signals: list[Signal] = Field(default_factory=list)
+    alerts: list[Alert] = Field(default_factory=list)

@@ -1,0 +1,57 @@
+"""Rich renderables for a plan result (no printing here; the CLI prints)."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from diffbench.plan.models import PlanResult
+
+MARKS = {1: "①", 2: "②", 3: "③", 4: "④", 5: "⑤", 6: "⑥", 7: "⑦", 8: "⑧"}
+
+
+def plan_renderable(p: PlanResult) -> Group:
+    c = p.config
+    shape = f"{c.width}x{c.height}" + (f"×{p.frames}f" if p.frames > 1 else "")
+    head = Text(f"{p.model_name} · {shape} · {p.steps_count} steps · {p.gpu_name} × {c.gpus_per_node}/node · "
+                f"SLO p99 {c.slo_p99_s:g} s · {c.qps:g} QPS · budget "
+                + (f"{c.quality_budget_db:g} dB" if c.quality_budget_db else "lossless only"), style="bold")
+    t = Table(title="derivation")
+    for col in ("", "step", "applied", "latency", "GPU·s", "cost", "PSNR", "why"):
+        t.add_column(col, justify="right" if col in ("latency", "GPU·s", "cost", "PSNR") else "left",
+                     overflow="fold")
+    for s in p.steps:
+        psnr = "lossless" if s.psnr_db is None else f"{s.psnr_db:.1f} dB"
+        cost = "—" if s.quality_cost_db is None else f"{s.quality_cost_db:.0f} dB"
+        t.add_row(MARKS.get(s.stage, str(s.stage)), s.name, "yes" if s.applied else "no",
+                  f"{s.latency_s:.2f} s", f"{s.gpu_s:.2f}", cost, psnr, s.reason,
+                  style=None if s.applied else "dim")
+    a = Table(title="assumptions and confirming commands")
+    a.add_column("", no_wrap=True)
+    a.add_column("step", no_wrap=True)
+    a.add_column("assumption", overflow="fold")
+    a.add_column("confirm with", overflow="fold")
+    for s in p.steps:
+        a.add_row(MARKS.get(s.stage, ""), s.name, s.assumption, s.command, style=None if s.applied else "dim")
+    parts: list[object] = [head, t, a]
+    verdict = "meets" if p.slo_met else "MISSES"
+    style = "green" if p.slo_met else "red"
+    parts.append(Text(f"result: {p.latency_s:.2f} s per request ({verdict} the {c.slo_p99_s:g} s SLO"
+                      + (f"; stops at {p.stopped_at}, best achievable" if p.stopped_at else "") + "), "
+                      f"{p.per_request_gpu_s:.2f} GPU·s per request → {p.total_gpus} GPUs "
+                      f"({p.instances} × {p.gpus_per_instance}) on {p.nodes} nodes", style=f"bold {style}"))
+    for alt in p.alternatives:
+        parts.append(Text(f"alternative: {alt.name}: {alt.latency_s:.2f} s, {alt.total_gpus} GPUs on {alt.nodes} nodes",
+                          style="cyan"))
+    s = Table(title="⑧ signals and alerts")
+    s.add_column("series / alert")
+    s.add_column("value / threshold", justify="right")
+    s.add_column("note", overflow="fold")
+    for sig in p.signals:
+        val = "" if sig.value is None else f"{sig.value:.4g} {sig.unit}".strip()
+        s.add_row(sig.name, val, sig.note)
+    for al in p.alerts:
+        s.add_row(al.name, al.threshold, al.condition, style="yellow")
+    parts.append(s)
+    return Group(*parts)  # type: ignore[arg-type]

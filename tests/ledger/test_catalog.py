@@ -1,0 +1,83 @@
+"""The built-in catalog, user overrides and the errors a bad catalog file gets (field and line)."""
+
+from __future__ import annotations
+
+import pytest
+
+from diffbench.errors import InputError, ModelError, UsageError
+from diffbench.ledger import LedgerConfig, evaluate, get_gpu, get_model, load_catalog
+
+MODELS = ["flux.1-dev", "flux.1-schnell", "sdxl-base", "sd3.5-large", "sd3.5-medium", "wan2.1-1.3b", "wan2.1-14b",
+          "wan2.2-a14b", "qwen-image", "hunyuanvideo", "cogvideox-5b"]
+GPUS = ["h100-sxm", "h100-pcie", "h200", "b200", "a100-sxm-80gb", "l40s", "rtx-4090", "l4", "a10g"]
+
+
+def test_builtin_has_the_planning_set():
+    cat = load_catalog()
+    assert set(MODELS) <= set(cat.models)
+    assert set(GPUS) <= set(cat.gpus)
+    # gpus.md §1: dense BF16 / FP8 peaks and memory
+    h100 = cat.gpus["h100-sxm"]
+    assert (h100.bf16_tflops, h100.fp8_tflops, h100.memory_gib, h100.nvlink_gbps) == (989, 1979, 80, 450)
+    assert cat.gpus["a100-sxm-80gb"].fp8_tflops is None
+    assert cat.gpus["l40s"].nvlink_gbps is None
+    assert cat.gpus["b200"].provisional
+
+
+def test_unknown_model_and_gpu_suggest_closest():
+    cat = load_catalog()
+    with pytest.raises(ModelError, match=r"unknown model 'flux-dev'.*did you mean 'flux.1-dev'.*valid --model"):
+        get_model(cat, "flux-dev")
+    with pytest.raises(UsageError, match=r"unknown GPU 'h100'.*did you mean .*'h100-sxm'.*valid --gpu.*l40s"):
+        get_gpu(cat, "h100")
+
+
+def test_user_catalog_extends_and_overrides(tmp_path):
+    f = tmp_path / "mine.yaml"
+    f.write_text(
+        "gpus:\n"
+        "  h100-sxm:\n"
+        "    bf16_tflops: 900\n"
+        "  my-card:\n"
+        "    display_name: My card\n"
+        "    arch: ada\n"
+        "    bf16_tflops: 200\n"
+        "    memory_gib: 32\n"
+        "    mem_bw_gbps: 1000\n"
+        "    pcie_gbps: 25\n"
+        "    source: our lab measurement\n"
+    )
+    cat = load_catalog(f)
+    assert cat.gpus["h100-sxm"].bf16_tflops == 900
+    assert cat.gpus["h100-sxm"].fp8_tflops == 1979  # untouched fields survive
+    r = evaluate(cat, LedgerConfig(model="sdxl-base", width=1024, height=1024, gpu="my-card"))
+    assert r.gpu_name == "My card"
+
+
+def test_invalid_field_names_field_and_line(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("gpus:\n  h100-sxm:\n    bf16_tflops: fast\n")
+    with pytest.raises(InputError) as exc:
+        load_catalog(f)
+    msg = str(exc.value)
+    assert "gpus.h100-sxm.bf16_tflops" in msg and f"{f}:3" in msg
+
+
+def test_unknown_field_and_missing_field(tmp_path):
+    f = tmp_path / "typo.yaml"
+    f.write_text("models:\n  flux.1-dev:\n    default_stepz: 10\n")
+    with pytest.raises(InputError, match=r"typo.yaml:3.*default_stepz"):
+        load_catalog(f)
+    g = tmp_path / "missing.yaml"
+    g.write_text("gpus:\n  new-gpu:\n    display_name: X\n    arch: ada\n")
+    with pytest.raises(InputError, match=r"missing.yaml:2: field gpus.new-gpu.bf16_tflops: Field required"):
+        load_catalog(g)
+
+
+def test_yaml_syntax_error_and_missing_file(tmp_path):
+    f = tmp_path / "broken.yaml"
+    f.write_text("gpus:\n  h100-sxm: {bf16_tflops: 1\n  x: 2\n")
+    with pytest.raises(InputError, match=r"broken.yaml:\d+: invalid YAML"):
+        load_catalog(f)
+    with pytest.raises(InputError, match="file not found"):
+        load_catalog(tmp_path / "nope.yaml")

@@ -1,0 +1,110 @@
+"""The field's worked example (FLUX.1-dev, 1024², 28 steps, 8×H100 per node, 100 QPS, 30 dB budget),
+reproduced from the cost model within ±15 %, plus the derivation order and capacity arithmetic."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from diffbench.ledger import load_catalog
+from diffbench.plan import PlanConfig, capacity, combine_psnr, plan
+
+
+def _cfg(**kw):
+    base = {"model": "flux.1-dev", "width": 1024, "height": 1024, "steps": 28, "gpu": "h100-sxm",
+            "gpus_per_node": 8, "slo_p99_s": 3.0, "qps": 100, "quality_budget_db": 30.0}
+    return PlanConfig(**{**base, **kw})
+
+
+@pytest.fixture(scope="module")
+def cat():
+    return load_catalog()
+
+
+def _applied(p, name):
+    return next(s for s in p.steps if s.name == name).applied
+
+
+def test_slo_3s(cat):
+    p = plan(cat, _cfg())
+    # ≈1.8 s per image after FP8 and a step cache, no multi-GPU, ≈230 GPUs ≈ 29 nodes
+    assert p.latency_s == pytest.approx(1.8, rel=0.15)
+    assert _applied(p, "fp8 linear") and _applied(p, "step cache")
+    assert not _applied(p, "multi-GPU") and p.parallel is None and p.gpus_per_instance == 1
+    assert p.total_gpus == pytest.approx(230, rel=0.15)
+    assert p.nodes == pytest.approx(29, rel=0.15)
+    assert p.slo_met and p.stopped_at is None
+    assert p.psnr_db is not None and p.psnr_db >= 30.0
+
+
+def test_slo_1s_usp4_or_few_step(cat):
+    p = plan(cat, _cfg(slo_p99_s=1.0))
+    # USP 4 (≈0.7 s, GPU count ≈ unchanged) or a few-step model (≈0.8 s, ≈105 GPUs)
+    assert p.parallel is not None and p.parallel.gpus == 4 and p.parallel.ulysses * p.parallel.ring == 4
+    assert p.latency_s == pytest.approx(0.7, rel=0.15)
+    assert p.total_gpus == pytest.approx(230, rel=0.15)
+    assert p.slo_met
+    (alt,) = p.alternatives
+    assert alt.latency_s == pytest.approx(0.8, rel=0.15)
+    assert alt.total_gpus == pytest.approx(105, rel=0.15)
+
+
+def test_model_swap_when_allowed_and_needed(cat):
+    p = plan(cat, _cfg(slo_p99_s=1.0, allow_model_swap=True))
+    assert not _applied(p, "few-step model")  # more GPUs before a different model: USP-4 already meets 1 s
+    tight = plan(cat, _cfg(slo_p99_s=0.4, allow_model_swap=True, gpus_per_node=1))
+    assert _applied(tight, "few-step model")
+    assert tight.steps_count == 28 and tight.latency_s < 1.0
+
+
+def test_derivation_order_and_capacity_rule(cat):
+    p = plan(cat, _cfg())
+    stages = [s.stage for s in p.steps]
+    assert stages == sorted(stages) and set(stages) == set(range(1, 9))
+    # instances = QPS × GPU-seconds × headroom (closed form)
+    assert p.instances == math.ceil(100 * p.per_request_gpu_s * 1.3)
+    assert p.nodes == math.ceil(p.total_gpus / 8)
+    # lossless steps carry no quality cost; the combined PSNR follows the MSE sum
+    costs = [s.quality_cost_db for s in p.steps if s.applied and s.quality_cost_db is not None]
+    assert p.psnr_db == pytest.approx(-10 * math.log10(sum(10 ** (-c / 10) for c in costs)))
+    for s in p.steps:
+        assert s.command.startswith("diffbench") or s.command == "—"
+
+
+def test_no_budget_means_lossless_only(cat):
+    p = plan(cat, _cfg(quality_budget_db=None))
+    assert not any(s.applied for s in p.steps if s.stage in (3, 4))
+    assert p.psnr_db is None
+    # lossless single GPU: the compiled anchor (4.30 s) with its attention moved from SDPA (η 0.35) to FA3 (η 0.60)
+    attn = 28 * 4 * 57 * 4608**2 * 3072 / 989e12
+    single = next(s for s in p.steps if s.name == "warmup").latency_s
+    assert single == pytest.approx(4.30 - attn / 0.35 + attn / 0.60, abs=0.06)  # + text encode and VAE decode
+    assert _applied(p, "multi-GPU") and p.latency_s <= 3.0  # 3.85 s misses 3 s without lossy steps
+
+
+def test_no_fp8_tensor_cores_skips_fp8(cat):
+    p = plan(cat, _cfg(gpu="a100-sxm-80gb"))
+    step = next(s for s in p.steps if s.name == "fp8 linear")
+    assert not step.applied and "FP8 tensor cores" in step.reason
+
+
+def test_pcie_uses_pipefusion_or_usp(cat):
+    p = plan(cat, _cfg(gpu="l40s", slo_p99_s=2.0, qps=1))
+    if p.parallel is not None:
+        assert p.parallel.link == "pcie"
+        assert p.parallel.strategy in ("pipefusion", "usp")
+
+
+def test_unmeetable_slo_is_a_result(cat):
+    p = plan(cat, _cfg(slo_p99_s=0.05))
+    assert not p.slo_met
+    assert p.stopped_at is not None
+    assert p.latency_s > 0.05 and p.total_gpus > 0
+
+
+def test_capacity_and_psnr_closed_forms():
+    c = capacity(qps=10, gpu_s=2.0, headroom=1.3, gpus_per_instance=4, gpus_per_node=8)
+    assert (c.instances, c.total_gpus, c.nodes) == (math.ceil(26 / 4), 28, 4)
+    assert combine_psnr([30.0, 30.0]) == pytest.approx(30 - 10 * math.log10(2))
+    assert combine_psnr([]) is None
