@@ -1,0 +1,101 @@
+"""``diffbench serve``: the reference service (images API + video jobs) over one engine, on loopback."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def serve(
+        host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default)."),
+        port: int = typer.Option(8000, min=0, max=65535, help="TCP port."),
+        engine: str = typer.Option("diffusers", help="Engine: diffusers or sim (simulated device)."),
+        model: str = typer.Option(
+            "tiny-flux", help="Model: tiny-flux (embedded, offline), another tiny-* model, or a local path."
+        ),
+        device: str = typer.Option("cpu", help="Device for the diffusers engine, e.g. cpu or cuda:0."),
+        dtype: str = typer.Option("float32", help="Weights dtype for the diffusers engine."),
+        max_wait: float | None = typer.Option(
+            None,
+            "--max-wait",
+            min=0.001,
+            help="Reject (429 + Retry-After) when the estimated queue wait, "
+            "seconds, exceeds this. Default: no limit.",
+        ),
+        max_queue: int | None = typer.Option(None, "--max-queue", min=0, help="At most N requests waiting."),
+        default_size: str = typer.Option("256x256", help="Size when a request gives none (WIDTHxHEIGHT)."),
+        default_steps: int | None = typer.Option(None, min=1, help="Steps when a request gives none."),
+        max_side: int = typer.Option(4096, min=1, help="Largest width/height accepted, pixels."),
+        size_multiple: int = typer.Option(8, min=1, help="Width and height must be multiples of this."),
+        max_steps: int = typer.Option(200, min=1, help="Largest num_inference_steps accepted."),
+        max_n: int = typer.Option(10, min=1, help="Largest n (images per request) accepted."),
+        max_prompt_chars: int = typer.Option(4000, min=1, help="Longest prompt accepted, characters."),
+        sim_step_s: float | None = typer.Option(
+            None,
+            min=0.0,
+            help="sim engine: seconds per denoising step at its reference size (diffbench.engines.sim).",
+        ),
+        sim_fail_above_pixels: int | None = typer.Option(
+            None, min=1, help="sim engine: simulate out of memory above this many pixels (H*W*frames*n)."
+        ),
+        warmup: list[str] = typer.Option(
+            [], "--warmup", help="Generate once at this WIDTHxHEIGHT before serving (repeatable)."
+        ),
+        seed: int = typer.Option(0, help="Seeds the generator that picks seeds for requests without one."),
+        log_level: str = typer.Option("info", help="uvicorn log level."),
+    ) -> None:
+        """Serve POST /v1/images/generations, /v1/videos jobs, /health, /v1/models and /metrics."""
+        from diffbench.engines.registry import EngineConfig, SimParams
+        from diffbench.errors import UsageError
+        from diffbench.server.config import Limits, ServerConfig
+        from diffbench.server.validation import parse_size
+
+        if engine not in ("diffusers", "sim"):
+            raise UsageError(f"--engine {engine!r} is not known; use diffusers or sim")
+        for flag, size in [("--default-size", default_size)] + [("--warmup", w) for w in warmup]:
+            try:
+                parse_size(size, flag)
+            except Exception as exc:
+                raise UsageError(str(exc)) from exc
+        sim = SimParams(realtime=True)
+        if sim_step_s is not None or sim_fail_above_pixels is not None:
+            sim = sim.model_copy(
+                update={
+                    "step_s": sim.step_s if sim_step_s is None else sim_step_s,
+                    "fail_above_pixels": sim_fail_above_pixels,
+                }
+            )
+        config = ServerConfig(
+            engine=EngineConfig(engine=engine, model=model, device=device, dtype=dtype, sim=sim),  # type: ignore[arg-type]
+            host=host,
+            port=port,
+            max_wait_s=max_wait,
+            max_queue=max_queue,
+            default_size=default_size,
+            default_steps=default_steps,
+            limits=Limits(
+                max_side=max_side,
+                size_multiple=size_multiple,
+                max_steps=max_steps,
+                max_n=max_n,
+                max_prompt_chars=max_prompt_chars,
+            ),
+            warmup_sizes=tuple(warmup),
+            seed=seed,
+            log_level=log_level,
+        )
+        import uvicorn
+
+        from diffbench.engines.registry import create_engine
+        from diffbench.server.app import create_app
+
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            typer.secho(f"warning: binding {host}: the service has no authentication", fg="yellow", err=True)
+        eng = create_engine(config.engine)
+        info = eng.start()  # a bad model/device ends here as "error: ..." with the CLI's exit code
+        typer.echo(
+            f"diffbench serve: {info.engine} engine, model {info.model} on {info.device}, "
+            f"http://{host}:{port}"
+        )
+        uvicorn.run(create_app(config, eng, engine_started=True), host=host, port=port, log_level=log_level)

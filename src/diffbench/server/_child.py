@@ -1,0 +1,28 @@
+"""Child-process entry point of :func:`diffbench.server.background.run_in_background` (not public).
+
+``python -m diffbench.server._child FD CONFIG_JSON`` serves on the inherited listening socket ``FD``.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+
+
+def main(argv: list[str]) -> int:
+    import uvicorn
+
+    from diffbench.server.app import create_app
+    from diffbench.server.config import ServerConfig
+
+    fd, raw = int(argv[0]), argv[1]
+    config = ServerConfig.model_validate_json(raw)
+    sock = socket.socket(fileno=fd)
+    app = create_app(config)
+    server = uvicorn.Server(uvicorn.Config(app, log_level=config.log_level, timeout_graceful_shutdown=5))
+    server.run(sockets=[sock])
+    return 0 if server.started else 3
+
+
+if __name__ == "__main__":  # pragma: no cover - exercised through run_in_background
+    sys.exit(main(sys.argv[1:]))

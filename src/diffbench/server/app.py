@@ -1,0 +1,193 @@
+"""The reference service's FastAPI app: images API, video jobs, /health, /v1/models, /metrics.
+
+``create_app(config)`` builds the app; the engine loads in the app's lifespan (uvicorn does not accept
+connections before it finished, and ``GET /health`` answers 200 from then on). Status codes and error
+bodies are listed in :mod:`diffbench.server.http_errors`; stage durations and peak memory travel in the
+response body (``stage_durations``, ``peak_memory_mb``, ``peak_memory_bytes``) and in the
+``Server-Timing`` / ``X-Peak-Memory-Bytes`` headers.
+"""
+
+# No ``from __future__ import annotations``: FastAPI reads the route annotations at runtime, and some
+# of them (Request, Response) are imported inside create_app.
+import asyncio
+import base64
+import contextlib
+import io
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from diffbench.engines.base import Engine
+from diffbench.engines.registry import create_engine
+from diffbench.server.config import ServerConfig
+from diffbench.server.http_errors import APIError
+from diffbench.server.schemas import (
+    ACCEPTED_IGNORED,
+    Health,
+    ImageData,
+    ImageGenerationRequest,
+    ImageResponse,
+    ModelCard,
+    ModelList,
+)
+from diffbench.server.service import Service, generation_stats, timing_headers
+from diffbench.server.validation import build_request, parse_size
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+
+def encode_png(image: np.ndarray) -> bytes:
+    """One uint8 (H, W, 3) RGB image → PNG bytes (Pillow, compress level 1: lossless, fast)."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(image), "RGB").save(buf, format="PNG", compress_level=1)
+    return buf.getvalue()
+
+
+def ignored_parameters(body: ImageGenerationRequest | object) -> list[str]:
+    """Request fields the service accepted but does not act on (unknown ones and ACCEPTED_IGNORED)."""
+    extra = sorted((getattr(body, "model_extra", None) or {}).keys())
+    known = [k for k in ACCEPTED_IGNORED if getattr(body, k, None) is not None]
+    return sorted(set(extra) | set(known))
+
+
+def _realtime(config: ServerConfig) -> ServerConfig:
+    """The service runs the simulated engine in real time: a virtual clock means nothing behind HTTP."""
+    eng = config.engine
+    if eng.engine != "sim" or eng.sim.realtime:
+        return config
+    sim = eng.sim.model_copy(update={"realtime": True})
+    return config.model_copy(update={"engine": eng.model_copy(update={"sim": sim})})
+
+
+def create_app(
+    config: ServerConfig, engine: Engine | None = None, *, engine_started: bool = False
+) -> "FastAPI":
+    """Build the app over ``engine`` (default: ``create_engine(config.engine)``).
+
+    The engine is started in the app's lifespan unless ``engine_started`` says the caller started it.
+    A simulated engine made here always runs in real time (``SimParams.realtime`` is set to True).
+
+    Raises:
+        MissingDependencyError: FastAPI is not installed (``serve`` extra).
+    """
+    from diffbench.errors import require
+
+    require("fastapi", "serve")
+    from fastapi import FastAPI, Response
+    from fastapi.concurrency import run_in_threadpool
+
+    from diffbench.server.http_errors import install_handlers
+    from diffbench.server.videos import install_video_routes
+
+    if engine is None:
+        engine = create_engine(_realtime(config).engine)
+    service = Service(config=config, engine=engine, engine_started=engine_started)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            await asyncio.to_thread(service.start)
+        except Exception as exc:
+            app.state.startup_error = f"{type(exc).__name__}: {exc}"
+            raise
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(service.stop)
+
+    app = FastAPI(title="diffbench reference service", lifespan=lifespan)
+    app.state.service = service
+    app.state.startup_error = None
+    install_handlers(app)
+
+    @app.get("/health", response_model=Health)
+    async def health(response: Response) -> Health:
+        worker = service.worker
+        queued, running, est = worker.snapshot() if worker else (0, 0, None)
+        c = worker.counters if worker else None
+        status = "ok" if service.ready else ("starting" if service.info is None else "unavailable")
+        if status != "ok":
+            response.status_code = 503
+        return Health(
+            status=status,
+            model=service.info.model if service.info else None,
+            engine=service.info.engine if service.info else None,
+            queue_length=queued,
+            running=running,
+            estimated_wait_s=est,
+            completed=c.completed if c else 0,
+            failed=c.failed if c else 0,
+            rejected=c.rejected if c else 0,
+        )
+
+    @app.get("/v1/models", response_model=ModelList)
+    async def models() -> ModelList:
+        info, _ = service.require_ready()
+        card = ModelCard(
+            id=info.model,
+            created=service.started_unix,
+            engine=info.engine,
+            engine_version=info.engine_version,
+            pipeline_class=info.pipeline_class,
+            device=info.device,
+            dtype=info.dtype,
+            is_video=info.is_video,
+            default_steps=service.default_steps,
+        )
+        return ModelList(data=[card])
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        if service.metrics is None:
+            return Response("", media_type="text/plain", status_code=503)
+        body, ctype = service.metrics.render()
+        return Response(body, media_type=ctype)
+
+    @app.post("/v1/images/generations", response_model=ImageResponse)
+    async def generate_images(body: ImageGenerationRequest, response: Response) -> ImageResponse:
+        arrival = time.perf_counter()
+        model = service.check_model(body.model)
+        size = body.size or config.default_size
+        width, height = parse_size(size)
+        steps = body.num_inference_steps or service.default_steps
+        seed = service.pick_seed(body.seed)
+        gen = build_request(
+            engine=service.engine,
+            limits=config.limits,
+            prompt=body.prompt,
+            negative_prompt=body.negative_prompt,
+            width=width,
+            height=height,
+            frames=None,
+            steps=steps,
+            guidance=body.guidance_scale,
+            n=body.n,
+            seed=seed,
+        )
+        done = await service.run(gen)
+        images = done.result.images
+        if images is None:  # the worker already fails such requests; kept for the type checker
+            raise APIError(500, "the engine returned no images", code="generation_failed")
+        pngs = await run_in_threadpool(lambda: [encode_png(img) for img in images])
+        stats = generation_stats(done)
+        response.headers.update(timing_headers(stats))
+        if service.metrics is not None:
+            service.metrics.duration.labels(model).observe(time.perf_counter() - arrival)
+        return ImageResponse(
+            created=int(time.time()),
+            data=[ImageData(b64_json=base64.b64encode(p).decode("ascii")) for p in pngs],
+            model=model,
+            size=f"{width}x{height}",
+            num_inference_steps=steps,
+            seed=seed,
+            ignored_parameters=ignored_parameters(body),
+            **stats.model_dump(),
+        )
+
+    install_video_routes(app, service)
+    return app

@@ -1,0 +1,59 @@
+"""Configuration of the reference service (``diffbench serve``)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from diffbench.engines.registry import EngineConfig
+
+
+class Limits(BaseModel):
+    """Input bounds enforced before the engine's own :meth:`~diffbench.engines.base.Engine.validate`.
+
+    Sizes are pixels; the engine may narrow them further (e.g. a multiple of 16 for a FLUX VAE with
+    2×2 patches) and its :class:`~diffbench.errors.ShapeError` message is returned as a 400.
+    Ranges for ``steps``, ``n`` and ``guidance_scale`` follow vLLM-Omni's images API (steps 1–200,
+    n 1–10, guidance 0–20; serving-apis.md §2.1).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    min_side: int = Field(default=16, ge=1, description="smallest width/height, pixels")
+    max_side: int = Field(default=4096, ge=1, description="largest width/height, pixels")
+    size_multiple: int = Field(default=8, ge=1, description="width and height must be multiples of this")
+    max_steps: int = Field(default=200, ge=1)
+    max_n: int = Field(default=10, ge=1)
+    max_frames: int = Field(default=257, ge=1)
+    max_prompt_chars: int = Field(default=4000, ge=1)
+
+
+class ServerConfig(BaseModel):
+    """Everything :func:`diffbench.server.app.create_app` needs.
+
+    ``max_wait_s``: admission control rejects a request with 429 when its estimated queue wait (seconds)
+    exceeds this; None disables the wait check. ``max_queue``: at most this many requests wait (not
+    counting the one running); None for no cap. ``default_steps``: steps when a request gives none (None:
+    the engine's default, else 8). ``seed``: seeds the generator that picks a seed for requests that give
+    none (reported back in each response). ``warmup_sizes``: ``"WIDTHxHEIGHT"`` sizes generated once at
+    startup (default steps, n=1) before ``/health`` turns 200, so first-call costs (compile, autotune,
+    allocator growth) do not land in the first measured request (serving-apis.md §7, lesson 13); they
+    are not counted in metrics nor in the admission estimate.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    engine: EngineConfig = EngineConfig()
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    max_wait_s: float | None = Field(default=None, gt=0)
+    max_queue: int | None = Field(default=None, ge=0)
+    limits: Limits = Limits()
+    default_size: str = "256x256"
+    default_steps: int | None = Field(default=None, ge=1)
+    default_fps: int = Field(default=16, ge=1, le=240)
+    max_jobs: int = Field(
+        default=1000, ge=1, description="video jobs kept in memory (oldest finished dropped)"
+    )
+    warmup_sizes: tuple[str, ...] = ()
+    seed: int = 0
+    log_level: str = "warning"

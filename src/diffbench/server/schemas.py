@@ -1,0 +1,197 @@
+"""Request and response bodies of the reference service (OpenAI images + vLLM-Omni / SGLang extensions).
+
+Field names and ranges follow serving-apis.md §1–§3. Unknown request fields are accepted and listed back
+in ``ignored_parameters`` (vLLM-Omni ignores unsupported parameters silently, which hides mistakes).
+Durations are seconds; ``peak_memory_mb`` is MiB (bytes / 2**20), ``peak_memory_bytes`` bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+# OpenAI / vLLM-Omni fields the service accepts but does not act on (reported in ignored_parameters).
+ACCEPTED_IGNORED = (
+    "quality",
+    "style",
+    "user",
+    "true_cfg_scale",
+    "vae_use_slicing",
+    "vae_use_tiling",
+    "output_format",
+    "background",
+    "moderation",
+    "output_compression",
+)
+
+
+def _non_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("prompt is empty or only whitespace; send a non-empty prompt")
+    return value
+
+
+class ImageGenerationRequest(BaseModel):
+    """``POST /v1/images/generations`` body. ``size`` is ``"WIDTHxHEIGHT"`` in pixels."""
+
+    model_config = ConfigDict(extra="allow")
+
+    prompt: str = Field(min_length=1)
+    model: str | None = None
+    n: int = Field(default=1, ge=1)
+    size: str | None = None
+    response_format: Literal["b64_json"] | None = "b64_json"
+    num_inference_steps: int | None = Field(default=None, ge=1)
+    guidance_scale: float | None = Field(default=None, ge=0, le=20)
+    seed: int | None = Field(default=None, ge=0, lt=2**63)
+    negative_prompt: str | None = None
+    quality: str | None = None
+    user: str | None = None
+
+    _prompt = field_validator("prompt")(_non_blank)
+
+
+class VideoCreateRequest(BaseModel):
+    """``POST /v1/videos`` body (JSON or multipart form fields).
+
+    Size from ``size`` (``"WIDTHxHEIGHT"``) or ``width`` + ``height``. Frames from ``num_frames``, else
+    ``seconds × fps``, else 1 (vLLM-Omni's default; always set it).
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    prompt: str = Field(min_length=1)
+    model: str | None = None
+    size: str | None = None
+    width: int | None = Field(default=None, ge=1)
+    height: int | None = Field(default=None, ge=1)
+    num_frames: int | None = Field(default=None, ge=1)
+    seconds: float | None = Field(default=None, gt=0)
+    fps: int | None = Field(default=None, ge=1, le=240)
+    num_inference_steps: int | None = Field(default=None, ge=1)
+    guidance_scale: float | None = Field(default=None, ge=0, le=20)
+    seed: int | None = Field(default=None, ge=0, lt=2**63)
+    negative_prompt: str | None = None
+    user: str | None = None
+
+    _prompt = field_validator("prompt")(_non_blank)
+
+
+class StageDurations(BaseModel):
+    """Server-side stage split of one request, seconds (engine stages plus the service's queue wait)."""
+
+    text_encode: float
+    denoise: float
+    vae_decode: float
+    other: float
+    queue_wait: float
+
+
+class GenerationStats(BaseModel):
+    """What the service measured for one generation (shared by image responses and video jobs)."""
+
+    stage_durations: StageDurations
+    service_time_s: float = Field(description="generate + device sync on the worker, seconds")
+    peak_memory_mb: float | None = Field(description="peak memory, MiB (bytes / 2**20)")
+    peak_memory_bytes: int | None
+    memory_kind: str
+
+
+class ImageData(BaseModel):
+    b64_json: str
+    url: None = None
+    revised_prompt: None = None
+
+
+class ImageResponse(GenerationStats):
+    """OpenAI ``ImagesResponse`` plus the generation parameters actually used and the measurements."""
+
+    created: int
+    data: list[ImageData]
+    model: str
+    size: str
+    num_inference_steps: int
+    seed: int
+    output_format: Literal["png"] = "png"
+    ignored_parameters: list[str] = []
+
+
+class JobError(BaseModel):
+    code: str
+    message: str
+
+
+VideoStatus = Literal["queued", "in_progress", "completed", "failed", "cancelled"]
+
+
+class VideoJob(BaseModel):
+    """A video job as returned by ``POST /v1/videos`` and ``GET /v1/videos/{id}``."""
+
+    id: str
+    object: Literal["video"] = "video"
+    status: VideoStatus
+    created_at: int
+    completed_at: int | None = None
+    model: str
+    prompt: str
+    size: str
+    width: int
+    height: int
+    num_frames: int
+    fps: int
+    seconds: str
+    num_inference_steps: int
+    seed: int
+    progress: int = 0
+    error: JobError | None = None
+    stage_durations: StageDurations | None = None
+    service_time_s: float | None = None
+    peak_memory_mb: float | None = None
+    peak_memory_bytes: int | None = None
+    ignored_parameters: list[str] = []
+
+
+class VideoList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[VideoJob]
+
+
+class VideoDeleted(BaseModel):
+    id: str
+    object: Literal["video.deleted"] = "video.deleted"
+    deleted: bool = True
+    status: VideoStatus
+
+
+class ModelCard(BaseModel):
+    """One entry of ``GET /v1/models`` (OpenAI shape plus the engine conditions)."""
+
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "diffbench"
+    engine: str
+    engine_version: str
+    pipeline_class: str | None
+    device: str
+    dtype: str
+    is_video: bool
+    default_steps: int | None
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class Health(BaseModel):
+    status: Literal["ok", "starting", "unavailable"]
+    model: str | None
+    engine: str | None
+    queue_length: int
+    running: int
+    estimated_wait_s: float | None
+    completed: int
+    failed: int
+    rejected: int

@@ -1,0 +1,326 @@
+"""Async video jobs: ``POST /v1/videos``, ``GET /v1/videos[/{id}[/content]]``, ``DELETE /v1/videos/{id}``.
+
+Lifecycle: ``queued`` (admitted, waiting for the device) → ``in_progress`` (the worker picked it) →
+``completed`` or ``failed`` (with ``error.code`` ``out_of_memory`` or ``generation_failed``). ``DELETE``
+cancels a queued job before it reaches the device; a running job finishes on the device (generation is
+not interruptible) and its output is dropped. The deleted job is gone: later GETs answer 404.
+``/content`` answers 404 (``not_ready``) until the job is ``completed`` (as SGLang does), then the MP4
+(H.264, encoded once on the first download, off the event loop). Jobs live in memory; at most
+``ServerConfig.max_jobs`` are kept (the oldest finished ones are dropped first).
+"""
+
+# No ``from __future__ import annotations``: FastAPI reads the route annotations at runtime.
+
+import json
+import threading
+import time
+import uuid
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+from pydantic import ValidationError
+
+from diffbench.server.http_errors import APIError, from_generation_error, validation_message
+from diffbench.server.schemas import (
+    ACCEPTED_IGNORED,
+    JobError,
+    VideoCreateRequest,
+    VideoDeleted,
+    VideoJob,
+    VideoList,
+)
+from diffbench.server.service import Service, generation_stats
+from diffbench.server.validation import build_request, parse_size
+from diffbench.server.worker import Done, Overloaded
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI, Request  # noqa: F401 - string annotations
+
+_FINISHED = ("completed", "failed", "cancelled")
+_FILE_FIELDS = ("input_reference", "image_reference", "video_reference", "audio_reference", "reference_url")
+
+
+@dataclass
+class _Record:
+    job: VideoJob
+    future: Future[Done] | None = None
+    frames: np.ndarray | None = None
+    mp4: bytes | None = None
+
+
+class VideoJobs:
+    """Thread-safe in-memory job table (the worker thread updates it through future callbacks)."""
+
+    def __init__(self, max_jobs: int) -> None:
+        self._jobs: dict[str, _Record] = {}
+        self._lock = threading.Lock()
+        self._max = max_jobs
+
+    def add(self, job: VideoJob) -> None:
+        with self._lock:
+            self._jobs[job.id] = _Record(job)
+            if len(self._jobs) > self._max:
+                for jid in [j for j, r in self._jobs.items() if r.job.status in _FINISHED]:
+                    if len(self._jobs) <= self._max:
+                        break
+                    del self._jobs[jid]
+
+    def attach(self, job_id: str, future: Future[Done]) -> None:
+        with self._lock:
+            rec = self._jobs.get(job_id)
+            if rec is not None:
+                rec.future = future
+        future.add_done_callback(lambda f: self._finish(job_id, f))
+
+    def _update(self, job_id: str, **changes: object) -> None:
+        with self._lock:
+            rec = self._jobs.get(job_id)
+            if rec is not None and rec.job.status not in _FINISHED:
+                rec.job = rec.job.model_copy(update=changes)
+
+    def started(self, job_id: str) -> None:
+        self._update(job_id, status="in_progress")
+
+    def _finish(self, job_id: str, fut: Future[Done]) -> None:
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        now = int(time.time())
+        if exc is not None:
+            err = from_generation_error(exc)
+            self._update(
+                job_id, status="failed", completed_at=now, error=JobError(code=err.code, message=err.message)
+            )
+            return
+        done = fut.result()
+        images = done.result.images
+        frames = None if images is None else (images[0] if images.ndim == 5 else images[:1])
+        stats = generation_stats(done)
+        with self._lock:
+            rec = self._jobs.get(job_id)
+            if rec is None or rec.job.status in _FINISHED:
+                return
+            rec.frames = frames
+            rec.job = rec.job.model_copy(
+                update={
+                    "status": "completed",
+                    "completed_at": now,
+                    "progress": 100,
+                    "stage_durations": stats.stage_durations,
+                    "service_time_s": stats.service_time_s,
+                    "peak_memory_mb": stats.peak_memory_mb,
+                    "peak_memory_bytes": stats.peak_memory_bytes,
+                }
+            )
+
+    def get(self, job_id: str) -> _Record:
+        with self._lock:
+            rec = self._jobs.get(job_id)
+        if rec is None:
+            raise APIError(
+                404,
+                f"video job {job_id!r} does not exist (deleted or never created); "
+                "list jobs with GET /v1/videos",
+                param="id",
+                code="not_found",
+            )
+        return rec
+
+    def list(self) -> list[VideoJob]:
+        with self._lock:
+            return sorted((r.job for r in self._jobs.values()), key=lambda j: (j.created_at, j.id))
+
+    def delete(self, job_id: str) -> VideoJob:
+        rec = self.get(job_id)
+        if rec.future is not None and not rec.future.done():
+            rec.future.cancel()  # succeeds while queued; a running job finishes and is dropped
+        with self._lock:
+            self._jobs.pop(job_id, None)
+        status = rec.job.status if rec.job.status in _FINISHED else "cancelled"
+        return rec.job.model_copy(update={"status": status})
+
+
+async def _read_body(request: "Request") -> dict[str, object]:
+    ctype = request.headers.get("content-type", "")
+    if ctype.startswith(("multipart/form-data", "application/x-www-form-urlencoded")):
+        form = await request.form()
+        data: dict[str, object] = {}
+        for key, value in form.multi_items():
+            if not isinstance(value, str):
+                raise APIError(
+                    400,
+                    f"{key}: file uploads are not supported by the reference service "
+                    "(text-to-video only); send the job without files",
+                    param=key,
+                    code="unsupported_parameter",
+                )
+            data[key] = value
+        return data
+    try:
+        data = json.loads(await request.body() or b"{}")
+    except ValueError as exc:
+        raise APIError(
+            400,
+            f"the request body is not valid JSON ({exc}); send a JSON object or a multipart form",
+            code="invalid_body",
+        ) from exc
+    if not isinstance(data, dict):
+        raise APIError(400, "the request body must be a JSON object", code="invalid_body")
+    return data
+
+
+def install_video_routes(app: "FastAPI", service: Service) -> None:
+    """Register the video-job routes on ``app`` (see module docstring)."""
+    from fastapi import Request, Response
+    from fastapi.concurrency import run_in_threadpool
+
+    from diffbench.server.mp4 import encode_mp4
+
+    config = service.config
+    jobs = VideoJobs(config.max_jobs)
+    app.state.video_jobs = jobs
+
+    @app.post("/v1/videos", response_model=VideoJob)
+    async def create_video(request: Request) -> VideoJob:
+        data = await _read_body(request)
+        for key in _FILE_FIELDS:
+            if data.get(key) not in (None, ""):
+                raise APIError(
+                    400,
+                    f"{key}: reference inputs are not supported by the reference service "
+                    "(text-to-video only); remove the field",
+                    param=key,
+                    code="unsupported_parameter",
+                )
+        try:
+            body = VideoCreateRequest.model_validate(data)
+        except ValidationError as exc:
+            message, param = validation_message(list(exc.errors()))
+            raise APIError(422, message, param=param) from exc
+        model = service.check_model(body.model)
+        if body.size:
+            width, height = parse_size(body.size)
+        elif body.width is not None and body.height is not None:
+            width, height = body.width, body.height
+        elif body.width is not None or body.height is not None:
+            raise APIError(
+                422,
+                'width/height: give both width and height, or size as "WIDTHxHEIGHT"',
+                param="width" if body.width is None else "height",
+            )
+        else:
+            width, height = parse_size(config.default_size)
+        fps = body.fps or config.default_fps
+        frames = body.num_frames or (max(1, round(body.seconds * fps)) if body.seconds else 1)
+        info, _ = service.require_ready()
+        if frames == 1 and not info.is_video:
+            frames = None  # an image model makes a one-frame video
+        steps = body.num_inference_steps or service.default_steps
+        seed = service.pick_seed(body.seed)
+        size_param = "size" if body.size else "width/height"
+        gen = build_request(
+            engine=service.engine,
+            limits=config.limits,
+            prompt=body.prompt,
+            negative_prompt=body.negative_prompt,
+            width=width,
+            height=height,
+            frames=frames,
+            steps=steps,
+            guidance=body.guidance_scale,
+            n=1,
+            seed=seed,
+            size_param=size_param,
+        )
+        if width % 2 or height % 2:
+            raise APIError(
+                400,
+                f"{size_param}: {width}x{height} has an odd side; MP4 (yuv420p) needs even sides",
+                param=size_param,
+                code="invalid_size",
+            )
+        extra = sorted((body.model_extra or {}).keys())
+        job = VideoJob(
+            id=f"video_{uuid.uuid4().hex}",
+            status="queued",
+            created_at=int(time.time()),
+            model=model,
+            prompt=body.prompt,
+            size=f"{width}x{height}",
+            width=width,
+            height=height,
+            num_frames=frames or 1,
+            fps=fps,
+            seconds=f"{(frames or 1) / fps:g}",
+            num_inference_steps=steps,
+            seed=seed,
+            ignored_parameters=sorted(set(extra) | {k for k in ACCEPTED_IGNORED if getattr(body, k, None)}),
+        )
+        _, worker = service.require_ready()
+        jobs.add(job)
+        try:
+            fut = worker.submit(
+                gen,
+                max_wait_s=config.max_wait_s,
+                max_queue=config.max_queue,
+                on_start=lambda: jobs.started(job.id),
+            )
+        except Exception as exc:
+            jobs.delete(job.id)
+            if isinstance(exc, Overloaded):
+                service.count("rejected")
+                raise APIError(
+                    429,
+                    str(exc),
+                    code="overloaded",
+                    headers={"Retry-After": str(exc.decision.retry_after_s or 1)},
+                ) from exc
+            raise from_generation_error(exc) from exc
+        fut.add_done_callback(lambda f: _count(service, f))
+        jobs.attach(job.id, fut)
+        return jobs.get(job.id).job
+
+    @app.get("/v1/videos", response_model=VideoList)
+    async def list_videos() -> VideoList:
+        return VideoList(data=jobs.list())
+
+    @app.get("/v1/videos/{video_id}", response_model=VideoJob)
+    async def get_video(video_id: str) -> VideoJob:
+        return jobs.get(video_id).job
+
+    @app.get("/v1/videos/{video_id}/content")
+    async def get_content(video_id: str) -> Response:
+        rec = jobs.get(video_id)
+        job = rec.job
+        if job.status != "completed" or rec.frames is None:
+            detail = f": {job.error.message}" if job.error else ""
+            raise APIError(
+                404,
+                f"video job {video_id} is {job.status}{detail}; content is available once "
+                f"GET /v1/videos/{video_id} reports status completed",
+                param="id",
+                code="not_ready",
+            )
+        if rec.mp4 is None:
+            frames = rec.frames
+            rec.mp4 = await run_in_threadpool(encode_mp4, frames, job.fps)
+        return Response(rec.mp4, media_type="video/mp4")
+
+    @app.delete("/v1/videos/{video_id}", response_model=VideoDeleted)
+    async def delete_video(video_id: str) -> VideoDeleted:
+        job = jobs.delete(video_id)
+        return VideoDeleted(id=job.id, status=job.status)
+
+
+def _count(service: Service, fut: Future[Done]) -> None:
+    if fut.cancelled():
+        return
+    exc = fut.exception()
+    if exc is None:
+        service.observe(fut.result())
+    else:
+        from diffbench.errors import DeviceOutOfMemory
+
+        service.count("oom" if isinstance(exc, DeviceOutOfMemory) else "error")

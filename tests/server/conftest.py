@@ -1,0 +1,67 @@
+"""Shared fixtures: a fast, deterministic simulated engine behind the reference service."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from diffbench.engines.base import GenerationRequest, GenerationResult
+from diffbench.engines.registry import EngineConfig, SimParams
+from diffbench.engines.sim import SimEngine
+from diffbench.server.config import ServerConfig
+
+
+def sim_params(**kw: object) -> SimParams:
+    """Realtime sim without compile, jitter or tails (service time = launch + stages, exactly)."""
+    base = {
+        "realtime": True,
+        "compile_s": 0.0,
+        "jitter": 0.0,
+        "tail_prob": 0.0,
+        "step_s": 0.001,
+        "text_encode_s": 0.001,
+        "vae_decode_s": 0.001,
+        "other_s": 0.001,
+        "launch_s": 0.0,
+    }
+    base.update(kw)
+    return SimParams(**base)  # type: ignore[arg-type]
+
+
+def sim_config(sim: SimParams | None = None, **kw: object) -> ServerConfig:
+    return ServerConfig(engine=EngineConfig(engine="sim", sim=sim or sim_params()), **kw)  # type: ignore[arg-type]
+
+
+class GatedSim(SimEngine):
+    """A sim engine whose generate blocks until ``gate`` is set; records the peak concurrency."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        super().__init__(config)
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+        self._lock = threading.Lock()
+        self.active = 0
+        self.max_active = 0
+        self.prompts: list[str] = []
+
+    def generate(self, request: GenerationRequest) -> GenerationResult:
+        with self._lock:
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+            self.prompts.append(request.prompt)
+        self.entered.set()
+        try:
+            if not self.gate.wait(timeout=20):
+                raise TimeoutError("test gate never opened")
+            if request.prompt == "boom":
+                raise RuntimeError("injected failure")
+            return super().generate(request)
+        finally:
+            with self._lock:
+                self.active -= 1
+
+
+@pytest.fixture
+def gated_engine() -> GatedSim:
+    return GatedSim(EngineConfig(engine="sim", sim=sim_params()))

@@ -1,0 +1,63 @@
+"""The default engine (tiny random-weight FLUX on the CPU) behind ``diffbench serve``, via the OpenAI client."""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import io
+
+import numpy as np
+import pytest
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        importlib.util.find_spec("diffbench.engines.diffusers_engine") is None,
+        reason="diffbench.engines.diffusers_engine is not available yet",
+    ),
+]
+
+
+def test_openai_client_against_diffbench_serve_with_tiny_flux():
+    openai = pytest.importorskip("openai")
+    import httpx
+    from PIL import Image
+
+    from diffbench.engines.base import GenerationRequest
+    from diffbench.engines.registry import EngineConfig, create_engine
+    from diffbench.server.background import run_in_background
+    from diffbench.server.config import ServerConfig
+
+    config = ServerConfig()  # the default: diffusers engine, tiny-flux, CPU
+    assert config.engine.engine == "diffusers" and config.engine.model == "tiny-flux"
+    with run_in_background(config, mode="subprocess") as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
+        model = client.models.list().data[0].id
+        assert model == "tiny-flux"
+        result = client.images.generate(
+            model=model,
+            prompt="a lighthouse at dusk",
+            size="64x48",
+            response_format="b64_json",
+            extra_body={"seed": 5, "num_inference_steps": 2},
+        )
+        extra = result.model_extra or {}
+        assert extra["stage_durations"]["denoise"] > 0 and extra["peak_memory_bytes"] > 0
+        shape = httpx.post(f"{url}/v1/images/generations", json={"prompt": "a", "size": "72x64"}, timeout=60)
+        assert shape.status_code == 400 and "multiple of 16" in shape.json()["error"]["message"]
+    served = np.asarray(Image.open(io.BytesIO(base64.b64decode(result.data[0].b64_json))).convert("RGB"))
+    assert served.shape == (48, 64, 3)
+
+    # Independent reference: the same engine run in this process for the same (prompt, seed, shape).
+    engine = create_engine(EngineConfig())
+    engine.start()
+    try:
+        ref = engine.generate(
+            GenerationRequest(prompt="a lighthouse at dusk", width=64, height=48, steps=2, seed=5)
+        )
+        engine.sync()
+    finally:
+        engine.stop()
+    assert ref.images is not None
+    diff = np.abs(served.astype(np.int16) - ref.images[0].astype(np.int16))
+    assert diff.max() <= 2, diff.max()

@@ -1,0 +1,111 @@
+"""Input validation: status, field and fix in the message; never a 5xx for bad input."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from diffbench.engines.base import GenerationRequest
+from diffbench.engines.registry import EngineConfig
+from diffbench.engines.sim import SimEngine
+from diffbench.errors import ShapeError
+from diffbench.server.app import create_app
+from diffbench.server.config import Limits
+
+from .conftest import sim_config, sim_params
+
+URL = "/v1/images/generations"
+
+
+class Multiple32Sim(SimEngine):
+    """An engine that, like a real pipeline, refuses sides that are not multiples of 32."""
+
+    def validate(self, request: GenerationRequest) -> None:
+        if request.width % 32:
+            raise ShapeError(f"width {request.width} is not a multiple of 32; use {request.width // 32 * 32}")
+
+
+@pytest.fixture(scope="module")
+def client():
+    with TestClient(create_app(sim_config(limits=Limits(max_prompt_chars=50)))) as c:
+        yield c
+
+
+def _err(resp):
+    body = resp.json()
+    assert set(body) == {"error"}, body
+    return body["error"]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param", "fragments"),
+    [
+        ({"prompt": "a", "size": "64by64"}, 400, "size", ["not WIDTHxHEIGHT"]),
+        ({"prompt": "a", "size": "100x64"}, 400, "size", ["width 100", "multiple of 8", "use 96 or 104"]),
+        ({"prompt": "a", "size": "64x8192"}, 400, "size", ["height 8192", "16..4096"]),
+        (
+            {"prompt": "a", "num_inference_steps": 0},
+            422,
+            "num_inference_steps",
+            ["greater than or equal to 1"],
+        ),
+        (
+            {"prompt": "a", "num_inference_steps": 201},
+            422,
+            "num_inference_steps",
+            ["maximum 200", "at most 200"],
+        ),
+        ({"prompt": "a", "n": 11}, 422, "n", ["11 is above the maximum 10"]),
+        ({"prompt": "a", "n": 0}, 422, "n", ["greater than or equal to 1"]),
+        ({"prompt": ""}, 422, "prompt", ["at least 1 character"]),
+        ({"prompt": "   "}, 422, "prompt", ["empty or only whitespace"]),
+        ({"prompt": "x" * 51}, 422, "prompt", ["51 characters", "limit of 50"]),
+        ({"prompt": "a", "guidance_scale": 25}, 422, "guidance_scale", ["less than or equal to 20"]),
+        ({"prompt": "a", "response_format": "url"}, 422, "response_format", ["b64_json"]),
+        ({"size": "64x64"}, 422, "prompt", ["Field required"]),
+        ({"prompt": "a", "model": "other-model"}, 404, "model", ["'other-model' is not served", "'sim'"]),
+    ],
+)
+def test_bad_input_names_field_and_fix(client, body, status, param, fragments):
+    resp = client.post(URL, json=body)
+    assert resp.status_code == status, resp.text
+    err = _err(resp)
+    assert err["param"] == param
+    for frag in fragments:
+        assert frag in err["message"], err["message"]
+
+
+def test_malformed_json_is_4xx(client):
+    resp = client.post(URL, content=b"{not json", headers={"content-type": "application/json"})
+    assert resp.status_code == 422
+    assert "not valid JSON" in _err(resp)["message"]
+
+
+def test_engine_shape_error_is_400():
+    engine = Multiple32Sim(EngineConfig(engine="sim", sim=sim_params()))
+    with TestClient(create_app(sim_config(), engine=engine)) as c:
+        resp = c.post(URL, json={"prompt": "a", "size": "48x64"})
+        assert resp.status_code == 400
+        err = _err(resp)
+        assert err["code"] == "invalid_shape" and err["param"] == "size"
+        assert "width 48 is not a multiple of 32; use 32" in err["message"]
+        assert c.post(URL, json={"prompt": "a", "size": "64x48"}).status_code == 200
+    assert engine.launches == 1  # the refused request never reached the device
+
+
+def test_unknown_fields_are_reported_back(client):
+    resp = client.post(URL, json={"prompt": "a", "size": "32x32", "true_cfg_scale": 4.0, "frobnicate": 1})
+    assert resp.status_code == 200
+    assert resp.json()["ignored_parameters"] == ["frobnicate", "true_cfg_scale"]
+
+
+def test_invalid_requests_are_counted(client):
+    before = _invalid_count(client)
+    client.post(URL, json={"prompt": "a", "n": 11})
+    client.post(URL, json={"prompt": "a", "size": "7x7"})
+    assert _invalid_count(client) == before + 2
+
+
+def _invalid_count(client) -> float:
+    line = next(x for x in client.get("/metrics").text.splitlines() if 'outcome="invalid"' in x)
+    return float(line.rsplit(" ", 1)[1])
