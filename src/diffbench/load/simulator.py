@@ -1,0 +1,301 @@
+"""Discrete-event simulation of ``c`` identical devices behind one FCFS queue.
+
+Model: requests are served first come, first served by ``c`` identical devices; a request starts when it
+has arrived and a device is free, and runs for its service time. For FCFS with identical servers each
+arrival takes the earliest-free device, so the whole simulation is one pass over arrivals in time order
+with a heap of device free times (``start = max(arrival, min free time)``), O(n log c).
+
+- **Open loop** (:func:`simulate_open`): arrivals from any schedule of :mod:`diffbench.load.schedules`,
+  independent of the queue.
+- **Closed loop** (:func:`simulate_closed`): ``N`` users, all ready at t = 0; each sends its next request
+  ``think`` seconds after its previous one completes, and stops sending at ``duration_s`` (requests already
+  sent complete).
+
+Records follow :class:`~diffbench.core.records.RequestRecord`: ``intended = sent = arrival`` (the simulated
+client is never late), ``done = completion``, outcome ``ok``; latency from arrival = waiting + service.
+Results are summarised with the same :class:`~diffbench.load.summary.RateSummary` as ``diffbench load``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from diffbench.core.records import RequestRecord
+from diffbench.errors import UsageError
+from diffbench.load.knee import SweepResult, analyze_sweep
+from diffbench.load.schedules import ScheduleSpec, build_schedule
+from diffbench.load.service_time import ServiceTime, load_service_samples, parse_service
+from diffbench.load.summary import RateSummary, summarize_columns
+
+
+def fcfs_completions(arrivals: np.ndarray, service: np.ndarray, devices: int) -> np.ndarray:
+    """Completion times of FCFS service on ``devices`` identical servers.
+
+    Args:
+        arrivals: float64 seconds, sorted non-decreasing, shape (n,).
+        service: float64 seconds >= 0, shape (n,), the service time of each arrival.
+        devices: number of servers, >= 1.
+
+    Returns:
+        float64 completion times in seconds, shape (n,); waiting time = done - service - arrival.
+
+    Raises:
+        ValueError: mismatched shapes or devices < 1.
+    """
+    if arrivals.shape != service.shape:
+        raise ValueError(f"arrivals {arrivals.shape} and service {service.shape} differ in shape")
+    if devices < 1:
+        raise ValueError(f"devices must be >= 1, got {devices}")
+    free = [0.0] * devices  # a valid heap: all equal
+    replace = heapq.heapreplace
+    out: list[float] = []
+    append = out.append
+    for a, s in zip(arrivals.tolist(), service.tolist(), strict=True):
+        f = free[0]
+        d = (a if a > f else f) + s
+        replace(free, d)
+        append(d)
+    return np.asarray(out, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class SimRun:
+    """One simulated rate or user count, as columns (float64 seconds, shape (n,), in arrival order)."""
+
+    mode: Literal["open", "closed"]
+    intended: np.ndarray
+    done: np.ndarray
+    service: np.ndarray
+    duration_s: float
+    offered_rate: float | None = None
+    users: int | None = None
+
+    @property
+    def latency(self) -> np.ndarray:
+        """Latency from arrival (waiting + service), seconds."""
+        return self.done - self.intended
+
+    @property
+    def waiting(self) -> np.ndarray:
+        """Time in queue before service, seconds."""
+        return self.done - self.service - self.intended
+
+    def summary(self, slo_s: float | None = None) -> RateSummary:
+        """The :class:`RateSummary` of this run (same format as ``diffbench load``)."""
+        return summarize_columns(self.intended, self.intended, self.done, None, offered_rate=self.offered_rate,
+                                 duration_s=self.duration_s, slo_s=slo_s, mode=self.mode, users=self.users)
+
+    def to_records(self) -> list[RequestRecord]:
+        """Per-request records (intended = sent = arrival, done = completion, outcome ok)."""
+        rate = self.offered_rate
+        return [RequestRecord(id=i, rate=rate, intended_s=a, sent_s=a, done_s=d, outcome="ok")
+                for i, (a, d) in enumerate(zip(self.intended.tolist(), self.done.tolist(), strict=True))]
+
+
+def simulate_open(
+    arrivals: np.ndarray,
+    service: ServiceTime,
+    devices: int,
+    rng: np.random.Generator,
+    *,
+    duration_s: float,
+    offered_rate: float | None = None,
+) -> SimRun:
+    """Open loop: ``arrivals`` (float64 seconds, sorted) served FCFS by ``devices`` servers.
+
+    Args:
+        arrivals: arrival times from a schedule, seconds.
+        service: the service-time distribution (one draw per request).
+        devices: number of identical devices, >= 1.
+        rng: generator for service times.
+        duration_s: the schedule's window in seconds (for the summary's halves).
+        offered_rate: target req/s recorded in the summary.
+    """
+    arrivals = np.asarray(arrivals, dtype=np.float64)
+    svc = service.sample(arrivals.size, rng)
+    done = fcfs_completions(arrivals, svc, devices)
+    return SimRun("open", arrivals, done, svc, float(duration_s), offered_rate=offered_rate)
+
+
+def simulate_closed(
+    users: int,
+    duration_s: float,
+    service: ServiceTime,
+    devices: int,
+    rng: np.random.Generator,
+    *,
+    think: ServiceTime | None = None,
+) -> SimRun:
+    """Closed loop: ``users`` users, each sending again ``think`` seconds after its previous completion.
+
+    All users are ready at t = 0; no request is sent at or after ``duration_s`` seconds; requests in
+    flight at that time complete.
+
+    Args:
+        users: number of users, >= 1.
+        duration_s: seconds during which users send, > 0.
+        service: service-time distribution.
+        devices: identical devices, >= 1.
+        rng: generator for service (and think) times.
+        think: think-time distribution in seconds (None: send again immediately).
+
+    Raises:
+        UsageError: users, devices or duration_s not positive.
+    """
+    if users < 1 or devices < 1 or not duration_s > 0:
+        raise UsageError(f"closed loop needs users >= 1, devices >= 1, duration > 0; got {users}, {devices}, "
+                         f"{duration_s}")
+    block = 65536
+    svc_block: list[float] = []
+    think_block: list[float] = []
+    ready = [0.0] * users
+    free = [0.0] * devices
+    replace = heapq.heapreplace
+    intended: list[float] = []
+    done: list[float] = []
+    svc_used: list[float] = []
+    si = ti = 0
+    while ready[0] < duration_s:
+        if si == len(svc_block):
+            svc_block, si = service.sample(block, rng).tolist(), 0
+        s = svc_block[si]
+        si += 1
+        r = ready[0]
+        f = free[0]
+        d = (r if r > f else f) + s
+        replace(free, d)
+        nxt = d
+        if think is not None:
+            if ti == len(think_block):
+                think_block, ti = think.sample(block, rng).tolist(), 0
+            nxt += think_block[ti]
+            ti += 1
+        replace(ready, nxt)
+        intended.append(r)
+        done.append(d)
+        svc_used.append(s)
+    return SimRun("closed", np.asarray(intended), np.asarray(done), np.asarray(svc_used), float(duration_s),
+                  users=users)
+
+
+class SimConfig(BaseModel):
+    """What ``diffbench simulate`` runs.
+
+    ``service`` is an expression (see :mod:`diffbench.load.service_time`) or None when ``service_from``
+    names a measured run; ``schedule`` is the open-loop arrival template (its rate is replaced by each of
+    ``rates``; a ramp or trace runs once); ``think`` is a think-time expression for closed loop; durations
+    in seconds; ``slo_s`` the latency-from-arrival objective.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    devices: int = Field(ge=1)
+    service: str | None = None
+    service_from: str | None = None
+    mode: Literal["open", "closed"] = "open"
+    rates: list[float] = []
+    users: list[int] = []
+    schedule: ScheduleSpec = ScheduleSpec()
+    duration_s: float = Field(gt=0)
+    think: str | None = None
+    slo_s: float | None = None
+    seed: int = 0
+
+
+def service_of(config: SimConfig) -> ServiceTime:
+    """The service-time distribution of a config.
+
+    Raises:
+        UsageError: neither or both of ``service`` / ``service_from``, or a bad expression.
+        InputError: an unreadable ``service_from`` file.
+    """
+    if (config.service is None) == (config.service_from is None):
+        raise UsageError("give exactly one of --service EXPR or --service-from RUN.json/.jsonl")
+    if config.service is not None:
+        return parse_service(config.service)
+    return load_service_samples(config.service_from or "")
+
+
+def simulate_sweep(config: SimConfig, on_run: Callable[[SimRun], None] | None = None) -> SweepResult:
+    """Simulate every rate (open loop) or user count (closed loop) of ``config`` and analyse the sweep.
+
+    Each row ``i`` draws from ``numpy.random.SeedSequence([seed, i])`` (arrivals and service streams
+    spawned from it), so rows are independent and a run is reproducible.
+
+    Args:
+        config: the simulation.
+        on_run: called with each :class:`SimRun` as it finishes (e.g. to stream records to JSONL).
+
+    Raises:
+        UsageError: no rates / users for the mode, or an invalid option (see :func:`service_of`).
+    """
+    service = service_of(config)
+    think = parse_service(config.think) if config.think else None
+    rows: list[RateSummary] = []
+    runs: list[tuple[int, float | None, int | None]] = []
+    spec = config.schedule.model_copy(update={"duration_s": config.duration_s})
+    if config.mode == "open":
+        if spec.kind in ("ramp", "trace"):
+            if config.rates:
+                raise UsageError(f"a {spec.kind} schedule runs once; drop --rates")
+            runs = [(0, spec.offered_rate, None)]
+        else:
+            if not config.rates:
+                raise UsageError("open loop needs --rates R1,R2,... (requests per second)")
+            runs = [(i, r, None) for i, r in enumerate(config.rates)]
+    else:
+        if not config.users:
+            raise UsageError("closed loop needs --users N1,N2,...")
+        runs = [(i, None, u) for i, u in enumerate(config.users)]
+    for i, rate, users in runs:
+        arr_rng, svc_rng = (np.random.default_rng(s) for s in np.random.SeedSequence([config.seed, i]).spawn(2))
+        if users is None:
+            row_spec = spec.with_rate(rate) if spec.kind not in ("ramp", "trace") and rate else spec
+            arrivals = build_schedule(row_spec, seed=arr_rng)
+            duration = config.duration_s
+            if spec.kind == "trace" and arrivals.size > 1:  # the window ends one mean gap after the last
+                duration = min(duration, float(arrivals[-1]) * arrivals.size / (arrivals.size - 1))
+            offered = rate if rate is not None else _trace_rate(arrivals, duration)
+            run = simulate_open(arrivals, service, config.devices, svc_rng, duration_s=duration,
+                                offered_rate=offered)
+        else:
+            run = simulate_closed(users, config.duration_s, service, config.devices, svc_rng, think=think)
+        if on_run is not None:
+            on_run(run)
+        rows.append(run.summary(config.slo_s))
+    conditions = {
+        "devices": str(config.devices),
+        "service": service.text,
+        "service_mean_s": f"{service.mean:.6g}",
+        "capacity_rps_model": f"{config.devices / service.mean:.6g}",
+        "duration_s": f"{config.duration_s:g}",
+        "seed": str(config.seed),
+    }
+    if config.mode == "open":
+        conditions["arrival"] = config.schedule.kind
+        if config.schedule.kind == "gamma":
+            conditions["burstiness"] = f"{config.schedule.burstiness:g}"
+    elif think is not None:
+        conditions["think"] = think.text
+    return analyze_sweep(rows, slo_s=config.slo_s, source="simulate", conditions=conditions)
+
+
+def _trace_rate(arrivals: np.ndarray, duration: float) -> float | None:
+    return arrivals.size / duration if duration > 0 and arrivals.size else None
+
+
+__all__ = [
+    "SimConfig",
+    "SimRun",
+    "fcfs_completions",
+    "service_of",
+    "simulate_closed",
+    "simulate_open",
+    "simulate_sweep",
+]

@@ -1,0 +1,414 @@
+"""The per-rate summary shared by ``diffbench load`` and ``diffbench simulate``.
+
+One :class:`RateSummary` per offered rate (open loop) or user count (closed loop), computed once from the
+per-request records (:class:`~diffbench.core.records.RequestRecord`) and never re-measured.
+
+Definitions (all times in seconds on the run clock):
+
+- *scheduled rate*: ``(n - 1) / (last intended - first intended)`` over all records (open loop only): the
+  rate of the schedule actually drawn, so the Poisson count noise of a random schedule is not blamed on the
+  client.
+- *achieved rate*: ``(n_sent - 1) / (last send - first send)``: sends per second over the send window.
+  Warned when below 98 % of the scheduled rate (open loop).
+- *throughput*: completed requests (any outcome except ``cancelled``) per second over the completion window
+  ``[first intended, last done]``.
+- *goodput*: ``ok`` requests whose latency from intended arrival is ``<= slo_s``, per second over the same
+  window; without an SLO it is the throughput of ``ok`` requests. Failed requests never count as good.
+- *latency from arrival* = done − intended (free of coordinated omission); *latency from send* = done − sent;
+  both over ``ok`` requests only (failures are counted in ``outcomes``, never dropped silently).
+- *lag* = sent − intended over sent requests (includes client queue time under an in-flight cap);
+  warned when its p99 exceeds 10 ms.
+
+Divergence ("unstable: p99 depends on test duration") is checked on open-loop rows by
+:func:`detect_divergence` (the rule is documented there); a closed loop holds at most ``users`` requests,
+so its queue is bounded by construction and it is never flagged.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from diffbench.core.records import OUTCOMES, RequestRecord
+from diffbench.core.stats import Summary, summarize
+
+SCHEMA_VERSION = 1
+LAG_P99_WARN_S = 0.010
+ACHIEVED_RATE_WARN_FRACTION = 0.98
+
+# Divergence rule constants (see detect_divergence).
+DIVERGENCE_MIN_N = 20
+DIVERGENCE_P50_RATIO = 1.5
+DIVERGENCE_GROWTH_FRACTION = 0.02
+UNSTABLE_MESSAGE = "unstable: p99 depends on test duration"
+
+_OUTCOME_CODE = {name: i for i, name in enumerate(OUTCOMES)}
+_OK = _OUTCOME_CODE["ok"]
+_CANCELLED = _OUTCOME_CODE["cancelled"]
+# Outcomes that mean the request was (or may have been) served, so its latency reflects the queue.
+_QUEUE_OUTCOMES = tuple(_OUTCOME_CODE[k] for k in ("ok", "timeout", "invalid_payload", "cancelled"))
+
+
+class Divergence(BaseModel):
+    """Result of the first-half / second-half comparison of one measurement window.
+
+    ``checked`` is False when a half has fewer than ``DIVERGENCE_MIN_N`` samples (then ``unstable`` is
+    False and ``reason`` says why). Latencies are from intended arrival in seconds; ``backlog_*`` count
+    requests that had arrived but not completed at the middle and at the end of the window.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    checked: bool
+    unstable: bool
+    reason: str
+    first_half_n: int = 0
+    second_half_n: int = 0
+    first_half_p50_s: float | None = None
+    second_half_p50_s: float | None = None
+    first_half_p90_s: float | None = None
+    second_half_p90_s: float | None = None
+    backlog_mid: int = 0
+    backlog_end: int = 0
+
+
+class ShapeSummary(BaseModel):
+    """Per-shape breakdown: request count, outcome counts and latency from arrival of ok requests (s)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    n: int
+    outcomes: dict[str, int]
+    latency_from_arrival_s: Summary
+
+
+class RateSummary(BaseModel):
+    """Everything reported for one rate (open loop) or one user count (closed loop).
+
+    Rates are requests per second; latencies are :class:`~diffbench.core.stats.Summary` objects in seconds
+    (``n, mean, std, min, max, p50, p90, p99, p999``). ``outcomes`` has a count for every kind in
+    :data:`~diffbench.core.records.OUTCOMES`; ``statuses`` counts HTTP status codes (keys are the code as
+    text). ``server_stages_s`` is the mean per server-reported stage over ok requests that reported it.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    schema_version: int = SCHEMA_VERSION
+    mode: Literal["open", "closed"]
+    offered_rate: float | None
+    users: int | None = None
+    duration_s: float
+    slo_s: float | None = None
+    n: int
+    n_sent: int
+    n_completed: int
+    scheduled_rate: float | None
+    achieved_rate: float
+    throughput: float
+    goodput: float
+    latency_from_arrival_s: Summary
+    latency_from_send_s: Summary
+    lag_s: Summary
+    client_queue_s: Summary
+    outcomes: dict[str, int]
+    statuses: dict[str, int] = {}
+    retry_after_s: Summary | None = None
+    per_shape: dict[str, ShapeSummary] = {}
+    server_stages_s: dict[str, float] = {}
+    server_peak_memory_bytes: int | None = None
+    divergence: Divergence
+    unstable: bool
+    warnings: list[str] = []
+
+
+def _span_rate(times: np.ndarray) -> float:
+    """(n - 1) / (max - min); NaN when fewer than 2 times or a zero span."""
+    if times.size < 2:
+        return math.nan
+    span = float(times.max() - times.min())
+    return (times.size - 1) / span if span > 0 else math.nan
+
+
+def detect_divergence(
+    intended: np.ndarray,
+    done: np.ndarray,
+    outcome_codes: np.ndarray,
+    duration_s: float,
+) -> Divergence:
+    """Flag a window whose queue grows without bound ("unstable: p99 depends on test duration").
+
+    Rule: split the window ``[t0, t0 + duration_s)`` (``t0`` = first intended arrival) into halves by
+    intended arrival. Take latency from arrival of requests that reached the server's queue (ok, timeout,
+    invalid payload, cancelled; fast rejections and connection errors are left out). A request that never
+    finished gets the lower bound ``t_end - intended`` with ``t_end`` the last completion in the run.
+    The window is *unstable* when both hold:
+
+    1. p50 of the second half >= ``DIVERGENCE_P50_RATIO`` (1.5) × p50 of the first half, and
+    2. the p50 grew by >= ``DIVERGENCE_GROWTH_FRACTION`` (2 %) of the half-window length, i.e. latency
+       keeps rising at a sustained slope (an M/G/c queue above capacity grows its wait by
+       ``(λ/μc - 1)`` seconds per second; a stable queue's p50 does not trend with time).
+
+    Both halves need at least ``DIVERGENCE_MIN_N`` (20) samples, else ``checked`` is False.
+    Measured on the simulator (4 devices, service ``3.0*N(1,0.02)+0.8*B(0.1)``, capacity 1.30 req/s, Poisson
+    arrivals, 1800 s, 200 seeds): flagged in 0 % of runs at 1.0 and 1.2 req/s (ρ = 0.77, 0.92), 3.5 % at
+    1.25 (ρ = 0.96, where p99 does depend strongly on duration), 99 % at 1.4 req/s (ρ = 1.08).
+    Backlog at the middle and end of the window is reported alongside (not part of the rule).
+
+    Args:
+        intended, done: float64 seconds, NaN in ``done`` for unfinished requests; same length.
+        outcome_codes: int index into :data:`~diffbench.core.records.OUTCOMES`, same length.
+        duration_s: window length in seconds, > 0.
+    """
+    n = intended.size
+    if n == 0:
+        return Divergence(checked=False, unstable=False, reason="no requests")
+    t0 = float(intended.min())
+    mid = t0 + duration_s / 2.0
+    end = t0 + duration_s
+    finished = ~np.isnan(done)
+    backlog_mid = int(np.count_nonzero((intended < mid) & (~finished | (done >= mid))))
+    backlog_end = int(np.count_nonzero((intended < end) & (~finished | (done >= end))))
+    t_end = float(done[finished].max()) if finished.any() else end
+    lat = np.where(finished, done, max(t_end, end)) - intended
+    use = np.isin(outcome_codes, _QUEUE_OUTCOMES) | ~finished
+    first = lat[use & (intended < mid)]
+    second = lat[use & (intended >= mid) & (intended < end)]
+    common = {"first_half_n": int(first.size), "second_half_n": int(second.size),
+              "backlog_mid": backlog_mid, "backlog_end": backlog_end}
+    if first.size < DIVERGENCE_MIN_N or second.size < DIVERGENCE_MIN_N:
+        return Divergence(checked=False, unstable=False,
+                          reason=f"too few requests per half (need >= {DIVERGENCE_MIN_N})", **common)
+    p50a, p90a = (float(v) for v in np.percentile(first, [50, 90]))
+    p50b, p90b = (float(v) for v in np.percentile(second, [50, 90]))
+    growth = p50b - p50a
+    ratio = p50b / p50a if p50a > 0 else math.inf
+    unstable = ratio >= DIVERGENCE_P50_RATIO and growth >= DIVERGENCE_GROWTH_FRACTION * duration_s / 2.0
+    if unstable:
+        reason = (f"{UNSTABLE_MESSAGE} (p50 from arrival {p50a:.3g} s in the first half, {p50b:.3g} s in the "
+                  f"second; backlog {backlog_mid} -> {backlog_end})")
+    else:
+        reason = f"stable (p50 from arrival {p50a:.3g} s -> {p50b:.3g} s between halves)"
+    return Divergence(checked=True, unstable=unstable, reason=reason, first_half_p50_s=p50a,
+                      second_half_p50_s=p50b, first_half_p90_s=p90a, second_half_p90_s=p90b, **common)
+
+
+def summarize_columns(
+    intended: np.ndarray,
+    sent: np.ndarray,
+    done: np.ndarray,
+    outcome_codes: np.ndarray | None = None,
+    *,
+    offered_rate: float | None,
+    duration_s: float,
+    slo_s: float | None = None,
+    mode: Literal["open", "closed"] = "open",
+    users: int | None = None,
+    client_queue: np.ndarray | None = None,
+    retry_after: np.ndarray | None = None,
+    statuses: dict[str, int] | None = None,
+    per_shape: dict[str, ShapeSummary] | None = None,
+    server_stages_s: dict[str, float] | None = None,
+    server_peak_memory_bytes: int | None = None,
+) -> RateSummary:
+    """:func:`summarize_rate` on columns (fast path for the simulator; no per-request objects).
+
+    Args:
+        intended, sent, done: float64 arrays of seconds, same length n; NaN in ``sent``/``done`` means
+            not sent / not finished.
+        outcome_codes: int array, index into :data:`~diffbench.core.records.OUTCOMES`; None = all ok.
+        client_queue: float64 seconds per request (None = zeros).
+        retry_after: float64 seconds per request, NaN where absent (None = none).
+        Other arguments as in :func:`summarize_rate`.
+    """
+    intended = np.asarray(intended, dtype=np.float64)
+    sent = np.asarray(sent, dtype=np.float64)
+    done = np.asarray(done, dtype=np.float64)
+    n = intended.size
+    codes = np.zeros(n, dtype=np.int64) if outcome_codes is None else np.asarray(outcome_codes, dtype=np.int64)
+    warnings: list[str] = []
+    if slo_s is not None and not slo_s > 0:
+        raise ValueError(f"slo_s must be > 0 seconds, got {slo_s}")
+    if not duration_s > 0:
+        raise ValueError(f"duration_s must be > 0 seconds, got {duration_s}")
+    if not (sent.size == n and done.size == n and codes.size == n):
+        raise ValueError(f"intended, sent, done and outcome_codes must have one length, got {n}, {sent.size}, "
+                         f"{done.size}, {codes.size}")
+
+    is_sent = ~np.isnan(sent)
+    finished = ~np.isnan(done)
+    ok = (codes == _OK) & finished
+    completed = finished & (codes != _CANCELLED)
+
+    lat_arrival = (done - intended)[ok]
+    lat_send_mask = ok & is_sent
+    lat_send = (done - sent)[lat_send_mask]
+    lag = (sent - intended)[is_sent]
+    cq = np.zeros(int(is_sent.sum())) if client_queue is None else np.asarray(client_queue, np.float64)[is_sent]
+
+    s_arrival = summarize(lat_arrival, check=(90, 99, 99.9))
+    s_send = summarize(lat_send, check=(90, 99, 99.9))
+    s_lag = summarize(lag)
+    s_cq = summarize(cq)
+
+    scheduled = _span_rate(intended) if mode == "open" else None
+    achieved = _span_rate(sent[is_sent])
+    if math.isnan(achieved):
+        achieved = int(is_sent.sum()) / duration_s
+    if scheduled is not None and math.isnan(scheduled):
+        scheduled = n / duration_s
+
+    t_start = float(intended.min()) if n else 0.0
+    t_end = float(done[completed].max()) if completed.any() else t_start
+    window = t_end - t_start
+    if window <= 0:
+        window = duration_s
+    n_completed = int(completed.sum())
+    throughput = n_completed / window
+    good = int(np.count_nonzero(lat_arrival <= slo_s)) if slo_s is not None else int(ok.sum())
+    goodput = good / window
+
+    outcomes = {name: int(np.count_nonzero(codes == i)) for i, name in enumerate(OUTCOMES)}
+
+    retry_summary = None
+    if retry_after is not None:
+        ra = np.asarray(retry_after, dtype=np.float64)
+        ra = ra[~np.isnan(ra)]
+        if ra.size:
+            retry_summary = summarize(ra)
+
+    if s_lag.n and s_lag.p99 > LAG_P99_WARN_S:
+        warnings.append(f"client lag p99 {s_lag.p99 * 1e3:.1f} ms exceeds {LAG_P99_WARN_S * 1e3:.0f} ms: "
+                        "the client did not send on time")
+    if scheduled is not None and scheduled > 0 and achieved < ACHIEVED_RATE_WARN_FRACTION * scheduled:
+        warnings.append(f"achieved rate {achieved:.4g} req/s is below {ACHIEVED_RATE_WARN_FRACTION:.0%} of "
+                        f"the scheduled {scheduled:.4g} req/s")
+    warnings.extend(f"latency from arrival: {w}" for w in s_arrival.warnings if w != "no samples")
+    if n and s_arrival.n == 0:
+        warnings.append("no ok requests: latency percentiles are undefined")
+    not_ok = n - int(ok.sum())
+    if not_ok:
+        warnings.append(f"{not_ok} of {n} requests did not succeed (see outcomes); they are excluded from "
+                        "latency percentiles and counted in goodput as not good")
+
+    if mode == "closed":
+        divergence = Divergence(checked=False, unstable=False,
+                                reason="closed loop: at most `users` requests are in the system, so the queue "
+                                       "cannot grow without bound")
+    else:
+        divergence = detect_divergence(intended, done, codes, duration_s)
+
+    return RateSummary(
+        mode=mode,
+        offered_rate=offered_rate,
+        users=users,
+        duration_s=float(duration_s),
+        slo_s=slo_s,
+        n=n,
+        n_sent=int(is_sent.sum()),
+        n_completed=n_completed,
+        scheduled_rate=scheduled,
+        achieved_rate=float(achieved),
+        throughput=float(throughput),
+        goodput=float(goodput),
+        latency_from_arrival_s=s_arrival,
+        latency_from_send_s=s_send,
+        lag_s=s_lag,
+        client_queue_s=s_cq,
+        outcomes=outcomes,
+        statuses=statuses or {},
+        retry_after_s=retry_summary,
+        per_shape=per_shape or {},
+        server_stages_s=server_stages_s or {},
+        server_peak_memory_bytes=server_peak_memory_bytes,
+        divergence=divergence,
+        unstable=divergence.unstable,
+        warnings=warnings,
+    )
+
+
+def _per_shape(records: Sequence[RequestRecord]) -> dict[str, ShapeSummary]:
+    groups: dict[str, list[RequestRecord]] = {}
+    for r in records:
+        groups.setdefault(r.shape, []).append(r)
+    if set(groups) == {""}:
+        return {}
+    out = {}
+    for shape, rs in sorted(groups.items()):
+        lat = [r.done_s - r.intended_s for r in rs if r.outcome == "ok" and r.done_s is not None]
+        counts = {k: 0 for k in OUTCOMES}
+        for r in rs:
+            counts[r.outcome] += 1
+        out[shape or "(none)"] = ShapeSummary(n=len(rs), outcomes=counts, latency_from_arrival_s=summarize(lat))
+    return out
+
+
+def summarize_rate(
+    records: Sequence[RequestRecord],
+    *,
+    offered_rate: float | None,
+    duration_s: float,
+    slo_s: float | None = None,
+    mode: Literal["open", "closed"] = "open",
+    users: int | None = None,
+) -> RateSummary:
+    """Summarize the records of one rate (open loop) or one user count (closed loop).
+
+    Args:
+        records: every request of the rate, whatever its outcome (never drop failures).
+        offered_rate: target requests per second (None for closed loop).
+        duration_s: the scheduled measurement window in seconds (> 0), used for the divergence halves.
+        slo_s: latency-from-arrival objective in seconds for goodput (None: goodput = ok throughput).
+        mode: ``"open"`` or ``"closed"``.
+        users: closed-loop user count.
+
+    Returns:
+        The :class:`RateSummary` (see the module docstring for every definition).
+
+    Raises:
+        ValueError: ``duration_s`` or ``slo_s`` not positive.
+    """
+    if not duration_s > 0:
+        raise ValueError(f"duration_s must be > 0 seconds, got {duration_s}")
+    nan = math.nan
+    intended = np.fromiter((r.intended_s for r in records), dtype=np.float64, count=len(records))
+    sent = np.fromiter((nan if r.sent_s is None else r.sent_s for r in records), np.float64, len(records))
+    done = np.fromiter((nan if r.done_s is None else r.done_s for r in records), np.float64, len(records))
+    codes = np.fromiter((_OUTCOME_CODE[r.outcome] for r in records), np.int64, len(records))
+    cq = np.fromiter((r.client_queue_s for r in records), np.float64, len(records))
+    ra = np.fromiter((nan if r.retry_after_s is None else r.retry_after_s for r in records), np.float64,
+                     len(records))
+    statuses: dict[str, int] = {}
+    stage_sum: dict[str, float] = {}
+    stage_n: dict[str, int] = {}
+    peak: int | None = None
+    for r in records:
+        if r.status is not None:
+            statuses[str(r.status)] = statuses.get(str(r.status), 0) + 1
+        if r.outcome == "ok":
+            for name, value in r.server_stages_s.items():
+                stage_sum[name] = stage_sum.get(name, 0.0) + value
+                stage_n[name] = stage_n.get(name, 0) + 1
+        if r.server_peak_memory_bytes is not None:
+            peak = r.server_peak_memory_bytes if peak is None else max(peak, r.server_peak_memory_bytes)
+    stages = {k: stage_sum[k] / stage_n[k] for k in sorted(stage_sum)}
+    return summarize_columns(
+        intended, sent, done, codes,
+        offered_rate=offered_rate, duration_s=duration_s, slo_s=slo_s, mode=mode, users=users,
+        client_queue=cq, retry_after=ra, statuses=dict(sorted(statuses.items())),
+        per_shape=_per_shape(records), server_stages_s=stages, server_peak_memory_bytes=peak,
+    )
+
+
+__all__ = [
+    "Divergence",
+    "RateSummary",
+    "ShapeSummary",
+    "UNSTABLE_MESSAGE",
+    "detect_divergence",
+    "summarize_columns",
+    "summarize_rate",
+]

@@ -1,0 +1,141 @@
+"""Render a :class:`~diffbench.load.knee.SweepResult` (``diffbench load`` / ``diffbench simulate``) with rich.
+
+One row per offered rate (open loop) or user count (closed loop): offered and achieved rate, throughput,
+goodput (req/s); latency from intended arrival p50/p90/p99/p99.9 and p99 from send; client lag p99;
+outcome counts; flags (``KNEE``, ``unstable``, warnings). Stored seconds are shown as ms below 1 s.
+"""
+
+from __future__ import annotations
+
+import math
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from diffbench.load.knee import SweepResult
+from diffbench.load.summary import RateSummary
+
+
+def fmt_seconds(v: float | None) -> str:
+    """Seconds as text: ``"—"`` for None/NaN, ms below 1 s, else seconds with 3 significant digits."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "—"
+    if abs(v) < 1.0:
+        return f"{v * 1e3:.3g}ms"
+    return f"{v:.3g}s" if abs(v) < 1000 else f"{v:.0f}s"
+
+
+def _rate(v: float | None) -> str:
+    return "—" if v is None or math.isnan(v) else f"{v:.3g}"
+
+
+def _outcomes(row: RateSummary) -> str:
+    parts = [f"ok {row.outcomes.get('ok', 0)}"]
+    parts += [f"{k} {v}" for k, v in row.outcomes.items() if k != "ok" and v]
+    return " · ".join(parts)
+
+
+def _flags(row: RateSummary, is_knee: bool) -> Text:
+    out = Text()
+    if is_knee:
+        out.append("KNEE ", style="bold green")
+    if row.unstable:
+        out.append("UNSTABLE ", style="bold red")
+    if row.warnings:
+        out.append(f"{len(row.warnings)} warning(s)", style="yellow")
+    return out
+
+
+def sweep_table(result: SweepResult, title: str | None = None) -> Table:
+    """The per-rate table of a sweep (rates or users as rows, knee marked)."""
+    closed = result.mode == "closed"
+    table = Table(title=title or f"{result.source} · {result.mode} loop", title_justify="left",
+                  box=box.SIMPLE_HEAD, caption="rates in req/s; p50..p99.9: latency from intended arrival (ok "
+                  "requests); p99 send: from actual send", caption_justify="left")
+    table.add_column("users" if closed else "offered", justify="right", no_wrap=True)
+    for name in ("achieved", "thruput", "goodput", "p50", "p90", "p99", "p99.9", "p99 send", "lag p99", "n"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("outcomes")
+    table.add_column("flags")
+    for i, row in enumerate(result.rates):
+        lat = row.latency_from_arrival_s
+        is_knee = result.knee.index == i
+        table.add_row(
+            str(row.users) if closed else _rate(row.offered_rate),
+            _rate(row.achieved_rate),
+            _rate(row.throughput),
+            _rate(row.goodput),
+            fmt_seconds(lat.p50), fmt_seconds(lat.p90), fmt_seconds(lat.p99), fmt_seconds(lat.p999),
+            fmt_seconds(row.latency_from_send_s.p99),
+            fmt_seconds(row.lag_s.p99),
+            str(lat.n),
+            _outcomes(row),
+            _flags(row, is_knee),
+            style="bold" if is_knee else None,
+        )
+    return table
+
+
+def _row_label(row: RateSummary) -> str:
+    return f"{row.users} users" if row.mode == "closed" else f"{_rate(row.offered_rate)} req/s"
+
+
+def per_shape_table(result: SweepResult) -> Table | None:
+    """Per-shape breakdown (rows: rate x shape) with latency from arrival; None when no row has shapes."""
+    if not any(row.per_shape for row in result.rates):
+        return None
+    table = Table(title="per shape", title_justify="left", box=box.SIMPLE_HEAD)
+    for name in ("load", "shape", "n", "ok", "p50", "p90", "p99"):
+        table.add_column(name, justify="left" if name in ("load", "shape") else "right", no_wrap=True)
+    for row in result.rates:
+        for shape, s in row.per_shape.items():
+            lat = s.latency_from_arrival_s
+            table.add_row(_row_label(row), shape, str(s.n), str(s.outcomes.get("ok", 0)), fmt_seconds(lat.p50),
+                          fmt_seconds(lat.p90), fmt_seconds(lat.p99))
+    return table
+
+
+def print_sweep(result: SweepResult, console: Console | None = None, title: str | None = None,
+                min_width: int = 150) -> None:
+    """Print the table, the knee, the capacity estimate and the warnings of a sweep.
+
+    When the console is not a terminal (piped, captured), its width is raised to at least ``min_width``
+    columns while printing (restored afterwards) instead of squeezing the table into rich's default 80.
+    """
+    console = console or Console()
+    saved = console.width
+    if not console.is_terminal and saved < min_width:
+        console.width = min_width
+    try:
+        _print_sweep(result, console, title)
+    finally:
+        console.width = saved
+
+
+def _print_sweep(result: SweepResult, console: Console, title: str | None) -> None:
+    if result.conditions:
+        console.print(" · ".join(f"{k} {v}" for k, v in result.conditions.items()), style="dim")
+    console.print(sweep_table(result, title))
+    shapes = per_shape_table(result)
+    if shapes is not None:
+        console.print(shapes)
+    for row in result.rates:
+        if row.server_stages_s:
+            stages = " · ".join(f"{k} {fmt_seconds(v)}" for k, v in row.server_stages_s.items())
+            console.print(f"{_row_label(row)}: server stages (mean) {stages}", style="dim")
+    console.print(f"knee: {result.knee.reason}")
+    if result.capacity_rps is not None:
+        how = "saturated" if result.capacity_saturated else "lower bound"
+        console.print(f"capacity: {result.capacity_rps:.4g} req/s ({how})")
+    if result.slo_s is not None:
+        console.print(f"SLO: p99 latency from arrival <= {fmt_seconds(result.slo_s)}")
+    for w in result.warnings:
+        console.print(f"warning: {w}", style="yellow")
+    for row in result.rates:
+        for w in row.warnings:
+            console.print(f"  {_row_label(row)}: {w}", style="yellow")
+
+
+__all__ = ["fmt_seconds", "per_shape_table", "print_sweep", "sweep_table"]

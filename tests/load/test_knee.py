@@ -1,0 +1,126 @@
+"""Knee, capacity and divergence on simulator output with known capacity c / E[S]."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from diffbench.load.knee import analyze_sweep, find_knee
+from diffbench.load.schedules import ScheduleSpec, constant
+from diffbench.load.service_time import parse_service
+from diffbench.load.simulator import SimConfig, simulate_open, simulate_sweep
+
+SERVICE = "3.0*N(1,0.02)+0.8*B(0.1)"
+CAPACITY = 4 / (3.0 + 0.8 * 0.1)  # c / E[S] = 1.2987 req/s
+
+
+def _open(rates: list[float], seed: int, duration: float = 1800.0, slo: float | None = None):
+    return simulate_sweep(SimConfig(devices=4, service=SERVICE, mode="open", rates=rates, duration_s=duration,
+                                    seed=seed, slo_s=slo))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_open_loop_flags_only_rates_above_capacity(seed: int) -> None:
+    res = _open([0.6, 1.0, 1.2, 1.4, 1.6], seed)
+    flags = {r.offered_rate: r.unstable for r in res.rates}
+    assert flags == {0.6: False, 1.0: False, 1.2: False, 1.4: True, 1.6: True}
+    assert res.knee.index is not None and res.rates[res.knee.index].offered_rate <= 1.2
+    # over capacity the completion rate is the capacity
+    assert res.capacity_saturated
+    assert res.capacity_rps == pytest.approx(CAPACITY, rel=0.03)
+    # below capacity the queue is real but bounded: latency above the service time, throughput = offered
+    r12 = res.rates[2]
+    assert r12.latency_from_arrival_s.p99 > 3.88
+    assert r12.throughput == pytest.approx(r12.scheduled_rate, rel=0.02)
+
+
+def test_over_capacity_p99_grows_with_test_duration() -> None:
+    short = _open([1.5], seed=1, duration=600.0).rates[0]
+    long = _open([1.5], seed=1, duration=2400.0).rates[0]
+    assert long.latency_from_arrival_s.p99 > 2.5 * short.latency_from_arrival_s.p99
+    assert long.unstable and short.unstable
+
+
+def test_closed_loop_p99_does_not_depend_on_duration() -> None:
+    def p99(duration: float) -> float:
+        res = simulate_sweep(SimConfig(devices=4, service=SERVICE, mode="closed", users=[16], duration_s=duration,
+                                       seed=2))
+        return res.rates[0].latency_from_arrival_s.p99
+
+    assert p99(2400.0) == pytest.approx(p99(600.0), rel=0.1)
+
+
+def test_closed_loop_saturates_with_bounded_p99() -> None:
+    res = simulate_sweep(SimConfig(devices=4, service=SERVICE, mode="closed", users=[2, 4, 8, 16],
+                                   duration_s=1800.0, seed=0))
+    thr = {r.users: r.throughput for r in res.rates}
+    assert thr[2] == pytest.approx(2 / 3.08, rel=0.03)  # below saturation: users / E[S]
+    for users in (4, 8, 16):
+        assert thr[users] == pytest.approx(CAPACITY, rel=0.02)
+    for r in res.rates:
+        assert not r.unstable and not r.divergence.checked  # a closed loop is bounded by construction
+        # Bounded: with FCFS and N users on c devices a request waits for at most ceil(N/c) - 1 rounds of
+        # service, each at most 3.0*(1 + 5 sd) + 0.8 s, so latency <= ceil(N/c) * 3.9 s
+        assert r.latency_from_arrival_s.p99 <= -(-r.users // 4) * 3.9
+        assert r.latency_from_arrival_s.p99 / r.latency_from_arrival_s.p50 < 1.35
+    assert res.knee.method == "saturation" and res.knee.users == 4
+    assert res.capacity_saturated and res.capacity_rps == pytest.approx(CAPACITY, rel=0.02)
+
+
+def test_knee_with_slo_on_deterministic_queue() -> None:
+    # D/D/1 with service 1 s: below rate 1 every latency is exactly 1 s, above it the queue grows.
+    svc = parse_service("const(1)")
+    rows = []
+    for rate in (0.5, 0.9, 1.5):
+        arrivals = constant(rate, 600.0)
+        rows.append(simulate_open(arrivals, svc, 1, np.random.default_rng(0), duration_s=600.0,
+                                  offered_rate=rate).summary(slo_s=1.5))
+    res = analyze_sweep(rows[::-1], slo_s=1.5, source="simulate")
+    assert [r.offered_rate for r in res.rates] == [0.5, 0.9, 1.5]
+    assert res.rates[0].latency_from_arrival_s.p99 == pytest.approx(1.0)
+    assert res.knee.method == "slo" and res.knee.offered_rate == 0.9 and res.knee.index == 1
+    assert res.rates[2].unstable and res.rates[2].goodput < res.rates[2].throughput
+    # without an SLO the unstable row ends the run of good rows as well
+    assert find_knee(res.rates).offered_rate == 0.9
+    # an SLO the lowest rate misses: no knee
+    assert find_knee(res.rates, slo_s=0.5).index is None
+
+
+def test_tail_ratio_knee_and_errors() -> None:
+    res = _open([0.3, 0.6, 1.0, 1.2], seed=3)
+    base = res.rates[0].latency_from_arrival_s
+    ratios = [r.latency_from_arrival_s.p99 / r.latency_from_arrival_s.p50 for r in res.rates]
+    first_bad = next((i for i, q in enumerate(ratios) if q > 2 * base.p99 / base.p50), None)
+    expected = (len(ratios) - 1) if first_bad is None else first_bad - 1
+    assert res.knee.method == "tail_ratio" and res.knee.index == expected
+    with pytest.raises(ValueError):
+        find_knee([])
+    closed = simulate_sweep(SimConfig(devices=1, service="1", mode="closed", users=[1], duration_s=10.0))
+    with pytest.raises(ValueError, match="both open- and closed"):
+        find_knee([res.rates[0], closed.rates[0]])
+
+
+def test_sweep_json_roundtrip() -> None:
+    res = _open([0.6], seed=0, duration=300.0)
+    again = type(res).model_validate_json(res.model_dump_json())
+    assert again.rates[0].latency_from_arrival_s.p99 == res.rates[0].latency_from_arrival_s.p99
+    assert again.conditions["devices"] == "4"
+    assert ScheduleSpec().kind == "poisson"
+
+
+def test_table_renders_knee_flags_shapes_and_stages() -> None:
+    from rich.console import Console
+
+    from diffbench.core.records import RequestRecord
+    from diffbench.load.summary import summarize_rate
+    from diffbench.report.load_table import fmt_seconds, print_sweep
+
+    recs = [RequestRecord(id=i, shape="512x512" if i % 2 else "1024x1024", intended_s=float(i), sent_s=float(i),
+                          done_s=i + 0.25 * (1 + i % 3), server_stages_s={"denoise": 0.2}) for i in range(60)]
+    row = summarize_rate(recs, offered_rate=1.0, duration_s=60.0)
+    res = analyze_sweep([row, _open([1.6], seed=0, duration=600.0).rates[0]], source="load")
+    console = Console(width=200, record=True)
+    print_sweep(res, console)
+    text = console.export_text()
+    assert "KNEE" in text and "UNSTABLE" in text and "1024x1024" in text and "denoise 200ms" in text
+    assert fmt_seconds(0.0123) == "12.3ms" and fmt_seconds(12.34) == "12.3s" and fmt_seconds(None) == "—"

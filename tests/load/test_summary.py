@@ -1,0 +1,120 @@
+"""RateSummary on hand-made records: every number recomputed here with numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from diffbench.core.records import OUTCOMES, RequestRecord
+from diffbench.load.summary import detect_divergence, summarize_rate
+
+
+def _records(seed: int = 0, n: int = 400) -> list[RequestRecord]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        intended = i * 0.25
+        sent = intended + float(rng.uniform(0, 0.004))
+        lat = float(rng.lognormal(0.0, 0.5))
+        kind = "ok"
+        kwargs: dict = {}
+        if i % 50 == 7:
+            kind, kwargs = "rejected", {"status": 429, "retry_after_s": float(1 + i % 3)}
+        elif i % 50 == 9:
+            kind, kwargs = "http_error", {"status": 500}
+        elif i % 100 == 11:
+            kind = "timeout"
+        done: float | None = sent + lat
+        if i == n - 1:
+            kind, done = "cancelled", None
+        shape = "512x512" if i % 2 else "1024x1024"
+        stages = {"denoise": 0.5 + (i % 4) * 0.1, "vae_decode": 0.1} if kind == "ok" else {}
+        out.append(RequestRecord(id=i, rate=4.0, shape=shape, intended_s=intended, sent_s=sent, done_s=done,
+                                 outcome=kind, server_stages_s=stages, **kwargs))
+    return out
+
+
+def test_summary_matches_numpy() -> None:
+    recs = _records()
+    s = summarize_rate(recs, offered_rate=4.0, duration_s=100.0, slo_s=2.0)
+    ok = [r for r in recs if r.outcome == "ok"]
+    lat_a = np.array([r.done_s - r.intended_s for r in ok])
+    lat_s = np.array([r.done_s - r.sent_s for r in ok])
+    lag = np.array([r.sent_s - r.intended_s for r in recs])
+    for got, ref in [(s.latency_from_arrival_s, lat_a), (s.latency_from_send_s, lat_s), (s.lag_s, lag)]:
+        assert got.n == ref.size
+        np.testing.assert_allclose([got.p50, got.p90, got.p99, got.p999],
+                                   np.percentile(ref, [50, 90, 99, 99.9]), rtol=1e-12)
+        assert got.mean == pytest.approx(ref.mean(), rel=1e-12)
+
+    expected = {k: sum(r.outcome == k for r in recs) for k in OUTCOMES}
+    assert s.outcomes == expected
+    assert set(s.outcomes) == set(OUTCOMES)
+    assert s.outcomes["rejected"] == 8 and s.outcomes["cancelled"] == 1
+
+    sent = np.array([r.sent_s for r in recs])
+    assert s.achieved_rate == pytest.approx((sent.size - 1) / (sent.max() - sent.min()), rel=1e-12)
+    intended = np.array([r.intended_s for r in recs])
+    assert s.scheduled_rate == pytest.approx((intended.size - 1) / (intended.max() - intended.min()))
+    completed = [r for r in recs if r.done_s is not None and r.outcome != "cancelled"]
+    window = max(r.done_s for r in completed) - intended.min()
+    assert s.throughput == pytest.approx(len(completed) / window, rel=1e-12)
+    assert s.goodput == pytest.approx(np.count_nonzero(lat_a <= 2.0) / window, rel=1e-12)
+    assert s.goodput < s.throughput
+
+    assert s.retry_after_s is not None and s.retry_after_s.n == 8
+    assert s.retry_after_s.mean == pytest.approx(np.mean([r.retry_after_s for r in recs if r.retry_after_s]))
+    assert s.statuses == {"429": 8, "500": 8}
+    assert s.server_stages_s["denoise"] == pytest.approx(np.mean([r.server_stages_s["denoise"] for r in ok]))
+    assert s.server_stages_s["vae_decode"] == pytest.approx(0.1)
+    assert set(s.per_shape) == {"512x512", "1024x1024"}
+    assert sum(p.n for p in s.per_shape.values()) == len(recs)
+    big = [r.done_s - r.intended_s for r in ok if r.shape == "1024x1024"]
+    assert s.per_shape["1024x1024"].latency_from_arrival_s.p50 == pytest.approx(np.percentile(big, 50))
+    # n = 375 ok samples do not support p99.9: the summary says so instead of hiding it
+    assert any("p99.9" in w for w in s.warnings)
+    assert not any("lag" in w for w in s.warnings)  # lag < 4 ms
+
+
+def test_goodput_without_slo_is_ok_throughput() -> None:
+    recs = _records(1)
+    s = summarize_rate(recs, offered_rate=4.0, duration_s=100.0)
+    n_ok = sum(r.outcome == "ok" for r in recs)
+    assert s.goodput == pytest.approx(s.throughput * n_ok / s.n_completed)
+
+
+def test_lag_and_achieved_rate_warnings() -> None:
+    # the client sends 30 ms late and stretches its sends: both warnings fire
+    recs = [RequestRecord(id=i, intended_s=i * 0.1, sent_s=i * 0.11 + 0.03, done_s=i * 0.11 + 0.5)
+            for i in range(200)]
+    s = summarize_rate(recs, offered_rate=10.0, duration_s=20.0)
+    assert s.lag_s.p99 == pytest.approx(np.percentile([r.sent_s - r.intended_s for r in recs], 99))
+    assert any("client lag p99" in w for w in s.warnings)
+    assert any("below 98%" in w for w in s.warnings)
+    on_time = [RequestRecord(id=i, intended_s=i * 0.1, sent_s=i * 0.1 + 0.001, done_s=i * 0.1 + 0.5)
+               for i in range(200)]
+    s2 = summarize_rate(on_time, offered_rate=10.0, duration_s=20.0)
+    assert not any("lag" in w or "below" in w for w in s2.warnings)
+
+
+def test_closed_mode_and_bad_duration() -> None:
+    recs = [RequestRecord(id=i, intended_s=float(i), sent_s=float(i), done_s=i + 1.0) for i in range(10)]
+    s = summarize_rate(recs, offered_rate=None, duration_s=10.0, mode="closed", users=1)
+    assert s.mode == "closed" and s.users == 1 and s.scheduled_rate is None
+    assert s.throughput == pytest.approx(10 / 10.0)
+    with pytest.raises(ValueError, match="duration_s"):
+        summarize_rate(recs, offered_rate=1.0, duration_s=0.0)
+
+
+def test_divergence_rule_on_constructed_latencies() -> None:
+    t = np.arange(1000, dtype=np.float64)  # 1 req/s over 1000 s
+    codes = np.zeros(t.size, dtype=np.int64)
+    growing = t + 1.0 + 0.1 * t  # latency rises 0.1 s per second: a queue growing without bound
+    d = detect_divergence(t, growing, codes, 1000.0)
+    assert d.checked and d.unstable
+    assert d.first_half_p50_s == pytest.approx(np.percentile(1.0 + 0.1 * t[:500], 50))
+    flat = t + 1.0 + 0.5 * (t % 2)
+    d2 = detect_divergence(t, flat, codes, 1000.0)
+    assert d2.checked and not d2.unstable
+    few = detect_divergence(t[:10], growing[:10], codes[:10], 10.0)
+    assert not few.checked and not few.unstable
