@@ -1,0 +1,78 @@
+"""``diffbench quality``: compare a candidate run's outputs with a fixed-seed baseline, then gate.
+
+Exit codes: 0 ok; 1 a gate failed (outputs written first); 2 pair errors without ``--allow-missing``
+or bad input; 3 missing weights (LPIPS / Inception). Heavy imports happen inside the command.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("quality")
+    def quality(
+        baseline: Path = typer.Argument(..., help="Baseline outputs dir (or RUN_A with --noise-floor)."),
+        candidate: Path = typer.Argument(..., help="Candidate outputs dir (or RUN_B with --noise-floor)."),
+        json_out: Path | None = typer.Option(None, "--json", help="Write the full report (JSON)."),
+        csv_out: Path | None = typer.Option(None, "--csv", help="Write one row per pair (per frame for video)."),
+        gate: list[str] = typer.Option([], "--gate", help="METRIC.STAT OP NUMBER, e.g. 'psnr.p10>=30' "
+                                       "(repeatable; STAT: n mean p10 p50 p90 min max worst)."),
+        preset: str | None = typer.Option(None, "--preset", help="equivalent | sglang-ci-image | "
+                                          "sglang-ci-video (starting points; calibrate per model)."),
+        allow_missing: bool = typer.Option(False, "--allow-missing", help="Succeed even when pairs could not "
+                                           "be compared (they are still listed)."),
+        alpha: str = typer.Option("reject", "--alpha", help="RGBA policy: reject | drop | composite-white."),
+        lpips: bool = typer.Option(False, "--lpips/--no-lpips", help="Compute LPIPS(alex) (needs weights; "
+                                   "never skipped silently when asked)."),
+        lpips_backbone: Path | None = typer.Option(None, "--lpips-backbone", help="alexnet-owt-7be5be79.pth "
+                                                   "(default: $TORCH_HOME/hub/checkpoints/)."),
+        ms_ssim: bool = typer.Option(True, "--ms-ssim/--no-ms-ssim", help="MS-SSIM where H, W >= 176."),
+        fid: bool = typer.Option(False, "--fid", help="FID/KID between the two sets (needs Inception)."),
+        inception: Path | None = typer.Option(None, "--inception", help="inception-2015-12-05.pt TorchScript."),
+        clip: Path | None = typer.Option(None, "--clip", help="Local CLIP model dir: CLIP score of both "
+                                         "sides with the manifest prompt (reports truncated prompts)."),
+        worst: int = typer.Option(5, "--worst", help="How many worst pairs to list per metric."),
+        workers: int = typer.Option(2, "--workers", help="Threads decoding and scoring pairs."),
+        noise_floor: bool = typer.Option(False, "--noise-floor", help="The two dirs are two baseline runs "
+                                         "of one configuration: report the floor gates must sit below."),
+    ) -> None:
+        """Quality against a fixed-seed baseline: PSNR/SSIM/MS-SSIM/LPIPS per pair, video, FID/KID, gates."""
+        from rich.console import Console
+
+        from diffbench.errors import GateFailed, InputError, UsageError
+        from diffbench.quality.compare import compare_dirs
+        from diffbench.quality.gates import parse_gate, preset_gates
+        from diffbench.quality.io import ALPHA_POLICIES
+        from diffbench.quality.models import QualityOptions
+        from diffbench.report.quality_render import render_console, write_csv, write_json
+
+        if alpha not in ALPHA_POLICIES:
+            raise UsageError(f"--alpha {alpha!r}: choose one of {', '.join(ALPHA_POLICIES)}")
+        if workers < 1 or worst < 0:
+            raise UsageError("--workers must be >= 1 and --worst >= 0")
+        gates = [parse_gate(g) for g in gate] + (preset_gates(preset) if preset else [])
+        opts = QualityOptions(alpha=alpha, allow_missing=allow_missing, ms_ssim=ms_ssim, lpips=lpips,  # type: ignore[arg-type]
+                              lpips_backbone=lpips_backbone, fid=fid, inception=inception, clip=clip, worst=worst,
+                              workers=workers)
+        console = Console()
+        with console.status("comparing pairs...") as status:
+            report = compare_dirs(baseline, candidate, opts, gates=gates, noise_floor=noise_floor,
+                                  progress=lambda i, n: status.update(f"comparing pairs... {i}/{n}"))
+        render_console(report, console)
+        if json_out is not None:
+            write_json(report, json_out)
+        if csv_out is not None:
+            write_csv(report, csv_out)
+        if report.errors and not allow_missing:
+            listed = "; ".join(f"{e.key}: {e.problem}" for e in report.errors[:10])
+            more = f" (+{len(report.errors) - 10} more)" if len(report.errors) > 10 else ""
+            raise InputError(f"{len(report.errors)} pair(s) could not be compared: {listed}{more}. "
+                             "Fix the outputs or pass --allow-missing")
+        if report.n_pairs == 0:
+            raise InputError(f"no pair could be compared between {baseline} and {candidate}")
+        failed = [g for g in report.gates if not g.passed]
+        if failed:
+            raise GateFailed("; ".join(g.message for g in failed))

@@ -1,0 +1,295 @@
+"""Compare a candidate run with its baseline: pair, score per pair (streamed), summarize, gate.
+
+Pairs are decoded and scored in ``options.workers`` threads with at most ``2 × workers`` pairs in
+flight, so memory stays bounded by the batch, not by the number of pairs. Every failed pair becomes a
+:class:`PairError` (listed, never dropped silently).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from diffbench.core.stats import PERCENTILE_METHOD
+from diffbench.errors import DiffbenchError, UsageError
+from diffbench.quality import video as vid
+from diffbench.quality.distribution import ClipScorer, FeatureExtractor, FeatureStats, fid_from_stats, kid
+from diffbench.quality.gates import Gate, evaluate_gates
+from diffbench.quality.io import Loaded, load_any
+from diffbench.quality.kernels import ms_ssim, psnr, ssim
+from diffbench.quality.models import (
+    DistributionResult,
+    FrameRow,
+    MetricSettings,
+    PairError,
+    PairResult,
+    QualityOptions,
+    QualityReport,
+    VideoStats,
+)
+from diffbench.quality.pairing import PairSpec, pair_outputs
+from diffbench.quality.summary import Sample, summarize_metric
+
+MS_SSIM_DESC = (
+    "torchmetrics.functional.multiscale_structural_similarity_index_measure(gaussian_kernel=True, sigma=1.5, "
+    "kernel_size=11, data_range=R, 5 scales, normalize='relu'); only where H, W >= 176"
+)
+
+
+@dataclass
+class _Outcome:
+    pair: PairResult | None = None
+    frames: list[FrameRow] = field(default_factory=list)
+    error: PairError | None = None
+    feats: tuple[np.ndarray, np.ndarray] | None = None
+
+
+def _err(spec: PairSpec, problem: str) -> _Outcome:
+    return _Outcome(error=PairError(key=spec.key, baseline=str(spec.baseline), candidate=str(spec.candidate),
+                                    problem=problem))
+
+
+def _mismatch(a: Loaded, b: Loaded) -> str | None:
+    if a.is_video != b.is_video:
+        return "kind mismatch: baseline is " + ("a video" if a.is_video else "an image") + ", candidate is not"
+    if a.channels != b.channels:
+        names = {1: "grayscale", 3: "RGB"}
+        return (f"channel mismatch: baseline {names.get(a.channels, a.channels)}, candidate "
+                f"{names.get(b.channels, b.channels)} (not converted)")
+    if a.data_range != b.data_range:
+        return f"range mismatch: baseline data range {a.data_range:g}, candidate {b.data_range:g} (uint8 vs float)"
+    if a.is_video and a.array.shape[0] != b.array.shape[0]:
+        return f"frame count mismatch: baseline {a.array.shape[0]}, candidate {b.array.shape[0]} (not truncated)"
+    if a.array.shape != b.array.shape:
+        ha, wa = a.array.shape[-3:-1]
+        hb, wb = b.array.shape[-3:-1]
+        return f"size mismatch: baseline {wa}x{ha}, candidate {wb}x{hb} (not resized)"
+    return None
+
+
+def _score(spec: PairSpec, opt: QualityOptions, lp: Callable | None, fx: FeatureExtractor | None,
+           clip: ClipScorer | None = None) -> _Outcome:
+    try:
+        a = load_any(spec.baseline, opt.alpha)
+        b = load_any(spec.candidate, opt.alpha)
+    except DiffbenchError as exc:
+        return _err(spec, str(exc))
+    bad = _mismatch(a, b)
+    if bad:
+        return _err(spec, bad)
+    r = a.data_range
+    notes = sorted({f"baseline: {n}" for n in a.notes} | {f"candidate: {n}" for n in b.notes})
+    common = dict(key=spec.key, baseline=str(spec.baseline), candidate=str(spec.candidate),
+                  height=int(a.array.shape[-3]), width=int(a.array.shape[-2]), channels=a.channels, notes=notes)
+    try:
+        if not a.is_video:
+            m: dict[str, float | None] = {"psnr": psnr(a.array, b.array, r), "ssim": ssim(a.array, b.array, r)}
+            if opt.ms_ssim:
+                m["ms_ssim"] = ms_ssim(a.array, b.array, r)
+            if lp is not None:
+                if a.channels == 3:
+                    m["lpips"] = float(lp(a.array, b.array, r)[0])
+                else:
+                    notes.append("LPIPS not computed: needs RGB")
+            feats = None
+            if fx is not None:
+                if a.channels == 3 and a.array.dtype == np.uint8:
+                    feats = (fx(a.array[None]), fx(b.array[None]))
+                else:
+                    notes.append("excluded from FID/KID: needs 8-bit RGB")
+            if clip is not None:
+                if a.channels == 3 and a.array.dtype == np.uint8 and spec.prompt:
+                    cb, cc = clip([a.array, b.array], [spec.prompt, spec.prompt])
+                    m.update(clip_baseline=cb, clip_candidate=cc, clip_delta=cc - cb)
+                else:
+                    notes.append("CLIP score not computed: needs 8-bit RGB and a manifest prompt")
+            if any(v is not None and math.isnan(v) for v in m.values()):
+                return _err(spec, f"metric produced NaN ({m})")
+            pr = PairResult(kind="image", identical=bool(np.array_equal(a.array, b.array)), metrics=m, **common)
+            return _Outcome(pair=pr, feats=feats)
+        return _score_video(spec, a, b, lp, common)
+    except DiffbenchError as exc:
+        return _err(spec, str(exc))
+
+
+def _score_video(spec: PairSpec, a: Loaded, b: Loaded, lp: Callable | None, common: dict) -> _Outcome:
+    r = a.data_range
+    p, s = vid.per_frame(a.array, b.array, r)
+    lps = None
+    if lp is not None and a.channels != 3:
+        common["notes"].append("LPIPS not computed: needs RGB")
+    if lp is not None and a.channels == 3:
+        lps = np.concatenate([lp(a.array[i : i + 8], b.array[i : i + 8], r) for i in range(0, len(a.array), 8)])
+    if np.isnan(p).any() or np.isnan(s).any():
+        return _err(spec, "per-frame metric produced NaN")
+    mb, mc = vid.mean_abs_frame_diff(a.array, r), vid.mean_abs_frame_diff(b.array, r)
+    fb, fc = vid.temporal_flicker(a.array, r), vid.temporal_flicker(b.array, r)
+    stats = VideoStats(
+        frames=int(a.array.shape[0]), psnr_mean=vid.finite_mean(p), psnr_worst=float(p.min()),
+        psnr_worst_frame=vid.worst_index(p), identical_frames=int(np.isinf(p).sum()),
+        ssim_mean=float(s.mean()), ssim_worst=float(s.min()), ssim_worst_frame=vid.worst_index(s),
+        lpips_mean=float(lps.mean()) if lps is not None else None,
+        lpips_worst=float(lps.max()) if lps is not None else None,
+        lpips_worst_frame=vid.worst_index(lps, False) if lps is not None else None,
+        flicker_baseline=fb, flicker_candidate=fc,
+        flicker_delta=(fc - fb) if fb is not None and fc is not None else None,
+        motion_baseline=mb, motion_candidate=mc, motion_ratio=vid.ratio(mc, mb),
+    )
+    psnr_pair = stats.psnr_mean if stats.psnr_mean is not None else math.inf
+    m: dict[str, float | None] = {"psnr": psnr_pair, "ssim": stats.ssim_mean}
+    if lps is not None:
+        m["lpips"] = stats.lpips_mean
+    frames = [
+        FrameRow(key=spec.key, frame=i, psnr=float(p[i]), ssim=float(s[i]),
+                 lpips=float(lps[i]) if lps is not None else None)
+        for i in range(len(p))
+    ]
+    pr = PairResult(kind="video", frames=stats.frames, identical=bool(np.array_equal(a.array, b.array)),
+                    metrics=m, video=stats, **common)
+    return _Outcome(pair=pr, frames=frames)
+
+
+def _stream(specs: Sequence[PairSpec], fn: Callable[[PairSpec], _Outcome], workers: int) -> Iterator[_Outcome]:
+    """Results in input order with at most 2·workers pairs in flight (bounded memory)."""
+    if workers <= 1:
+        for s in specs:
+            yield fn(s)
+        return
+    with ThreadPoolExecutor(workers) as ex:
+        pending: list[Future[_Outcome]] = []
+        it = iter(specs)
+        for s in it:
+            pending.append(ex.submit(fn, s))
+            if len(pending) >= 2 * workers:
+                yield pending.pop(0).result()
+        for f in pending:
+            yield f.result()
+
+
+def _summaries(report: QualityReport, worst_n: int) -> None:
+    samples: dict[str, list[Sample]] = {}
+
+    def add(metric: str, v: float | None, pr: PairResult, frame: int | None = None) -> None:
+        if v is not None:
+            samples.setdefault(metric, []).append(Sample(v, pr.key, pr.baseline, pr.candidate, frame))
+
+    by_key = {p.key: p for p in report.pairs}
+    for pr in report.pairs:
+        for k, v in pr.metrics.items():
+            add(k, v, pr)
+        if pr.video is not None:
+            add("flicker_delta", pr.video.flicker_delta, pr)
+            add("motion_ratio", pr.video.motion_ratio, pr)
+    for fr in report.frames:
+        pr = by_key[fr.key]
+        add("frame_psnr", fr.psnr, pr, fr.frame)
+        add("frame_ssim", fr.ssim, pr, fr.frame)
+        add("frame_lpips", fr.lpips, pr, fr.frame)
+    for k, ss in samples.items():
+        summ = summarize_metric(k, ss, worst_n)
+        if summ is not None:
+            report.summaries[k] = summ
+            if summ.n < 10 and not k.startswith(("flicker", "motion")):
+                report.warnings.append(
+                    f"{k}: p10/p90 from n={summ.n} are interpolations toward the min/max (need n >= 10)"
+                )
+
+
+def compare_dirs(
+    baseline: Path,
+    candidate: Path,
+    options: QualityOptions | None = None,
+    gates: Sequence[Gate | str] = (),
+    lpips_model: Callable | None = None,
+    feature_extractor: FeatureExtractor | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    noise_floor: bool = False,
+) -> QualityReport:
+    """Compare every candidate output with its baseline counterpart.
+
+    Args:
+        baseline, candidate: output directories (with ``manifest.json`` → paired by key; else by path).
+        options: :class:`QualityOptions`.
+        gates: gate expressions or parsed gates, evaluated on the summaries.
+        lpips_model: an LPIPS scorer (default: :func:`~diffbench.quality.lpips.load_lpips` when
+            ``options.lpips``); feature_extractor: for FID/KID (default: the Inception TorchScript when
+            ``options.fid``).
+        progress: called with (done, total) after each pair.
+
+    Returns:
+        A :class:`QualityReport`; pair errors are listed in ``errors`` (the caller decides to fail).
+
+    Raises:
+        InputError: a directory is missing or empty. MissingWeightsError: LPIPS/Inception weights absent.
+    """
+    opt = options or QualityOptions()
+    pairing = pair_outputs(Path(baseline), Path(candidate), opt.verify_sha256)
+    settings = MetricSettings(alpha_policy=opt.alpha, percentile_method=PERCENTILE_METHOD)
+    lp = lpips_model
+    if opt.lpips and lp is None:
+        from diffbench.quality.lpips import load_lpips
+
+        lp = load_lpips(opt.lpips_backbone)
+    if lp is not None:
+        settings.lpips = getattr(lp, "description", repr(lp))
+        settings.lpips_calibrated = bool(getattr(lp, "calibrated", False))
+    if opt.ms_ssim:
+        settings.ms_ssim = MS_SSIM_DESC
+    fx = feature_extractor
+    if opt.fid and fx is None:
+        from diffbench.quality.distribution import load_inception
+
+        fx = load_inception(opt.inception)
+    clip = None
+    if opt.clip is not None:
+        if pairing.mode != "manifest":
+            raise UsageError("--clip needs prompts: both directories must hold manifest.json (--save-outputs)")
+        clip = ClipScorer(opt.clip)
+        settings.clip = clip.name
+    report = QualityReport(baseline=str(baseline), candidate=str(candidate), pairing=pairing.mode,  # type: ignore[arg-type]
+                           settings=settings, errors=list(pairing.errors), warnings=list(pairing.warnings),
+                           noise_floor=noise_floor)
+    st_b = FeatureStats(fx.dim) if fx is not None else None
+    st_c = FeatureStats(fx.dim) if fx is not None else None
+    total = len(pairing.pairs)
+    for i, out in enumerate(_stream(pairing.pairs, lambda s: _score(s, opt, lp, fx, clip), opt.workers), 1):
+        if out.error is not None:
+            report.errors.append(out.error)
+        elif out.pair is not None:
+            report.pairs.append(out.pair)
+            report.frames.extend(out.frames)
+            if out.feats is not None and st_b is not None and st_c is not None:
+                st_b.update(out.feats[0])
+                st_c.update(out.feats[1])
+        if progress is not None:
+            progress(i, total)
+    if clip is not None:
+        report.clip_truncated = [s.key for s in pairing.pairs if s.prompt and clip.is_truncated(s.prompt)]
+        if report.clip_truncated:
+            report.warnings.append(f"{len(report.clip_truncated)} prompt(s) truncated at {clip.limit} CLIP tokens "
+                                   f"(EOS kept): {', '.join(report.clip_truncated[:5])}")
+    report.n_pairs = len(report.pairs)
+    report.n_identical = sum(p.identical for p in report.pairs)
+    _summaries(report, opt.worst)
+    if fx is not None and st_b is not None and st_c is not None:
+        report.distribution = _distribution(fx, st_b, st_c)
+    if gates:
+        report.gates = evaluate_gates(report.summaries, gates)
+    return report
+
+
+def _distribution(fx: FeatureExtractor, a: FeatureStats, b: FeatureStats) -> DistributionResult:
+    res = DistributionResult(extractor=fx.name, feature_dim=fx.dim, n_baseline=a.n, n_candidate=b.n)
+    if min(a.n, b.n) < 2:
+        res.warnings.append(f"FID/KID need >= 2 RGB images per side, got {a.n}/{b.n}; not computed")
+        return res
+    res.fid, w = fid_from_stats(a, b)
+    res.warnings.extend(w)
+    res.kid_mean, res.kid_std, res.kid_subset_size = kid(a.features, b.features)
+    res.kid_subsets = 100
+    return res

@@ -1,0 +1,245 @@
+"""Reading images, arrays and videos for quality comparison, with explicit policies.
+
+Every problem raises :class:`~diffbench.errors.InputError` naming the file and the problem; callers
+turn it into a per-pair error. Nothing is resized, truncated or silently re-quantized.
+
+Policies (reported in :attr:`Loaded.notes` and in the report settings):
+
+- **Alpha** (``alpha``): ``reject`` (default: an RGBA/LA file is an error), ``drop`` (ignore the alpha
+  channel), ``composite-white`` (composite over white in float64, then round to uint8).
+- **Palette** PNGs are expanded to RGB (or RGBA when they carry transparency, then the alpha policy).
+- **16-bit** PNG/TIFF images are rejected: diffusion outputs are 8-bit; convert explicitly.
+- **EXIF orientation** is applied (``ImageOps.exif_transpose``) and noted.
+- **Grayscale** stays single-channel; a grayscale/RGB pair is a per-pair error (no silent conversion).
+- ``.npy`` arrays: uint8 ``(H, W[, C])`` (range 255) or float in [0, 1] (range 1.0); NaN/Inf rejected.
+- Videos: ``.mp4``, ``.webm``, ``.gif``, ``.mov``, ``.mkv`` decoded with PyAV to RGB uint8 frames; or a
+  *frame folder*: a directory whose entries are all image files with numeric names (``00000.png``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from diffbench.errors import InputError, UsageError
+
+AlphaPolicy = Literal["reject", "drop", "composite-white"]
+ALPHA_POLICIES: tuple[str, ...] = ("reject", "drop", "composite-white")
+IMAGE_EXTS = frozenset({".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff"})
+ARRAY_EXTS = frozenset({".npy"})
+VIDEO_EXTS = frozenset({".mp4", ".webm", ".gif", ".mov", ".mkv"})
+_FRAME_NAME = re.compile(r"^(?:frame[_-]?)?\d+$")
+
+
+@dataclass
+class Loaded:
+    """A decoded image ``(H, W, C)`` or video ``(T, H, W, C)``; uint8 (range 255) or float32 (range 1)."""
+
+    path: Path
+    array: np.ndarray
+    data_range: float
+    is_video: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def channels(self) -> int:
+        return int(self.array.shape[-1])
+
+
+def kind_of(path: Path) -> Literal["image", "array", "video", "frames", "unsupported"]:
+    """Classify a path by extension (or frame-folder layout for directories)."""
+    if path.is_dir():
+        return "frames" if is_frame_folder(path) else "unsupported"
+    ext = path.suffix.lower()
+    if ext in IMAGE_EXTS:
+        return "image"
+    if ext in ARRAY_EXTS:
+        return "array"
+    if ext in VIDEO_EXTS:
+        return "video"
+    return "unsupported"
+
+
+def is_frame_folder(path: Path) -> bool:
+    """True for a non-empty directory holding only image files with numeric stems (``00012.png``)."""
+    entries = [p for p in path.iterdir() if not p.name.startswith(".")]
+    return bool(entries) and all(
+        p.is_file() and p.suffix.lower() in IMAGE_EXTS and _FRAME_NAME.match(p.stem) for p in entries
+    )
+
+
+def _png_bit_depth(path: Path) -> int | None:
+    with path.open("rb") as fh:
+        head = fh.read(26)
+    if head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR" and len(head) >= 25:
+        return head[24]
+    return None
+
+
+def _apply_alpha(rgba: np.ndarray, policy: str, path: Path, notes: list[str]) -> np.ndarray:
+    if policy == "reject":
+        raise InputError(
+            f"{path}: image has an alpha channel; choose --alpha drop or --alpha composite-white"
+        )
+    if policy == "drop":
+        notes.append("alpha dropped")
+        return np.ascontiguousarray(rgba[..., :-1])
+    if policy == "composite-white":
+        color = rgba[..., :-1].astype(np.float64)
+        a = rgba[..., -1:].astype(np.float64) / 255.0
+        notes.append("alpha composited over white")
+        return np.clip(np.rint(color * a + 255.0 * (1.0 - a)), 0, 255).astype(np.uint8)
+    raise UsageError(f"unknown alpha policy {policy!r}; choose one of {', '.join(ALPHA_POLICIES)}")
+
+
+def load_image(path: Path, alpha: str = "reject") -> Loaded:
+    """Decode one image file to uint8 ``(H, W, C)`` with C in {1, 3}.
+
+    Raises:
+        InputError: unreadable, truncated or corrupt file; 16-bit; alpha under ``reject``; odd modes.
+    """
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    path = Path(path)
+    notes: list[str] = []
+    if path.suffix.lower() == ".png" and _png_bit_depth(path) == 16:
+        raise InputError(f"{path}: 16-bit PNG is not supported (8-bit expected); convert it to 8-bit explicitly")
+    try:
+        with Image.open(path) as im:
+            im.load()
+            orientation = im.getexif().get(0x0112, 1)
+            if orientation not in (None, 1):
+                im = ImageOps.exif_transpose(im)
+                notes.append(f"EXIF orientation {orientation} applied")
+            mode = im.mode
+            if mode == "P" or mode == "PA":
+                notes.append("palette expanded")
+                has_t = "transparency" in im.info or mode == "PA"
+                im = im.convert("RGBA" if has_t else "RGB")
+                mode = im.mode
+            if mode in ("I;16", "I;16B", "I;16L", "I", "F", "I;16N"):
+                raise InputError(
+                    f"{path}: {mode} (16/32-bit) image is not supported (8-bit expected); convert it explicitly"
+                )
+            if mode == "1":
+                im = im.convert("L")
+                mode = "L"
+            if mode == "CMYK" or mode == "YCbCr":
+                raise InputError(f"{path}: {mode} image; save it as RGB")
+            arr = np.asarray(im)
+    except InputError:
+        raise
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        raise InputError(f"{path}: cannot decode image (truncated, corrupt or not an image: {exc})") from exc
+    if arr.dtype != np.uint8:
+        raise InputError(f"{path}: decoded to {arr.dtype} (mode {mode}); 8-bit images expected")
+    if mode in ("RGBA", "LA"):
+        arr = _apply_alpha(arr if arr.ndim == 3 else arr[..., None], alpha, path, notes)
+    if arr.ndim == 2:
+        arr = arr[..., None]
+    if arr.shape[-1] not in (1, 3):
+        raise InputError(f"{path}: unsupported channel count {arr.shape[-1]} (mode {mode})")
+    return Loaded(path=path, array=np.ascontiguousarray(arr), data_range=255.0, notes=notes)
+
+
+def load_array(path: Path) -> Loaded:
+    """Load a ``.npy`` image: uint8 (range 255) or float in [0, 1] (range 1.0), ``(H, W[, C])``.
+
+    Raises:
+        InputError: unreadable file, NaN/Inf, values outside [0, 1] for floats, bad shape or dtype.
+    """
+    path = Path(path)
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise InputError(f"{path}: cannot read .npy array ({exc})") from exc
+    if arr.ndim == 2:
+        arr = arr[..., None]
+    if arr.ndim != 3 or arr.shape[-1] not in (1, 3):
+        raise InputError(f"{path}: expected an (H, W), (H, W, 1) or (H, W, 3) array, got shape {arr.shape}")
+    if arr.dtype == np.uint8:
+        return Loaded(path=path, array=arr, data_range=255.0)
+    if np.issubdtype(arr.dtype, np.floating):
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            raise InputError(f"{path}: array holds {int(bad.sum())} NaN/Inf values; fix the producer")
+        lo, hi = float(arr.min()), float(arr.max())
+        if lo < 0.0 or hi > 1.0:
+            raise InputError(f"{path}: float array values span [{lo:g}, {hi:g}]; expected [0, 1]")
+        return Loaded(path=path, array=arr.astype(np.float32), data_range=1.0)
+    raise InputError(f"{path}: unsupported array dtype {arr.dtype}; use uint8 or float in [0, 1]")
+
+
+def load_video(path: Path) -> Loaded:
+    """Decode every frame of a video file (PyAV) to uint8 RGB ``(T, H, W, 3)``.
+
+    Raises:
+        InputError: unreadable/corrupt file, no video stream, or no decodable frame.
+    """
+    from diffbench.errors import require
+
+    av = require("av", "quality")
+    path = Path(path)
+    frames: list[np.ndarray] = []
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                raise InputError(f"{path}: no video stream")
+            for frame in container.decode(video=0):
+                frames.append(frame.to_ndarray(format="rgb24"))
+    except InputError:
+        raise
+    except (av.error.FFmpegError, OSError, ValueError) as exc:
+        raise InputError(f"{path}: cannot decode video (truncated, corrupt or unsupported: {exc})") from exc
+    if not frames:
+        raise InputError(f"{path}: video has no decodable frames")
+    shapes = {f.shape for f in frames}
+    if len(shapes) != 1:
+        raise InputError(f"{path}: frames change size within the video ({sorted(shapes)})")
+    return Loaded(path=path, array=np.stack(frames), data_range=255.0, is_video=True)
+
+
+def load_frame_folder(path: Path, alpha: str = "reject") -> Loaded:
+    """Load a frame folder (numeric names, sorted numerically) as ``(T, H, W, C)`` uint8."""
+    path = Path(path)
+    files = sorted(
+        (p for p in path.iterdir() if p.suffix.lower() in IMAGE_EXTS),
+        key=lambda p: int(re.sub(r"\D", "", p.stem) or 0),
+    )
+    if not files:
+        raise InputError(f"{path}: frame folder holds no image files")
+    imgs = [load_image(p, alpha) for p in files]
+    shapes = {im.array.shape for im in imgs}
+    if len(shapes) != 1:
+        raise InputError(f"{path}: frames differ in size or channels ({sorted(shapes)})")
+    notes = sorted({n for im in imgs for n in im.notes})
+    return Loaded(path=path, array=np.stack([im.array for im in imgs]), data_range=255.0, is_video=True,
+                  notes=notes)
+
+
+def load_any(path: Path, alpha: str = "reject") -> Loaded:
+    """Load an image, ``.npy`` array, video file or frame folder by kind.
+
+    Raises:
+        InputError: missing path, unsupported format, or any decoding problem (names the file).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: file not found")
+    if path.is_dir():  # a manifest may name any folder of frames; path pairing only offers frame folders
+        return load_frame_folder(path, alpha)
+    kind = kind_of(path)
+    if kind == "image":
+        return load_image(path, alpha)
+    if kind == "array":
+        return load_array(path)
+    if kind == "video":
+        return load_video(path)
+    if kind == "frames":
+        return load_frame_folder(path, alpha)
+    supported = sorted(IMAGE_EXTS | ARRAY_EXTS | VIDEO_EXTS)
+    raise InputError(f"{path}: unsupported format; supported: {', '.join(supported)} or a frame folder")

@@ -1,0 +1,214 @@
+"""Per-image PSNR, SSIM and MS-SSIM kernels (numpy/scipy; MS-SSIM via torchmetrics, imported lazily).
+
+Conventions (see shared reference quality-metrics.md §1-§3):
+
+- Images are ``(H, W)`` or ``(H, W, C)`` arrays; ``C`` is 1 or 3. uint8 images use ``data_range=255``;
+  float images must pass an explicit ``data_range`` (1.0 for [0, 1], 2.0 for [-1, 1]).
+- PSNR = 10·log10(R² / MSE), MSE accumulated in float64 after a float cast (no uint8 wrap-around).
+  Identical images give ``+inf`` (never a capped value); callers count them separately.
+- SSIM follows Wang et al. 2004 with a Gaussian window (σ = 1.5, truncated at 3.5σ → 11 taps),
+  K1 = 0.01, K2 = 0.03, population covariance, per channel, mean over the interior map (5 px border
+  cropped) and over channels. It reproduces scikit-image's
+  ``structural_similarity(a, b, gaussian_weights=True, sigma=1.5, use_sample_covariance=False,
+  data_range=R, channel_axis=-1)`` (tested within 1e-4; observed ~1e-7).
+
+Speed: the four local statistics (μx, μy, E[x²+y²], E[xy]) of every channel are filtered in one
+stacked float32 array, separably and block by block (cache-resident), valid region only; values are
+centered on the pair mean first so float32 variances keep ~1e-7 relative precision.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from diffbench.errors import ShapeError, UsageError
+
+SSIM_SIGMA = 1.5
+SSIM_TRUNCATE = 3.5
+SSIM_K1 = 0.01
+SSIM_K2 = 0.03
+SSIM_RADIUS = int(SSIM_TRUNCATE * SSIM_SIGMA + 0.5)  # 5 -> 11 taps
+SSIM_WIN = 2 * SSIM_RADIUS + 1
+SKIMAGE_SSIM_ARGS = (
+    "skimage.metrics.structural_similarity(baseline, candidate, gaussian_weights=True, sigma=1.5, "
+    "use_sample_covariance=False, data_range=R, channel_axis=-1)"
+)
+MS_SSIM_MIN_SIDE = 176  # torchmetrics: H // 16 > kernel_size - 1 with 5 scales and 11 taps
+
+
+def _gaussian_taps() -> np.ndarray:
+    x = np.arange(-SSIM_RADIUS, SSIM_RADIUS + 1, dtype=np.float64)
+    w = np.exp(-0.5 * (x / SSIM_SIGMA) ** 2)
+    return w / w.sum()
+
+
+_TAPS64 = _gaussian_taps()
+_TAPS32 = _TAPS64.astype(np.float32)
+
+
+def _check_pair(a: np.ndarray, b: np.ndarray, data_range: float | None) -> float:
+    if a.shape != b.shape:
+        raise ShapeError(f"shape mismatch: {a.shape} vs {b.shape}; pairs must have identical shapes")
+    if a.ndim not in (2, 3):
+        raise ShapeError(f"expected (H, W) or (H, W, C) arrays, got shape {a.shape}")
+    if data_range is None:
+        if a.dtype == np.uint8 and b.dtype == np.uint8:
+            return 255.0
+        raise UsageError(
+            f"data_range is required for {a.dtype}/{b.dtype} input (1.0 for [0, 1] floats, 255 for uint8)"
+        )
+    if not data_range > 0 or not math.isfinite(data_range):
+        raise UsageError(f"data_range must be a positive finite number, got {data_range}")
+    return float(data_range)
+
+
+def psnr(a: np.ndarray, b: np.ndarray, data_range: float | None = None) -> float:
+    """PSNR in dB between two same-shape images.
+
+    Args:
+        a, b: baseline and candidate, same shape, any real dtype.
+        data_range: R in PSNR = 10·log10(R²/MSE); defaults to 255 only when both are uint8.
+
+    Returns:
+        PSNR in dB; ``math.inf`` for identical images.
+
+    Raises:
+        ShapeError: shapes differ. UsageError: missing data_range for non-uint8 input.
+    """
+    r = _check_pair(a, b, data_range)
+    if a.dtype == np.uint8 and b.dtype == np.uint8:
+        d = a.astype(np.float32) - b.astype(np.float32)  # exact; d*d <= 65025 < 2**24, exact in float32
+        mse = float(np.mean(d * d, dtype=np.float64))
+    else:
+        d = a.astype(np.float64) - b.astype(np.float64)
+        mse = float(np.mean(d * d))
+    if mse == 0.0:
+        return math.inf
+    return 10.0 * math.log10(r * r / mse)
+
+
+_ROWS = 16  # output rows per block: the block's inputs stay in cache for both passes
+
+
+def _filter_valid(z: np.ndarray) -> np.ndarray:
+    """Separable 11-tap Gaussian of an (H, P, W) float32 stack; 'valid' region (H-10, P, W-10).
+
+    Both passes run block by block (16 output rows) as symmetric shifted adds, so a block's data stays
+    in cache and no BLAS/OpenMP threads are involved. Only the valid region is computed, which is
+    exactly scikit-image's 5-px-cropped map (the crop equals the window radius, so the boundary mode
+    never reaches it).
+    """
+    r = SSIM_RADIUS
+    w = _TAPS32
+    h, p, wd = z.shape
+    n, nw = h - 2 * r, wd - 2 * r
+    flat = z.reshape(h, p * wd)
+    out = np.empty((n, p, nw), dtype=np.float32)
+    vbuf = np.empty((_ROWS, p * wd), dtype=np.float32)
+    vtmp = np.empty((_ROWS, p * wd), dtype=np.float32)
+    htmp = np.empty((_ROWS, p, nw), dtype=np.float32)
+    for r0 in range(0, n, _ROWS):
+        m = min(_ROWS, n - r0)
+        v, t = vbuf[:m], vtmp[:m]
+        np.multiply(flat[r0 + r : r0 + r + m], w[r], out=v)
+        for k in range(r):
+            np.add(flat[r0 + k : r0 + k + m], flat[r0 + 2 * r - k : r0 + 2 * r - k + m], out=t)
+            t *= w[k]
+            v += t
+        v3 = v.reshape(m, p, wd)
+        dst, t3 = out[r0 : r0 + m], htmp[:m]
+        np.multiply(v3[..., r : r + nw], w[r], out=dst)
+        for k in range(r):
+            np.add(v3[..., k : k + nw], v3[..., 2 * r - k : 2 * r - k + nw], out=t3)
+            t3 *= w[k]
+            dst += t3
+    return out
+
+
+def ssim(a: np.ndarray, b: np.ndarray, data_range: float | None = None) -> float:
+    """Mean SSIM (Gaussian σ = 1.5, K1 = 0.01, K2 = 0.03, population covariance) over channels.
+
+    Args:
+        a, b: ``(H, W)`` or ``(H, W, C)``, same shape, H and W >= 11.
+        data_range: R for C1 = (K1·R)², C2 = (K2·R)²; defaults to 255 only when both are uint8.
+
+    Returns:
+        SSIM in [-1, 1] (1 for identical images). Equals scikit-image called with
+        :data:`SKIMAGE_SSIM_ARGS` within 1e-4.
+
+    Raises:
+        ShapeError: shapes differ, or a side is below 11 px. UsageError: missing data_range.
+    """
+    return float(ssim_channels(a, b, data_range).mean())
+
+
+def ssim_channels(a: np.ndarray, b: np.ndarray, data_range: float | None = None) -> np.ndarray:
+    """Per-channel mean SSIM as a float64 array of shape (C,) (see :func:`ssim`)."""
+    r = _check_pair(a, b, data_range)
+    if a.ndim == 2:
+        a, b = a[..., None], b[..., None]
+    h, w, c = a.shape
+    if min(h, w) < SSIM_WIN:
+        raise ShapeError(f"SSIM needs H and W >= {SSIM_WIN} px (Gaussian window), got {h}x{w}")
+    x = np.array(a.transpose(0, 2, 1), dtype=np.float32, order="C")  # (H, C, W)
+    y = np.array(b.transpose(0, 2, 1), dtype=np.float32, order="C")
+    center = np.float32(0.5 * (float(x.mean(dtype=np.float64)) + float(y.mean(dtype=np.float64))))
+    x -= center
+    y -= center
+    stack = np.empty((h, 4 * c, w), dtype=np.float32)
+    stack[:, 0:c] = x
+    stack[:, c : 2 * c] = y
+    sq = stack[:, 2 * c : 3 * c]
+    np.multiply(x, x, out=sq)
+    np.multiply(y, y, out=x)
+    sq += x
+    np.multiply(stack[:, 0:c], y, out=stack[:, 3 * c : 4 * c])
+    del x, y
+    f = _filter_valid(stack)
+    mx, my, s2, sxy = f[:, 0:c], f[:, c : 2 * c], f[:, 2 * c : 3 * c], f[:, 3 * c : 4 * c]
+    c1 = np.float32((SSIM_K1 * r) ** 2)
+    c2 = np.float32((SSIM_K2 * r) ** 2)
+    # sigma terms are shift-invariant: compute from centered moments
+    cov = mx * my
+    np.subtract(sxy, cov, out=cov)  # σxy
+    m2 = mx * mx
+    m2 += my * my
+    np.subtract(s2, m2, out=m2)  # σx² + σy²
+    mx += center  # μx, μy (uncentered) for the luminance term
+    my += center
+    num = mx * my
+    num *= 2
+    num += c1
+    cov *= 2
+    cov += c2
+    num *= cov
+    den = mx * mx
+    den += my * my
+    den += c1
+    m2 += c2
+    den *= m2
+    num /= den
+    return num.transpose(1, 0, 2).reshape(c, -1).mean(axis=1, dtype=np.float64)
+
+
+def ms_ssim(a: np.ndarray, b: np.ndarray, data_range: float | None = None) -> float | None:
+    """MS-SSIM (torchmetrics functional, 5 scales, Gaussian σ = 1.5, explicit data_range).
+
+    Returns None when a side is below :data:`MS_SSIM_MIN_SIDE` (176 px), where torchmetrics cannot
+    compute 5 scales. Inputs: ``(H, W[, C])``; converted once to float32 NCHW in the input's range.
+    """
+    r = _check_pair(a, b, data_range)
+    if min(a.shape[0], a.shape[1]) < MS_SSIM_MIN_SIDE:
+        return None
+    import torch
+    from torchmetrics.functional.image import multiscale_structural_similarity_index_measure as f
+
+    def t(x: np.ndarray) -> torch.Tensor:
+        x3 = x[..., None] if x.ndim == 2 else x
+        return torch.from_numpy(np.array(np.moveaxis(x3, -1, 0), dtype=np.float32, order="C"))[None]
+
+    with torch.no_grad():
+        v = f(t(b), t(a), data_range=r, gaussian_kernel=True, sigma=1.5, kernel_size=11)
+    return float(v)

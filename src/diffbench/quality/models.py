@@ -1,0 +1,212 @@
+"""Typed results of ``diffbench quality`` (pydantic): options, per-pair rows, summaries, report.
+
+Units: PSNR in dB; SSIM, MS-SSIM in [-1, 1]; LPIPS ≥ 0 (lower is better); flicker in [0, 1]; motion in
+8-bit levels (mean absolute frame difference, 0-255). Non-finite floats (PSNR of identical images =
++inf) are written to JSON as the string "inf" by :func:`diffbench.core.jsonio.write_json_atomic`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+REPORT_SCHEMA_VERSION = 1
+
+# Direction per metric: True when higher is better. Gates and "worst" use it.
+HIGHER_IS_BETTER: dict[str, bool] = {
+    "psnr": True,
+    "ssim": True,
+    "ms_ssim": True,
+    "lpips": False,
+    "frame_psnr": True,
+    "frame_ssim": True,
+    "frame_lpips": False,
+    "flicker_delta": True,  # candidate - baseline: negative means more flicker than the baseline
+    "motion_ratio": True,  # candidate / baseline motion: below 1 means motion shrank
+    "clip_baseline": True,
+    "clip_candidate": True,
+    "clip_delta": True,  # candidate - baseline CLIP score (same prompt)
+}
+
+
+class QualityOptions(BaseModel):
+    """What to compute and how. ``workers`` threads decode and score pairs (bounded in flight)."""
+
+    alpha: Literal["reject", "drop", "composite-white"] = "reject"
+    allow_missing: bool = False
+    ms_ssim: bool = True
+    lpips: bool = False
+    lpips_backbone: Path | None = None
+    fid: bool = False
+    inception: Path | None = None
+    clip: Path | None = None
+    worst: int = Field(5, ge=0)
+    workers: int = Field(2, ge=1)
+    verify_sha256: bool = True
+
+
+class PairError(BaseModel):
+    """One pair (or file) that could not be compared; ``problem`` names what is wrong."""
+
+    key: str
+    baseline: str | None = None
+    candidate: str | None = None
+    problem: str
+
+
+class VideoStats(BaseModel):
+    """Per video pair: per-frame worst values, flicker (VBench) and motion for both sides."""
+
+    frames: int
+    psnr_mean: float | None = None  # mean of finite per-frame PSNRs (identical frames counted apart)
+    psnr_worst: float
+    psnr_worst_frame: int
+    identical_frames: int
+    ssim_mean: float
+    ssim_worst: float
+    ssim_worst_frame: int
+    lpips_mean: float | None = None
+    lpips_worst: float | None = None
+    lpips_worst_frame: int | None = None
+    flicker_baseline: float | None = None
+    flicker_candidate: float | None = None
+    flicker_delta: float | None = None
+    motion_baseline: float | None = None
+    motion_candidate: float | None = None
+    motion_ratio: float | None = None
+
+
+class PairResult(BaseModel):
+    """One compared pair. For a video, ``metrics`` hold the mean over frames (PSNR: mean of finite ones)."""
+
+    key: str
+    baseline: str
+    candidate: str
+    kind: Literal["image", "video"]
+    height: int
+    width: int
+    channels: int
+    frames: int | None = None
+    identical: bool
+    metrics: dict[str, float | None]
+    notes: list[str] = []
+    video: VideoStats | None = None
+
+
+class FrameRow(BaseModel):
+    """One frame of one video pair (CSV rows for video)."""
+
+    key: str
+    frame: int
+    psnr: float
+    ssim: float
+    lpips: float | None = None
+
+
+class WorstPair(BaseModel):
+    key: str
+    value: float
+    baseline: str
+    candidate: str
+    frame: int | None = None
+
+
+class MetricSummary(BaseModel):
+    """Direction-aware summary of one metric over pairs (or frames).
+
+    Percentiles by linear interpolation between order statistics (numpy 'linear'); +inf (identical
+    images, PSNR) sorts last and is excluded from ``mean``; ``n_inf`` counts it.
+    ``worst`` is the minimum when higher is better, else the maximum.
+    """
+
+    metric: str
+    higher_is_better: bool
+    n: int
+    n_inf: int = 0
+    mean: float | None
+    p10: float
+    p50: float
+    p90: float
+    min: float
+    max: float
+    worst: float
+    worst_pairs: list[WorstPair] = []
+
+
+class GateResult(BaseModel):
+    """One gate: ``value op threshold``; ``margin`` > 0 passes by that much, < 0 fails by that much."""
+
+    expr: str
+    metric: str
+    stat: str
+    op: str
+    threshold: float
+    value: float | None
+    passed: bool
+    margin: float | None
+    message: str
+
+
+class DistributionResult(BaseModel):
+    """Set-level metrics; FID always travels with its sample sizes and feature extractor."""
+
+    extractor: str
+    feature_dim: int
+    n_baseline: int
+    n_candidate: int
+    fid: float | None = None
+    kid_mean: float | None = None
+    kid_std: float | None = None
+    kid_subsets: int | None = None
+    kid_subset_size: int | None = None
+    warnings: list[str] = []
+
+
+class MetricSettings(BaseModel):
+    """Everything needed to reproduce the numbers."""
+
+    psnr: str = "10*log10(R^2/MSE), R = 255 for uint8 (1.0 for float .npy), RGB, per image; identical -> +inf"
+    ssim: str = (
+        "Gaussian window sigma=1.5 (11 taps), K1=0.01, K2=0.03, population covariance, per channel on RGB, "
+        "mean over the 5-px-cropped map; equals skimage.metrics.structural_similarity(baseline, candidate, "
+        "gaussian_weights=True, sigma=1.5, use_sample_covariance=False, data_range=R, channel_axis=-1)"
+    )
+    ms_ssim: str | None = None
+    lpips: str | None = None
+    lpips_calibrated: bool | None = None
+    clip: str | None = None
+    alpha_policy: str = "reject"
+    percentile_method: str = ""
+    identical_policy: str = (
+        "identical pairs give PSNR=+inf: counted in n_inf, sorted last for percentiles, excluded from means"
+    )
+    video: str = (
+        "per-frame PSNR/SSIM; flicker = 1 - mean|f_t - f_t+1|/255 (VBench temporal flickering); motion = mean "
+        "absolute difference of consecutive frames in 8-bit levels; frame-count mismatch is an error"
+    )
+
+
+class QualityReport(BaseModel):
+    """Result of comparing a candidate run with its baseline."""
+
+    model_config = ConfigDict(protected_namespaces=())
+
+    schema_version: int = REPORT_SCHEMA_VERSION
+    kind: str = "diffbench-quality"
+    baseline: str
+    candidate: str
+    pairing: Literal["manifest", "path"]
+    settings: MetricSettings
+    n_pairs: int = 0
+    n_identical: int = 0
+    pairs: list[PairResult] = []
+    frames: list[FrameRow] = []
+    errors: list[PairError] = []
+    summaries: dict[str, MetricSummary] = {}
+    distribution: DistributionResult | None = None
+    gates: list[GateResult] = []
+    warnings: list[str] = []
+    clip_truncated: list[str] = []  # pair keys whose prompt was truncated at the CLIP token limit
+    noise_floor: bool = False

@@ -1,0 +1,177 @@
+"""Pair candidate outputs with baseline outputs: by manifest keys, else by relative path.
+
+- Both directories hold ``manifest.json`` → pairs match by ``(prompt_id, seed, index)``; the manifest's
+  size / frame count and sha256 are checked against each other and against the file.
+- Otherwise → pairs match by relative path (files with a supported extension, and frame folders).
+- A missing counterpart, a shape mismatch or a changed file is a :class:`PairError`; nothing is dropped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from diffbench.core.manifest import MANIFEST_NAME, Manifest, ManifestEntry, read_manifest
+from diffbench.errors import InputError
+from diffbench.quality.io import ARRAY_EXTS, IMAGE_EXTS, VIDEO_EXTS, is_frame_folder
+from diffbench.quality.models import PairError
+
+# Files that may sit next to outputs and are not outputs.
+METADATA_EXTS = frozenset({".json", ".jsonl", ".csv", ".txt", ".md", ".log", ".yaml", ".yml", ".html"})
+
+
+@dataclass
+class PairSpec:
+    key: str
+    baseline: Path
+    candidate: Path
+    prompt: str | None = None
+
+
+@dataclass
+class Pairing:
+    mode: str
+    pairs: list[PairSpec] = field(default_factory=list)
+    errors: list[PairError] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def sha256_of(path: Path) -> str:
+    """sha256 of a file, or of a frame folder's files concatenated in name order (manifest rule)."""
+    h = hashlib.sha256()
+    files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+    for f in files:
+        with f.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def scan_outputs(root: Path) -> tuple[dict[str, Path], list[PairError]]:
+    """Map relative path → output path under ``root`` (images, arrays, videos, frame folders).
+
+    Unsupported files are returned as errors (metadata files such as .json/.csv/.txt are skipped).
+
+    Raises:
+        InputError: ``root`` is not a directory, or holds no output at all.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise InputError(f"{root}: not a directory (give a run output directory or a folder of images)")
+    found: dict[str, Path] = {}
+    errors: list[PairError] = []
+    stack = [root]
+    while stack:
+        d = stack.pop()
+        for p in sorted(d.iterdir()):
+            if p.name.startswith("."):
+                continue
+            rel = p.relative_to(root).as_posix()
+            if p.is_dir():
+                if is_frame_folder(p):
+                    found[rel] = p
+                else:
+                    stack.append(p)
+                continue
+            ext = p.suffix.lower()
+            if ext in IMAGE_EXTS or ext in ARRAY_EXTS or ext in VIDEO_EXTS:
+                found[rel] = p
+            elif ext not in METADATA_EXTS and p.name != MANIFEST_NAME:
+                errors.append(PairError(key=rel, baseline=str(p), problem=f"unsupported format {ext or '(none)'}"))
+    if not found:
+        raise InputError(f"{root}: no images, arrays or videos found (empty directory?)")
+    return found, errors
+
+
+def _key(e: ManifestEntry) -> str:
+    return f"{e.prompt_id}/seed{e.seed}/{e.index}"
+
+
+def _index(m: Manifest, root: Path, side: str, errors: list[PairError]) -> dict[str, ManifestEntry]:
+    out: dict[str, ManifestEntry] = {}
+    for e in m.entries:
+        k = _key(e)
+        if k in out:
+            errors.append(PairError(key=k, problem=f"duplicate key in {side} manifest {root / MANIFEST_NAME}"))
+            continue
+        out[k] = e
+    return out
+
+
+def pair_by_manifest(baseline: Path, candidate: Path, mb: Manifest, mc: Manifest, verify: bool) -> Pairing:
+    res = Pairing(mode="manifest")
+    ib = _index(mb, baseline, "baseline", res.errors)
+    ic = _index(mc, candidate, "candidate", res.errors)
+    if not ib and not ic:
+        raise InputError(f"{baseline} and {candidate}: manifests list no outputs")
+    for k in sorted(set(ib) | set(ic)):
+        eb, ec = ib.get(k), ic.get(k)
+        pb = baseline / eb.file if eb else None
+        pc = candidate / ec.file if ec else None
+        err = PairError(key=k, baseline=str(pb) if pb else None, candidate=str(pc) if pc else None, problem="")
+        if eb is None or ec is None:
+            err.problem = "missing in " + ("baseline" if eb is None else "candidate")
+            res.errors.append(err)
+            continue
+        if (eb.height, eb.width) != (ec.height, ec.width):
+            err.problem = f"size mismatch: baseline {eb.width}x{eb.height}, candidate {ec.width}x{ec.height}"
+            res.errors.append(err)
+            continue
+        if eb.frames != ec.frames:
+            err.problem = f"frame count mismatch: baseline {eb.frames}, candidate {ec.frames}"
+            res.errors.append(err)
+            continue
+        bad = _check_file(pb, eb, verify) or _check_file(pc, ec, verify)
+        if bad:
+            err.problem = bad
+            res.errors.append(err)
+            continue
+        res.pairs.append(PairSpec(key=k, baseline=pb, candidate=pc, prompt=eb.prompt or None))
+    return res
+
+
+def _check_file(path: Path, entry: ManifestEntry, verify: bool) -> str | None:
+    if not path.exists():
+        return f"{path}: listed in the manifest but not found"
+    if verify and sha256_of(path) != entry.sha256:
+        return f"{path}: sha256 differs from the manifest (file changed or truncated after the run)"
+    return None
+
+
+def pair_by_path(baseline: Path, candidate: Path) -> Pairing:
+    res = Pairing(mode="path")
+    fb, eb = scan_outputs(baseline)
+    fc, ec = scan_outputs(candidate)
+    for e in ec:
+        e.candidate, e.baseline = e.baseline, None
+    res.errors.extend(eb + ec)
+    for rel in sorted(set(fb) | set(fc)):
+        pb, pc = fb.get(rel), fc.get(rel)
+        if pb is None or pc is None:
+            res.errors.append(PairError(
+                key=rel, baseline=str(pb) if pb else None, candidate=str(pc) if pc else None,
+                problem="missing in " + ("baseline" if pb is None else "candidate"),
+            ))
+            continue
+        res.pairs.append(PairSpec(key=rel, baseline=pb, candidate=pc))
+    return res
+
+
+def pair_outputs(baseline: Path, candidate: Path, verify_sha256: bool = True) -> Pairing:
+    """Pair two output directories (manifest keys when both have one, else relative paths).
+
+    Raises:
+        InputError: a directory is missing/empty, or a manifest is unreadable.
+    """
+    baseline, candidate = Path(baseline), Path(candidate)
+    for d in (baseline, candidate):
+        if not d.is_dir():
+            raise InputError(f"{d}: not a directory")
+    mb, mc = read_manifest(baseline), read_manifest(candidate)
+    if mb is not None and mc is not None:
+        return pair_by_manifest(baseline, candidate, mb, mc, verify_sha256)
+    res = pair_by_path(baseline, candidate)
+    if (mb is None) != (mc is None):
+        res.warnings.append("only one side has manifest.json; paired by relative path")
+    return res

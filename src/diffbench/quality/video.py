@@ -1,0 +1,71 @@
+"""Video metrics: per-frame PSNR/SSIM (LPIPS optional), temporal flicker and motion magnitude.
+
+- Temporal flicker (VBench ``temporal_flickering``): 1 − mean over consecutive pairs of
+  mean|f_t − f_{t+1}| / 255, on 8-bit RGB. Higher is smoother. Undefined for a single frame.
+- Motion magnitude: the mean absolute difference of consecutive frames in 8-bit levels (0-255). It is
+  the same frame-difference statistic as flicker, read as motion; no optical flow (no OpenCV).
+  ``motion_ratio`` = candidate / baseline (below 1: the candidate moves less, a typical caching effect).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from diffbench.errors import ShapeError
+from diffbench.quality.kernels import psnr, ssim
+
+
+def mean_abs_frame_diff(video: np.ndarray, data_range: float = 255.0) -> float | None:
+    """Mean over consecutive frame pairs of mean|f_t − f_{t+1}|, in 8-bit levels; None for T < 2.
+
+    Args:
+        video: ``(T, H, W[, C])`` uint8, or float in [0, data_range] (rescaled to 8-bit levels).
+    """
+    if video.shape[0] < 2:
+        return None
+    scale = 255.0 / data_range
+    total = 0.0
+    for t in range(video.shape[0] - 1):
+        d = np.abs(video[t + 1].astype(np.float32) - video[t].astype(np.float32))
+        total += float(d.mean(dtype=np.float64)) * scale
+    return total / (video.shape[0] - 1)
+
+
+def temporal_flicker(video: np.ndarray, data_range: float = 255.0) -> float | None:
+    """VBench temporal flickering score in [0, 1]: 1 − mean_abs_frame_diff / 255; None for T < 2."""
+    m = mean_abs_frame_diff(video, data_range)
+    return None if m is None else 1.0 - m / 255.0
+
+
+def per_frame(a: np.ndarray, b: np.ndarray, data_range: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per-frame PSNR (dB, +inf for identical frames) and SSIM of two ``(T, H, W, C)`` videos.
+
+    Raises:
+        ShapeError: frame count or frame size differs (never truncated or padded).
+    """
+    if a.shape[0] != b.shape[0]:
+        raise ShapeError(f"frame count mismatch: baseline {a.shape[0]}, candidate {b.shape[0]}")
+    if a.shape != b.shape:
+        raise ShapeError(f"frame size mismatch: baseline {a.shape[1:]}, candidate {b.shape[1:]}")
+    p = np.array([psnr(a[t], b[t], data_range) for t in range(a.shape[0])], dtype=np.float64)
+    s = np.array([ssim(a[t], b[t], data_range) for t in range(a.shape[0])], dtype=np.float64)
+    return p, s
+
+
+def worst_index(values: np.ndarray, higher_is_better: bool = True) -> int:
+    """Index of the worst frame (first one on ties)."""
+    return int(np.argmin(values) if higher_is_better else np.argmax(values))
+
+
+def finite_mean(values: np.ndarray) -> float | None:
+    f = values[np.isfinite(values)]
+    return float(f.mean()) if f.size else None
+
+
+def ratio(num: float | None, den: float | None) -> float | None:
+    if num is None or den is None or den == 0.0:
+        return None
+    r = num / den
+    return r if math.isfinite(r) else None

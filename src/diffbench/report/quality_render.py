@@ -1,0 +1,132 @@
+"""Render a :class:`~diffbench.quality.models.QualityReport`: rich console tables, JSON and CSV."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from diffbench.core.jsonio import write_json_atomic
+from diffbench.quality.models import QualityReport
+
+_ORDER = ("psnr", "ssim", "ms_ssim", "lpips", "frame_psnr", "frame_ssim", "frame_lpips", "flicker_delta",
+          "motion_ratio", "clip_baseline", "clip_candidate", "clip_delta")
+CSV_COLUMNS = ("key", "frame", "kind", "baseline", "candidate", "height", "width", "psnr", "ssim", "ms_ssim",
+               "lpips", "identical", "flicker_delta", "motion_ratio", "notes")
+
+
+def _f(v: float | None, digits: int = 4) -> str:
+    if v is None:
+        return "-"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return f"{v:.{digits}f}"
+
+
+def _c(v: float | None) -> str:
+    """CSV cell: empty for None, 'inf' for +inf, full precision otherwise."""
+    if v is None:
+        return ""
+    return _f(v, 6) if math.isinf(v) else repr(float(v))
+
+
+def write_json(report: QualityReport, path: Path) -> Path:
+    """Strict JSON (``+inf`` written as the string "inf")."""
+    return write_json_atomic(path, report.model_dump(mode="python"))
+
+
+def write_csv(report: QualityReport, path: Path) -> Path:
+    """One row per image pair; one row per frame for video pairs (video-level fields on every frame row)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    frames_by_key: dict[str, list] = {}
+    for fr in report.frames:
+        frames_by_key.setdefault(fr.key, []).append(fr)
+    tmp = p.with_name(p.name + ".tmp")
+    with tmp.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(CSV_COLUMNS)
+        for pr in report.pairs:
+            base = [pr.key, "", pr.kind, pr.baseline, pr.candidate, pr.height, pr.width]
+            notes = "; ".join(pr.notes)
+            if pr.kind == "video" and pr.video is not None:
+                for fr in frames_by_key.get(pr.key, []):
+                    w.writerow([pr.key, fr.frame, pr.kind, pr.baseline, pr.candidate, pr.height, pr.width,
+                                _c(fr.psnr), _c(fr.ssim), "", _c(fr.lpips), fr.psnr == math.inf,
+                                _c(pr.video.flicker_delta), _c(pr.video.motion_ratio), notes])
+                continue
+            m = pr.metrics
+            w.writerow(base + [_c(m.get("psnr")), _c(m.get("ssim")), _c(m.get("ms_ssim")),
+                               _c(m.get("lpips")), pr.identical, "", "", notes])
+    tmp.replace(p)
+    return p
+
+
+def render_console(report: QualityReport, console: Console | None = None) -> None:
+    """Summary table, worst pairs, errors, distribution metrics and gate results."""
+    c = console or Console()
+    title = "noise floor (baseline vs baseline re-run)" if report.noise_floor else "quality vs baseline"
+    c.print(f"[bold]{title}[/]: {report.candidate} vs {report.baseline} — paired by {report.pairing}, "
+            f"{report.n_pairs} pairs, {report.n_identical} identical, {len(report.errors)} errors")
+    t = Table(title="per-pair metrics (worst is direction-aware)")
+    for col in ("metric", "n", "identical", "mean", "p50", "p10", "p90", "worst"):
+        t.add_column(col, justify="right" if col != "metric" else "left")
+    names = [k for k in _ORDER if k in report.summaries] + sorted(set(report.summaries) - set(_ORDER))
+    for k in names:
+        s = report.summaries[k]
+        t.add_row(k + ("" if s.higher_is_better else " (lower better)"), str(s.n), str(s.n_inf), _f(s.mean),
+                  _f(s.p50), _f(s.p10), _f(s.p90), _f(s.worst))
+    c.print(t)
+    for k in names:
+        s = report.summaries[k]
+        if not s.worst_pairs or k.startswith("frame_"):
+            continue
+        wt = Table(title=f"worst {len(s.worst_pairs)} by {k}")
+        wt.add_column("key")
+        wt.add_column(k, justify="right")
+        wt.add_column("candidate")
+        for wp in s.worst_pairs:
+            wt.add_row(wp.key, _f(wp.value), wp.candidate)
+        c.print(wt)
+    vids = [p for p in report.pairs if p.video is not None]
+    if vids:
+        vt = Table(title="videos")
+        for col in ("key", "frames", "worst PSNR (frame)", "worst SSIM (frame)", "flicker Δ", "motion ratio"):
+            vt.add_column(col)
+        for p in vids:
+            v = p.video
+            assert v is not None
+            vt.add_row(p.key, str(v.frames), f"{_f(v.psnr_worst, 2)} ({v.psnr_worst_frame})",
+                       f"{_f(v.ssim_worst)} ({v.ssim_worst_frame})", _f(v.flicker_delta, 5), _f(v.motion_ratio))
+        c.print(vt)
+    if report.distribution is not None:
+        d = report.distribution
+        c.print(f"FID = {_f(d.fid, 3)} (N = {d.n_baseline} baseline / {d.n_candidate} candidate, {d.extractor}); "
+                f"KID = {_f(d.kid_mean, 5)} ± {_f(d.kid_std, 5)} (subset size {d.kid_subset_size})")
+        for w in d.warnings:
+            c.print(f"[yellow]warning:[/] {w}")
+    for w in report.warnings:
+        c.print(f"[yellow]warning:[/] {w}")
+    if report.settings.lpips_calibrated is False:
+        c.print("[yellow]warning:[/] LPIPS is UNCALIBRATED (random backbone)")
+    if report.errors:
+        et = Table(title=f"{len(report.errors)} pair errors")
+        et.add_column("key")
+        et.add_column("problem")
+        for e in report.errors:
+            et.add_row(e.key, e.problem)
+        c.print(et)
+    if report.noise_floor and report.summaries:
+        c.print("[bold]noise floor[/] (two runs of one configuration): a gate stricter than these values "
+                "fails the baseline against itself; calibrate gates with a margin beyond them.")
+        for k in names:
+            s = report.summaries[k]
+            op = ">=" if s.higher_is_better else "<="
+            c.print(f"  {k}: worst {_f(s.worst)}, p10 {_f(s.p10)}, p90 {_f(s.p90)} "
+                    f"-> a gate '{k}.worst{op}T' needs T {'below' if s.higher_is_better else 'above'} "
+                    f"{_f(s.worst)}")
+    for g in report.gates:
+        c.print(("[green]" if g.passed else "[red]") + g.message + "[/]")

@@ -1,0 +1,150 @@
+"""compare_dirs and ``diffbench quality``: manifest pairing, listed errors, JSON/CSV, gates, exit codes."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from skimage import data
+from skimage.metrics import peak_signal_noise_ratio as sk_psnr
+
+from diffbench.cli.main import main
+from diffbench.core.manifest import Manifest, ManifestEntry, write_manifest
+from diffbench.core.stats import percentile
+from diffbench.quality.compare import compare_dirs
+from diffbench.quality.lpips import BACKBONE_FILE
+from diffbench.quality.models import QualityOptions
+
+PHOTOS = [data.astronaut()[:192, :192], data.coffee()[:192, :256], data.chelsea()[:192, :192],
+          data.rocket()[:192, :192], data.immunohistochemistry()[:192, :192]]
+
+
+def _save_run(root: Path, noise: float, seed: int, manifest: bool = True) -> list[np.ndarray]:
+    root.mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    entries, imgs = [], []
+    for i, img in enumerate(PHOTOS):
+        out = img if noise == 0 else np.clip(np.rint(img + rng.normal(0, noise * (i + 1), img.shape)), 0, 255)
+        out = out.astype(np.uint8)
+        name = f"p{i}_s{100 + i}.png"
+        Image.fromarray(out).save(root / name)
+        imgs.append(out)
+        entries.append(ManifestEntry(prompt_id=f"p{i}", prompt=f"prompt {i}", seed=100 + i, height=out.shape[0],
+                                     width=out.shape[1], file=name,
+                                     sha256=hashlib.sha256((root / name).read_bytes()).hexdigest()))
+    if manifest:
+        write_manifest(root, Manifest(entries=entries))
+    return imgs
+
+
+@pytest.fixture()
+def runs(tmp_path: Path) -> tuple[Path, Path, list[np.ndarray], list[np.ndarray]]:
+    a, b = tmp_path / "A", tmp_path / "B"
+    ia = _save_run(a, 0, 0)
+    ib = _save_run(b, 2.0, 1)
+    return a, b, ia, ib
+
+
+def test_manifest_pairing_and_summary(runs) -> None:
+    a, b, ia, ib = runs
+    rep = compare_dirs(a, b, QualityOptions(workers=2, ms_ssim=False, worst=2))
+    assert rep.pairing == "manifest" and rep.n_pairs == 5 and not rep.errors
+    ref = [sk_psnr(x, y, data_range=255) for x, y in zip(ia, ib, strict=True)]
+    s = rep.summaries["psnr"]
+    assert s.n == 5 and s.p50 == pytest.approx(percentile(ref, 50), abs=1e-6)
+    assert s.p10 == pytest.approx(percentile(ref, 10), abs=1e-6) and s.worst == pytest.approx(min(ref))
+    assert [w.key for w in s.worst_pairs] == [f"p{i}/seed{100 + i}/0" for i in np.argsort(ref)[:2]]
+    assert rep.summaries["ssim"].worst == rep.summaries["ssim"].min
+
+
+def test_manifest_mismatch_listed(runs) -> None:
+    a, b, _, _ = runs
+    (b / "p1_s101.png").write_bytes((b / "p1_s101.png").read_bytes()[:100])  # changed after the run
+    rep = compare_dirs(a, b, QualityOptions(workers=1, ms_ssim=False))
+    assert rep.n_pairs == 4 and "sha256 differs" in rep.errors[0].problem
+
+
+def test_missing_and_resized_both_listed_cli(tmp_path: Path, capsys) -> None:
+    a, b = tmp_path / "A", tmp_path / "B"
+    _save_run(a, 0, 0, manifest=False)
+    _save_run(b, 1.0, 1, manifest=False)
+    (b / "p0_s100.png").unlink()
+    Image.fromarray(PHOTOS[1]).resize((128, 96)).save(b / "p1_s101.png")
+    rc = main(["quality", str(a), str(b), "--json", str(tmp_path / "q.json"), "--no-ms-ssim"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "p0_s100.png: missing in candidate" in err and "p1_s101.png: size mismatch" in err
+    q = json.loads((tmp_path / "q.json").read_text())
+    assert {e["key"] for e in q["errors"]} == {"p0_s100.png", "p1_s101.png"} and q["n_pairs"] == 3
+    rc = main(["quality", str(a), str(b), "--allow-missing", "--no-ms-ssim"])
+    assert rc == 0
+
+
+def test_cli_json_csv_gates_exit_codes(runs, tmp_path: Path, capsys) -> None:
+    a, b, ia, ib = runs
+    (a / "extra.png").write_bytes((a / "p0_s100.png").read_bytes())  # not in the manifest: ignored by keys
+    qj, qc = tmp_path / "q.json", tmp_path / "q.csv"
+    rc = main(["quality", str(a), str(b), "--json", str(qj), "--csv", str(qc), "--gate", "psnr.p10>=20"])
+    assert rc == 0
+    q = json.loads(qj.read_text())
+    for k in ("n", "p50", "p10", "worst", "worst_pairs"):
+        assert k in q["summaries"]["psnr"] and k in q["summaries"]["ssim"]
+    assert q["gates"][0]["passed"] is True
+    assert q["settings"]["ssim"].find("use_sample_covariance=False") > 0
+    rows = list(csv.DictReader(qc.open()))
+    assert len(rows) == 5 and float(rows[0]["psnr"]) == pytest.approx(sk_psnr(ia[0], ib[0], data_range=255))
+    worst = min(sk_psnr(x, y, data_range=255) for x, y in zip(ia, ib, strict=True))
+    rc = main(["quality", str(a), str(b), "--json", str(qj), "--gate", f"psnr.min>={worst + 1}"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "FAIL psnr.min>=" in err and "short by 1" in err
+    q = json.loads(qj.read_text())  # outputs were written before the gate failed
+    assert q["gates"][0]["passed"] is False and q["gates"][0]["margin"] == pytest.approx(-1.0)
+    assert main(["quality", str(a), str(b), "--preset", "equivalent"]) == 1  # noisy pairs are < 40 dB
+    assert main(["quality", str(a), str(b), "--gate", "psnr.p10=>3"]) == 2  # malformed gate
+
+
+def test_identical_runs_json_valid_with_inf(tmp_path: Path, capsys) -> None:
+    a, b = tmp_path / "A", tmp_path / "B"
+    _save_run(a, 0, 0)
+    _save_run(b, 0, 0)
+    qj = tmp_path / "q.json"
+    rc = main(["quality", "--noise-floor", str(a), str(b), "--json", str(qj), "--preset", "equivalent"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "noise floor" in out
+    text = qj.read_text()
+    q = json.loads(text)  # strict JSON: +inf is the string "inf"
+    assert "Infinity" not in text and "NaN" not in text
+    assert q["noise_floor"] is True and q["n_identical"] == 5
+    assert q["summaries"]["psnr"]["n_inf"] == 5 and q["summaries"]["psnr"]["p10"] == "inf"
+    assert q["summaries"]["psnr"]["mean"] is None
+
+
+def test_lpips_without_weights_cli(runs, tmp_path: Path, monkeypatch, capsys) -> None:
+    a, b, _, _ = runs
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "th"))
+    rc = main(["quality", str(a), str(b), "--lpips"])
+    err = capsys.readouterr().err
+    assert rc == 3 and BACKBONE_FILE in err and str(tmp_path / "th" / "hub" / "checkpoints") in err
+
+
+def test_lpips_with_weights_and_gate(runs, tmp_path: Path, monkeypatch, random_alexnet_state) -> None:
+    import torch
+
+    a, b, _, _ = runs
+    hub = tmp_path / "th" / "hub" / "checkpoints"
+    hub.mkdir(parents=True)
+    torch.save(random_alexnet_state(0), hub / BACKBONE_FILE)
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "th"))
+    qj = tmp_path / "q.json"
+    rc = main(["quality", str(a), str(b), "--lpips", "--no-ms-ssim", "--json", str(qj), "--gate", "lpips.max<=10"])
+    q = json.loads(qj.read_text())
+    s = q["summaries"]["lpips"]
+    assert rc == 0 and s["n"] == 5 and s["higher_is_better"] is False and s["worst"] == s["max"]
+    assert q["settings"]["lpips"].startswith("LPIPS v0.1 alex")
+    assert all(math.isfinite(p["metrics"]["lpips"]) and p["metrics"]["lpips"] > 0 for p in q["pairs"])
