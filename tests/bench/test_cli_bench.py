@@ -198,6 +198,9 @@ def test_local_pipeline_directory_loads_offline(tmp_path: Path) -> None:
         (["--seeds", "a,b"], "comma-separated integers"),
         (["--shapes", "64by64"], "HEIGHTxWIDTH"),
         (["--prompts", "/nonexistent.txt"], "cannot read"),
+        (["--offload", "model"], "needs --device cuda"),
+        (["--offload", "everything"], "choose none, model or sequential"),
+        (["--device", "cuda"], "CUDA is not available"),
     ],
 )
 def test_bad_input_gives_one_line_error(args: list[str], message: str, capsys) -> None:

@@ -50,6 +50,10 @@ def register(app: typer.Typer) -> None:
             None, help="Several shapes: 'HxW[xF],HxW[xF]' (overrides --height/--width/--frames)."
         ),
         batch: int = typer.Option(1, min=1, help="Images per call."),
+        vae_tiling: bool = typer.Option(
+            False, "--vae-tiling", help="Decode in tiles (bounds the VAE decode peak)."
+        ),
+        offload: str = typer.Option("none", help="none | model | sequential CPU offload (CUDA only)."),
         prompts: Path | None = typer.Option(
             None, help="Prompt file, one per line (default: the built-in set)."
         ),
@@ -99,6 +103,8 @@ def register(app: typer.Typer) -> None:
         from diffbench.errors import DiffbenchError
         from diffbench.report.bench_report import print_console
 
+        if offload not in ("none", "model", "sequential"):
+            raise UsageError(f"--offload {offload!r}: choose none, model or sequential")
         if engine not in ENGINES:
             raise UsageError(f"--engine {engine!r}: choose one of {', '.join(ENGINES)}")
         shape_list = parse_shapes(shapes) if shapes else [Shape(height=height, width=width, frames=frames)]
@@ -120,6 +126,8 @@ def register(app: typer.Typer) -> None:
                 dtype=dtype,
                 attention_backend=attention_backend,
                 compile=compile,
+                vae_tiling=vae_tiling,
+                offload=offload,
                 threads=threads,
                 sim=sim,
             ),

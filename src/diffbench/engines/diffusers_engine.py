@@ -145,9 +145,20 @@ class DiffusersEngine:
             raise ModelError(
                 f"pipeline class {cls_name} is not supported; supported: {', '.join(sorted(PIPELINES))}"
             )
-        pipe = pipe.to(cfg.device)
         if cfg.dtype != "float32":
             pipe = pipe.to(getattr(torch, cfg.dtype))
+        if cfg.offload == "none":
+            pipe = pipe.to(cfg.device)
+        elif not cfg.device.startswith("cuda"):
+            raise UsageError(
+                f"--offload {cfg.offload} moves weights between host and GPU; it needs --device cuda"
+            )
+        elif cfg.offload == "model":
+            pipe.enable_model_cpu_offload(device=cfg.device)
+        else:
+            pipe.enable_sequential_cpu_offload(device=cfg.device)
+        if cfg.vae_tiling:
+            pipe.vae.enable_tiling()
         pipe.set_progress_bar_config(disable=True)
         denoiser = getattr(pipe, "transformer", None) or getattr(pipe, "unet", None)
         backend = "default (torch SDPA)"
@@ -191,6 +202,8 @@ class DiffusersEngine:
                 "spatial_multiple": str(mult),
                 "threads": str(torch.get_num_threads()),
                 "deterministic_algorithms": str(torch.are_deterministic_algorithms_enabled()),
+                "vae_tiling": str(cfg.vae_tiling),
+                "offload": cfg.offload,
             },
         )
         return self._info

@@ -44,6 +44,8 @@ class EngineConfig(BaseModel):
     dtype: str = "float32"
     attention_backend: str | None = None
     compile: bool = False
+    vae_tiling: bool = False
+    offload: Literal["none", "model", "sequential"] = "none"
     threads: int | None = None
     sim: SimParams = SimParams()
 
