@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import Any
 
 
-def _clean(obj: Any) -> Any:
+def strict_json_value(obj: Any) -> Any:
     """Replace non-finite floats by strings ("inf", "-inf", "nan") so the output is strict JSON."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
     if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
+        return {k: strict_json_value(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
+        return [strict_json_value(v) for v in obj]
     return obj
 
 
@@ -26,6 +26,6 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
     if p.parent and not p.parent.exists():
         p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(_clean(data), indent=2, sort_keys=False))
+    tmp.write_text(json.dumps(strict_json_value(data), indent=2, sort_keys=False))
     tmp.replace(p)
     return p

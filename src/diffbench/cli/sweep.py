@@ -1,0 +1,116 @@
+"""``diffbench sweep``: speed-up vs quality over a cache threshold or a pipeline option, and the working point."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from diffbench.errors import UsageError
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError as exc:
+        raise UsageError(f"--seeds {text!r}: expected comma-separated integers, e.g. 0,1,2") from exc
+    if not seeds:
+        raise UsageError("--seeds is empty; give at least one seed, e.g. --seeds 0")
+    return seeds
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def sweep(
+        cache: str | None = typer.Option(
+            None, help="Cache to sweep: first-block (threshold) | taylorseer (interval) | magcache (threshold) "
+            "| fastercache (spatial skip range) | pab (spatial skip range)."
+        ),
+        option: str | None = typer.Option(
+            None, help="Pipeline option to sweep instead: precision | attention-backend | compile."
+        ),
+        values: str = typer.Option(..., help="Comma-separated values, e.g. 0.05,0.1,0.2,0.4 or bfloat16 or on."),
+        budget: float = typer.Option(
+            30.0, help="Quality budget in dB: passes when psnr p10 >= budget and worst >= budget - 3."
+        ),
+        gate: list[str] = typer.Option(
+            [], help="Gate expression(s) replacing the budget, e.g. 'psnr.p10>=32' 'ssim.worst>=0.95'."
+        ),
+        baseline: str | None = typer.Option(
+            None, help="Use this stored run as the baseline (refused if its fingerprint differs; see --force)."
+        ),
+        force: bool = typer.Option(
+            False, "--force", help="Compare even when the baseline's deployment fingerprint differs (reported)."
+        ),
+        engine: str = typer.Option("diffusers", help="diffusers (http: not available yet)."),
+        model: str = typer.Option("tiny-flux", help="tiny-flux | tiny-sdxl | tiny-wan | PATH to a local pipeline."),
+        device: str = typer.Option("cpu", help="cpu, cuda or cuda:N."),
+        dtype: str = typer.Option("float32", help="Baseline precision: float32 | bfloat16 | float16."),
+        attention_backend: str | None = typer.Option(None, help="diffusers attention backend of the baseline."),
+        compile: bool = typer.Option(False, "--compile", help="torch.compile the denoiser (baseline and points)."),
+        threads: int | None = typer.Option(None, min=1, help="torch intra-op threads."),
+        height: int | None = typer.Option(None, min=1, help="Height in pixels (tiny models: 128)."),
+        width: int | None = typer.Option(None, min=1, help="Width in pixels (tiny models: 128)."),
+        frames: int | None = typer.Option(None, min=1, help="Frames (video models)."),
+        steps: int | None = typer.Option(None, min=1, help="Denoising steps (tiny models: 20)."),
+        guidance: float | None = typer.Option(None, help="Guidance / CFG scale (default: the pipeline's)."),
+        prompts: Path | None = typer.Option(None, help="Prompt file, one per line (default: the built-in set)."),
+        num_prompts: int | None = typer.Option(
+            None, min=1, max=20, help="How many built-in prompts (of 20; default: 4 for tiny models, else 20)."
+        ),
+        seeds: str = typer.Option("0", help="Comma-separated seeds."),
+        warmup: int = typer.Option(1, min=0, help="Warmup runs per configuration."),
+        runs: int | None = typer.Option(
+            None, min=2, help="Timed runs per configuration, cycling prompts x seeds (default: 12 for tiny "
+            "models, else one per prompt x seed)."
+        ),
+        ssim: bool = typer.Option(True, "--ssim/--no-ssim", help="Also compute SSIM per image."),
+        store: Path | None = typer.Option(
+            None, help="SQLite store (default: $DIFFBENCH_STORE or ~/.local/share/diffbench/store.sqlite)."
+        ),
+        outputs: Path | None = typer.Option(None, help="Where outputs go (default: next to the store)."),
+        resume: bool = typer.Option(True, "--resume/--no-resume", help="Reuse finished points from the store."),
+        json_path: Path | None = typer.Option(None, "--json", help="Write the curve JSON here."),
+        csv_path: Path | None = typer.Option(None, "--csv", help="Write the curve CSV here."),
+    ) -> None:
+        """Sweep a cache threshold or a pipeline option: speed-up (95 % bootstrap CI), per-image quality vs the
+        baseline (p50/p10/worst PSNR), skipped steps, the noise floor and the working point; all stored."""
+        from diffbench.engines.registry import EngineConfig
+        from diffbench.report.sweep_report import make_console, print_console, write_csv, write_json
+        from diffbench.store.runs import RunStore
+        from diffbench.sweep.axes import axis_name, parse_values
+        from diffbench.sweep.models import SweepOptions
+        from diffbench.sweep.runner import run_sweep
+
+        if engine != "diffusers":
+            raise UsageError(
+                f"--engine {engine!r}: sweep runs the diffusers engine in-process (cache hooks need the "
+                "pipeline); an http engine is not available yet"
+            )
+        axis = axis_name(cache, option)
+        opts = SweepOptions(
+            engine=EngineConfig(engine="diffusers", model=model, device=device, dtype=dtype,
+                                attention_backend=attention_backend, compile=compile, threads=threads),
+            axis=axis, values=parse_values(axis, values), height=height, width=width, frames=frames,
+            steps=steps, guidance=guidance, prompts_file=prompts, num_prompts=num_prompts, seeds=_seeds(seeds),
+            warmup=warmup, runs=runs, budget_db=budget, gates=list(gate), ssim=ssim, baseline_run=baseline,
+            force=force, resume=resume, outputs_dir=outputs,
+        )
+        if opts.gates:
+            from diffbench.quality.gates import parse_gate
+
+            for g in opts.gates:
+                parse_gate(g)
+        console: Any = make_console()
+        with RunStore.open(store) as st, console.status("sweep: starting") as status:
+            result = run_sweep(opts, st, on_event=lambda msg: status.update(f"sweep: {msg}"))
+        print_console(result, console)
+        if json_path:
+            write_json(result, json_path)
+            console.print(f"curve JSON: {json_path}")
+        if csv_path:
+            write_csv(result, csv_path)
+            console.print(f"curve CSV: {csv_path}")
+        console.print(f"stored in {result.store} as sweep {result.sweep_id}; see `diffbench runs show "
+                      f"{result.sweep_id}`")

@@ -1,0 +1,150 @@
+"""Render a :class:`~diffbench.sweep.models.SweepResult`: rich console, curve JSON and CSV.
+
+Re-renderable from a saved result (``diffbench runs show SWEEP_ID``) without re-running.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+
+from diffbench.bench.result import Conditions
+from diffbench.core.jsonio import write_json_atomic
+from diffbench.sweep.models import SweepResult
+
+CSV_COLUMNS = (
+    "value", "speedup", "speedup_ci_low", "speedup_ci_high", "latency_p50_s", "latency_n", "psnr_p50_db",
+    "psnr_p10_db", "psnr_worst_db", "ssim_p50", "ssim_worst", "skipped_steps", "passed", "working_point",
+    "run_id", "model", "shape", "steps", "cfg", "engine", "engine_version", "attention_backend", "parallelism",
+    "precision", "cache", "compile", "device", "hardware", "driver", "cuda",
+)
+
+
+def _db(v: float | None) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "—"
+    return "inf" if math.isinf(v) else f"{v:.2f}"
+
+
+def conditions_line(c: Conditions) -> str:
+    """The field's minimal report in one line: model · shape · steps · CFG · engine and version · backend ·
+    parallelism · precision · cache · hardware · driver/CUDA."""
+    return (
+        f"{c.model} ({c.pipeline}) · {c.shape} · {c.steps} steps · CFG {c.cfg}"
+        f"{'' if c.guidance is None else f' (guidance {c.guidance:g})'} · {c.engine} {c.engine_version} · "
+        f"attention {c.attention_backend} · parallelism {c.parallelism} · {c.precision} · cache {c.cache} · "
+        f"compile {'on' if c.compile else 'off'} · {c.device}: {c.hardware} · driver {c.driver or '—'} / "
+        f"CUDA {c.cuda or '—'}"
+    )
+
+
+def curve_json(result: SweepResult) -> dict[str, object]:
+    """The JSON document: the full result (``baseline``, ``points``, ``working_point``, …)."""
+    return result.model_dump(mode="python")
+
+
+def write_json(result: SweepResult, path: Path) -> Path:
+    """Write the curve JSON atomically (``inf`` PSNR as the string "inf")."""
+    return write_json_atomic(path, curve_json(result))
+
+
+def to_csv(result: SweepResult) -> str:
+    """One row per point (baseline first, speed-up 1), with the conditions of each."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+    wp = result.working_point.value if result.working_point else None
+    b = result.baseline
+    rows = [("baseline", 1.0, None, None, b.latency_s, None, None, None, None, None, b.run_id, b.conditions)]
+    for p in result.points:
+        rows.append((p.value, p.speedup, p.speedup_ci[0], p.speedup_ci[1], p.latency_s, p.quality,
+                     p.skipped_steps, p.passed, p.value == wp, None, p.run_id, p.conditions))
+    for value, sp, lo, hi, lat, q, skip, passed, is_wp, _, rid, c in rows:
+        psnr = q.psnr if q is not None else None  # type: ignore[union-attr]
+        ssim = q.ssim if q is not None else None  # type: ignore[union-attr]
+        w.writerow([
+            value, sp, lo, hi, lat.p50, lat.n,  # type: ignore[union-attr]
+            psnr.p50 if psnr else None, psnr.p10 if psnr else None, psnr.worst if psnr else None,
+            ssim.p50 if ssim else None, ssim.worst if ssim else None, skip, passed, is_wp, rid,
+            c.model, c.shape, c.steps, c.cfg, c.engine, c.engine_version, c.attention_backend,  # type: ignore[union-attr]
+            c.parallelism, c.precision, c.cache, c.compile, c.device, c.hardware, c.driver, c.cuda,  # type: ignore[union-attr]
+        ])
+    return buf.getvalue()
+
+
+def write_csv(result: SweepResult, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(to_csv(result))
+    return path
+
+
+def make_console() -> object:
+    """A rich Console; 160 columns when the output is not a terminal (pipes, CI logs) so tables stay legible."""
+    import sys
+
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=160)
+
+
+def print_console(result: SweepResult, console: object | None = None) -> None:
+    """The curve table, the gates with the noise floor beside them, the working point and the conditions."""
+    from rich.console import Console
+    from rich.table import Table
+
+    con: Console = console if console is not None else make_console()  # type: ignore[assignment]
+    b = result.baseline
+    nf = result.noise_floor_psnr
+    con.print(f"[bold]sweep {result.sweep_id}[/bold] · axis {result.axis} (fingerprint field '{result.field}') "
+              f"· store {result.store}")
+    con.print(f"baseline run {b.run_id}{' (from the store)' if b.resumed else ''}: median "
+              f"{b.latency_s.p50 * 1e3:.2f} ms (n={b.latency_s.n})")
+    if nf is not None:
+        con.print(f"noise floor (baseline configuration run twice): psnr p50 {_db(nf.p50)} dB · p10 {_db(nf.p10)} "
+                  f"dB · worst {_db(nf.worst)} dB (n={nf.n})")
+    t = Table(title=f"{result.axis} sweep: speed-up vs quality (speed-up = ratio of median latencies)")
+    for col in ("value", "median ms (n)", "speed-up", "95 % CI", "psnr p50", "psnr p10", "psnr worst",
+                "ssim worst", "skipped", "gates"):
+        t.add_column(col, justify="right" if col not in ("value", "gates") else "left")
+    t.add_row("baseline", f"{b.latency_s.p50 * 1e3:.2f} ({b.latency_s.n})", "1.000", "—", "—", "—", "—", "—",
+              "—", "—")
+    wp = result.working_point.value if result.working_point else None
+    for p in result.points:
+        ssim = p.quality.ssim
+        mark = " ◀ working point" if p.value == wp else ""
+        t.add_row(
+            p.value + (" (stored)" if p.resumed else ""),
+            f"{p.latency_s.p50 * 1e3:.2f} ({p.latency_s.n})",
+            f"{p.speedup:.3f}",
+            f"{p.speedup_ci[0]:.3f}–{p.speedup_ci[1]:.3f}",
+            _db(p.quality.psnr.p50), _db(p.quality.psnr.p10), _db(p.quality.psnr.worst),
+            f"{ssim.worst:.4f}" if ssim else "—",
+            "—" if p.skipped_steps is None else f"{p.skipped_steps:.0%}",
+            ("PASS" if p.passed else "FAIL") + mark,
+        )
+    con.print(t)
+    g = Table(title="gates (noise floor = the same statistic for the baseline run twice)")
+    for col in ("value", "gate", "value measured", "noise floor", "result"):
+        g.add_column(col)
+    for p in result.points:
+        for row in p.gates:
+            r = row.gate
+            g.add_row(p.value, r.expr, _db(r.value), _db(row.noise_floor), "PASS" if r.passed else "FAIL")
+    con.print(g)
+    skip_units = {p.skipped_detail.unit for p in result.points if p.skipped_detail}
+    if skip_units:
+        con.print(f"skipped = fraction of cache-hooked computations skipped; unit: {', '.join(sorted(skip_units))}")
+    if result.forced:
+        con.print(f"[bold red]FORCED comparison: the fingerprints differ in {', '.join(result.fingerprint_differences)}"
+                  " — configuration drift is mixed into the quality and speed numbers[/bold red]")
+    for w in result.warnings:
+        con.print(f"[yellow]warning:[/yellow] {w}")
+    if result.working_point is not None:
+        style = "green" if result.working_point.value is not None else "yellow"
+        con.print(f"[bold {style}]{result.working_point.message}[/bold {style}]")
+    con.print("[bold]conditions[/bold]")
+    con.print(f"  baseline: {conditions_line(b.conditions)}", soft_wrap=True)
+    for p in result.points:
+        con.print(f"  {p.value}: {conditions_line(p.conditions)}", soft_wrap=True)

@@ -1,0 +1,109 @@
+"""Typed records kept in the run store (pydantic; JSON columns in SQLite).
+
+Durations are seconds, PSNR is dB; ``inf`` PSNR (bitwise-identical images) is stored as the JSON string
+``"inf"`` and read back as ``math.inf``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from diffbench.core.manifest import Manifest
+from diffbench.core.stats import Summary
+
+RunKind = Literal["baseline", "noise-floor", "point"]
+RunStatus = Literal["running", "done", "failed"]
+
+
+class RunTiming(BaseModel):
+    """End-to-end latency of the timed runs (bench protocol) plus medians of the stage split.
+
+    ``samples_s``: every timed run, seconds, in order. ``latency_s``: their summary (with n).
+    """
+
+    samples_s: list[float]
+    warmup_s: list[float] = []
+    latency_s: Summary
+    denoise_median_s: float | None = None
+    vae_decode_median_s: float | None = None
+    step_median_s: float | None = None
+    runs: int
+    warmup: int
+
+
+class MetricStats(BaseModel):
+    """Per-image metric over the paired outputs: percentiles by numpy 'linear' (+inf sorts last)."""
+
+    n: int
+    n_inf: int = 0
+    mean: float | None = None
+    p10: float
+    p50: float
+    p90: float
+    min: float
+    max: float
+    worst: float
+
+
+class RunQuality(BaseModel):
+    """Quality of this run's outputs against ``against_run`` paired by (prompt_id, seed, index)."""
+
+    against_run: str
+    psnr: MetricStats
+    ssim: MetricStats | None = None
+    worst_key: str | None = None
+
+
+class SkipStats(BaseModel):
+    """Fraction of cache-hooked computations that were skipped (see diffbench.sweep.probe for the method)."""
+
+    fraction: float = Field(ge=0, le=1)
+    computed: int
+    total: int
+    unit: str
+    method: str
+
+
+class RunRecord(BaseModel):
+    """One generation set: a baseline, its noise-floor repeat, or a sweep point."""
+
+    id: str
+    created_unix: float
+    kind: RunKind
+    status: RunStatus = "running"
+    sweep_id: str | None = None
+    axis: str | None = None
+    value: str | None = None
+    model: str
+    fingerprint: dict[str, object]
+    fingerprint_hash: str
+    conditions: dict[str, object] = {}
+    manifest: Manifest | None = None
+    outputs_dir: str | None = None
+    timing: RunTiming | None = None
+    quality: RunQuality | None = None
+    skipped: SkipStats | None = None
+    error: str | None = None
+
+
+class SweepRecord(BaseModel):
+    """One sweep: its identity, options (JSON) and last assembled result (JSON)."""
+
+    id: str
+    created_unix: float
+    updated_unix: float
+    axis: str
+    model: str
+    status: RunStatus
+    options_json: str
+    result_json: str | None = None
+
+
+def fingerprint_hash(fp: dict[str, object], ignore: tuple[str, ...] = ()) -> str:
+    """sha256 (first 16 hex) of the sorted-JSON fingerprint without the ``ignore`` fields."""
+    data = {k: v for k, v in fp.items() if k not in ignore}
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -1,0 +1,188 @@
+"""Reading and writing runs and sweeps in the store.
+
+Points are keyed by (sweep id, value, fingerprint hash): a rerun of an interrupted sweep finds the points
+that finished and does not recompute them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from diffbench.core.jsonio import strict_json_value
+from diffbench.errors import UsageError
+from diffbench.store.db import DEFAULT_TIMEOUT_S, Database, open_db
+from diffbench.store.models import RunKind, RunRecord, SweepRecord
+
+_RUN_JSON = ("fingerprint", "conditions", "manifest", "timing", "quality", "extra")
+
+
+def new_run_id() -> str:
+    """A short unique run id (12 hex characters)."""
+    return uuid.uuid4().hex[:12]
+
+
+def _dumps(obj: object) -> str | None:
+    if obj is None:
+        return None
+    if isinstance(obj, BaseModel):
+        obj = obj.model_dump(mode="python")
+    return json.dumps(strict_json_value(obj), sort_keys=True, default=str)
+
+
+def _loads(text: str | None) -> object:
+    return None if text is None else json.loads(text)
+
+
+class RunStore:
+    """The run store (SQLite). Open with :meth:`open`; every method raises :class:`StoreError` on failure."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    @classmethod
+    def open(cls, path: Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> RunStore:
+        """Open the store at ``path`` (default: ``$DIFFBENCH_STORE`` or the per-user location)."""
+        return cls(open_db(path, timeout_s))
+
+    @property
+    def path(self) -> Path:
+        return self.db.path
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- runs ---------------------------------------------------------------------------------
+    def put_run(self, run: RunRecord) -> None:
+        """Insert or replace ``run``."""
+        extra = {"skipped": run.skipped.model_dump() if run.skipped else None, "error": run.error}
+        row = (
+            run.id,
+            run.created_unix,
+            run.kind,
+            run.status,
+            run.sweep_id,
+            run.axis,
+            run.value,
+            run.model,
+            run.fingerprint_hash,
+            _dumps(run.fingerprint),
+            _dumps(run.conditions),
+            _dumps(run.manifest),
+            run.outputs_dir,
+            _dumps(run.timing),
+            _dumps(run.quality),
+            _dumps(extra),
+        )
+        with self.db.write() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO runs (id, created_unix, kind, status, sweep_id, axis, value, model, "
+                "fingerprint_hash, fingerprint_json, conditions_json, manifest_json, outputs_dir, timing_json, "
+                "quality_json, extra_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                row,
+            )
+
+    @staticmethod
+    def _run_from_row(row: object) -> RunRecord:
+        r = dict(row)  # type: ignore[call-overload]
+        extra = _loads(r.get("extra_json")) or {}
+        assert isinstance(extra, dict)
+        return RunRecord.model_validate(
+            dict(
+                id=r["id"],
+                created_unix=r["created_unix"],
+                kind=r["kind"],
+                status=r["status"],
+                sweep_id=r["sweep_id"],
+                axis=r["axis"],
+                value=r["value"],
+                model=r["model"],
+                fingerprint=_loads(r["fingerprint_json"]),
+                fingerprint_hash=r["fingerprint_hash"],
+                conditions=_loads(r["conditions_json"]) or {},
+                manifest=_loads(r["manifest_json"]),
+                outputs_dir=r["outputs_dir"],
+                timing=_loads(r["timing_json"]),
+                quality=_loads(r["quality_json"]),
+                skipped=extra.get("skipped"),
+                error=extra.get("error"),
+            )
+        )
+
+    def get_run(self, run_id: str) -> RunRecord:
+        """The run whose id is ``run_id`` (or starts with it, when unambiguous).
+
+        Raises:
+            UsageError: no such run, or an ambiguous prefix.
+        """
+        rows = self.db.query("SELECT * FROM runs WHERE id = ?", (run_id,))
+        if not rows:
+            rows = self.db.query("SELECT * FROM runs WHERE id LIKE ? ORDER BY created_unix", (run_id + "%",))
+        if not rows:
+            raise UsageError(f"no run {run_id!r} in store {self.path}; list them with `diffbench runs`")
+        if len(rows) > 1:
+            ids = ", ".join(r["id"] for r in rows[:5])
+            raise UsageError(f"run id prefix {run_id!r} is ambiguous ({ids}); give more characters")
+        return self._run_from_row(rows[0])
+
+    def list_runs(self, sweep_id: str | None = None, kind: RunKind | None = None, limit: int = 50) -> list[RunRecord]:
+        """Runs, newest first (optionally of one sweep and/or one kind)."""
+        sql, params = "SELECT * FROM runs WHERE 1=1", []
+        if sweep_id is not None:
+            sql += " AND sweep_id = ?"
+            params.append(sweep_id)
+        if kind is not None:
+            sql += " AND kind = ?"
+            params.append(kind)
+        sql += " ORDER BY created_unix DESC LIMIT ?"
+        params.append(limit)
+        return [self._run_from_row(r) for r in self.db.query(sql, tuple(params))]
+
+    def find_done(self, sweep_id: str, kind: RunKind, value: str, fp_hash: str) -> RunRecord | None:
+        """The newest finished run of ``sweep_id`` with this kind, value and fingerprint hash, if any."""
+        rows = self.db.query(
+            "SELECT * FROM runs WHERE sweep_id = ? AND kind = ? AND value = ? AND fingerprint_hash = ? "
+            "AND status = 'done' ORDER BY created_unix DESC LIMIT 1",
+            (sweep_id, kind, value, fp_hash),
+        )
+        return self._run_from_row(rows[0]) if rows else None
+
+    # -- sweeps -------------------------------------------------------------------------------
+    def put_sweep(self, sweep: SweepRecord) -> None:
+        """Insert or replace ``sweep`` (``updated_unix`` is set to now)."""
+        with self.db.write() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO sweeps (id, created_unix, updated_unix, axis, model, status, "
+                "options_json, result_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    sweep.id,
+                    sweep.created_unix,
+                    time.time(),
+                    sweep.axis,
+                    sweep.model,
+                    sweep.status,
+                    sweep.options_json,
+                    sweep.result_json,
+                ),
+            )
+
+    def get_sweep(self, sweep_id: str) -> SweepRecord | None:
+        """The sweep ``sweep_id`` (exact id), or None."""
+        rows = self.db.query("SELECT * FROM sweeps WHERE id = ?", (sweep_id,))
+        return SweepRecord.model_validate(dict(rows[0])) if rows else None
+
+    def list_sweeps(self, limit: int = 50) -> list[SweepRecord]:
+        """Sweeps, most recently updated first."""
+        rows = self.db.query("SELECT * FROM sweeps ORDER BY updated_unix DESC LIMIT ?", (limit,))
+        return [SweepRecord.model_validate(dict(r)) for r in rows]
+

@@ -1,0 +1,122 @@
+"""Options and results of ``diffbench sweep`` (pydantic; JSON schema version :data:`SCHEMA_VERSION`).
+
+Durations in seconds, PSNR in dB, speed-up dimensionless (> 1 is faster than the baseline).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from diffbench.bench.result import Conditions
+from diffbench.core.stats import Summary
+from diffbench.engines.registry import EngineConfig
+from diffbench.quality.models import GateResult
+from diffbench.store.models import MetricStats, RunQuality, SkipStats
+from diffbench.sweep.bootstrap import DEFAULT_RESAMPLES, SpeedupCI
+
+SCHEMA_VERSION = 1
+
+# Defaults for the embedded tiny models: (height, width, frames, steps). 20 steps so that step caches have
+# room to act; 128 px so that a sweep of 4 values finishes in about a minute on 2 CPU cores.
+TINY_PROMPTS, TINY_RUNS = 4, 12  # tiny models: a few prompts and modest runs (about a minute on 2 cores)
+TINY_DEFAULTS: dict[str, tuple[int, int, int | None, int]] = {
+    "tiny-flux": (128, 128, None, 20),
+    "tiny-sdxl": (128, 128, None, 20),
+    "tiny-wan": (64, 64, 9, 20),
+}
+
+
+class SweepOptions(BaseModel):
+    """Everything ``diffbench sweep`` accepts, validated once."""
+
+    engine: EngineConfig = EngineConfig()
+    axis: str
+    values: list[str]
+    height: int | None = Field(default=None, gt=0)
+    width: int | None = Field(default=None, gt=0)
+    frames: int | None = Field(default=None, gt=0)
+    steps: int | None = Field(default=None, gt=0)
+    guidance: float | None = None
+    prompts_file: Path | None = None
+    num_prompts: int | None = Field(default=None, gt=0, description="None: 4 for tiny models, else all 20")
+    seeds: list[int] = [0]
+    warmup: int = Field(default=1, ge=0)
+    runs: int | None = Field(default=None, ge=1, description="None: 12 for tiny models, else one per request")
+    budget_db: float = 30.0
+    gates: list[str] = []
+    ssim: bool = True
+    baseline_run: str | None = None
+    force: bool = False
+    resume: bool = True
+    outputs_dir: Path | None = None
+    bootstrap_resamples: int = Field(default=DEFAULT_RESAMPLES, ge=100)
+    bootstrap_seed: int = 0
+
+
+class RunRef(BaseModel):
+    """A stored run a result refers to, with the conditions it was measured under."""
+
+    run_id: str
+    conditions: Conditions
+    latency_s: Summary
+    outputs_dir: str | None = None
+    resumed: bool = False
+
+
+class GateRow(BaseModel):
+    """One gate on one point, with the same statistic on the noise floor beside it."""
+
+    gate: GateResult
+    noise_floor: float | None = None
+
+
+class PointResult(BaseModel):
+    """One value of the swept knob."""
+
+    value: str
+    run_id: str
+    conditions: Conditions
+    latency_s: Summary
+    speedup: float
+    speedup_ci: tuple[float, float]
+    speedup_detail: SpeedupCI
+    quality: RunQuality
+    skipped_steps: float | None = None
+    skipped_detail: SkipStats | None = None
+    gates: list[GateRow] = []
+    passed: bool
+    resumed: bool = False
+
+
+class WorkingPoint(BaseModel):
+    """The fastest value whose quality passes every gate; ``value`` None when none does."""
+
+    value: str | None
+    speedup: float | None = None
+    speedup_ci: tuple[float, float] | None = None
+    message: str
+
+
+class SweepResult(BaseModel):
+    """The curve (one point per value), the baseline and its noise floor, and the working point."""
+
+    schema_version: int = SCHEMA_VERSION
+    kind: str = "diffbench.sweep"
+    sweep_id: str
+    created_unix: float
+    partial: bool = True
+    axis: str
+    field: str
+    store: str
+    baseline: RunRef
+    noise_floor: RunQuality | None = None
+    noise_floor_psnr: MetricStats | None = None
+    gates: list[str]
+    budget_db: float | None = None
+    points: list[PointResult] = []
+    working_point: WorkingPoint | None = None
+    forced: bool = False
+    fingerprint_differences: list[str] = []
+    warnings: list[str] = []

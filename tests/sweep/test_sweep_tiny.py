@@ -1,0 +1,156 @@
+"""End-to-end sweeps on the tiny FLUX pipeline (64x64, 10 steps, 2 prompts)."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import pytest
+from rich.console import Console
+
+from diffbench.errors import UsageError
+from diffbench.report.sweep_report import print_console, to_csv
+from diffbench.store.runs import RunStore
+from diffbench.sweep.compare import compare_runs
+from diffbench.sweep.runner import run_sweep
+
+STEPS = 10
+
+
+def test_first_block_thresholds(tmp_path, factory, shared_flux, small):
+    values = ["0", "0.05", "0.2", "0.5", "1000000"]
+    with RunStore.open(tmp_path / "s.sqlite") as st:
+        res = run_sweep(small(values, budget_db=30), st, engine_factory=factory)
+        stored = st.list_runs(sweep_id=res.sweep_id)
+    pts = {p.value: p for p in res.points}
+    skipped = [pts[v].skipped_steps for v in values]
+    # closed forms: threshold 0 never skips (the relative change is > 0); an enormous threshold skips every step
+    # but the first of each generation (no previous residual) -> (steps - 1) / steps, exactly, only if the
+    # cache state is reset before every generation
+    assert skipped[0] == 0.0
+    assert skipped[-1] == pytest.approx((STEPS - 1) / STEPS)
+    assert all(a <= b for a, b in zip(skipped, skipped[1:], strict=False)), skipped  # monotone
+    # quality: threshold 0 computes every block, so it is within the noise floor of the baseline run twice
+    nf = res.noise_floor_psnr
+    assert nf is not None
+    assert pts["0"].quality.psnr.worst >= min(nf.worst, 60.0) - 6.0
+    assert pts["1000000"].quality.psnr.p50 < pts["0"].quality.psnr.p50
+    for p in res.points:
+        lo, hi = p.speedup_ci
+        assert lo <= p.speedup <= hi and p.speedup > 0
+        assert p.conditions.cache == f"first-block(threshold={p.value})"  # the cache enters the conditions
+    assert res.baseline.conditions.cache == "none"
+    # the working point respects the budget, and is the fastest passing value
+    wp = res.working_point
+    assert wp is not None
+    passing = [p for p in res.points if p.quality.psnr.p10 >= 30 and p.quality.psnr.worst >= 27]
+    assert [p.passed for p in res.points] == [p in passing for p in res.points]
+    if passing:
+        assert wp.value == max(passing, key=lambda p: p.speedup).value
+    else:
+        assert wp.value is None
+    # everything stored: baseline, noise floor, one run per value
+    kinds = sorted(r.kind for r in stored)
+    assert kinds == ["baseline", "noise-floor"] + ["point"] * len(values)
+    assert all(r.status == "done" and r.manifest is not None for r in stored)
+    # curve CSV: baseline row + one per value
+    assert len(to_csv(res).strip().splitlines()) == 2 + len(values)
+
+
+def test_budget_nothing_meets(tmp_path, factory, small):
+    with RunStore.open(tmp_path / "s.sqlite") as st:
+        res = run_sweep(small(["1000000"], gates=["psnr.p10>=1000"]), st, engine_factory=factory)
+    assert res.working_point is not None and res.working_point.value is None
+    assert "no value meets the quality budget" in res.working_point.message
+    buf = io.StringIO()
+    print_console(res, Console(file=buf, width=200))
+    out = buf.getvalue()
+    assert "no value meets the quality budget" in out and "noise floor" in out
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_resume_after_interruption(tmp_path, factory, shared_flux, small):
+    values = ["0.1", "0.3", "1000000"]
+    path = tmp_path / "s.sqlite"
+
+    def boom(point):
+        raise _Stop("simulated interruption")
+
+    with RunStore.open(path) as st, pytest.raises(_Stop):
+        run_sweep(small(values), st, engine_factory=factory, on_point=boom)
+    with RunStore.open(path) as st:
+        first = [r for r in st.list_runs() if r.kind == "point"]
+        assert [r.value for r in first] == ["0.1"]
+        shared_flux.generations = 0
+        res = run_sweep(small(values), st, engine_factory=factory)
+        runs = st.list_runs()
+    # baseline, noise floor and the first point come from the store; only 2 points x 2 timed runs are new
+    assert res.baseline.resumed
+    assert [p.resumed for p in res.points] == [True, False, False]
+    assert res.points[0].run_id == first[0].id
+    assert shared_flux.generations == 2 * 2
+    assert sorted(r.value for r in runs if r.kind == "point") == sorted(values)
+
+
+def test_fingerprint_mismatch_refused_then_forced(tmp_path, factory, small):
+    path = tmp_path / "s.sqlite"
+    with RunStore.open(path) as st:
+        first = run_sweep(small(["0.2"]), st, engine_factory=factory)
+        base_id = first.baseline.run_id
+        n_runs = len(st.list_runs())
+        # the candidate deployment has compile on; the stored baseline had it off -> refused, nothing run
+        compiled = small(["0.2"], baseline_run=base_id)
+        compiled = compiled.model_copy(update={"engine": compiled.engine.model_copy(update={"compile": True})})
+        with pytest.raises(UsageError) as exc:
+            run_sweep(compiled, st, engine_factory=factory)
+        assert "compile" in str(exc.value) and "--force" in str(exc.value)
+        assert len(st.list_runs()) == n_runs
+        # same deployment, but the stored baseline's fingerprint says compile on: refused, then --force
+        base = st.get_run(base_id)
+        st.put_run(base.model_copy(update={"fingerprint": {**base.fingerprint, "compile": True}}))
+        with pytest.raises(UsageError, match="compile"):
+            run_sweep(small(["0.2"], baseline_run=base_id), st, engine_factory=factory)
+        forced = run_sweep(small(["0.2"], baseline_run=base_id, force=True), st, engine_factory=factory)
+    assert forced.forced and forced.fingerprint_differences == ["compile"]
+    assert forced.baseline.run_id == base_id
+    buf = io.StringIO()
+    print_console(forced, Console(file=buf, width=200))
+    assert "FORCED" in buf.getvalue() and "compile" in buf.getvalue()
+
+
+def test_compare_stored_runs(tmp_path, factory, small):
+    with RunStore.open(tmp_path / "s.sqlite") as st:
+        res = run_sweep(small(["1000000"]), st, engine_factory=factory)
+        b, c = res.baseline.run_id, res.points[0].run_id
+        ok = compare_runs(st, b, c, allowed="cache")
+        assert not ok.forced and ok.quality is not None
+        assert ok.quality.psnr.p50 == pytest.approx(res.points[0].quality.psnr.p50, abs=0.5)  # PNG round trip
+        with pytest.raises(UsageError, match="cache"):
+            compare_runs(st, b, c, allowed=None)
+        forced = compare_runs(st, b, c, allowed=None, force=True)
+    assert forced.forced and forced.fingerprint_differences == ["cache"]
+    assert forced.speedup is not None and math.isfinite(forced.speedup.speedup)
+
+
+def test_precision_option_sweep(tmp_path, factory, small):
+    """An option axis: a fresh engine per value; only the swept fingerprint field differs (not forced)."""
+    with RunStore.open(tmp_path / "s.sqlite") as st:
+        res = run_sweep(small(["bfloat16"], axis="precision", steps=4), st, engine_factory=factory)
+    p = res.points[0]
+    assert p.conditions.precision == "bfloat16" and res.baseline.conditions.precision == "float32"
+    assert not res.forced and p.skipped_steps is None
+    # bfloat16 keeps ~8 bits of mantissa: the images move, but stay recognisably the same picture
+    assert 15.0 < p.quality.psnr.p50 < math.inf
+
+
+def test_import_is_light():
+    import subprocess
+    import sys
+
+    code = ("import sys, diffbench.store, diffbench.sweep.runner, diffbench.report.sweep_report; "
+            "print(sorted(m for m in ('torch', 'diffusers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
