@@ -50,6 +50,8 @@ def _register() -> None:
     __import__("diffbench.cli.load", fromlist=["register"]).register(app)
     __import__("diffbench.cli.simulate", fromlist=["register"]).register(app)
     __import__("diffbench.cli.quality", fromlist=["register"]).register(app)
+    __import__("diffbench.cli.sweep", fromlist=["register"]).register(app)
+    __import__("diffbench.cli.runs", fromlist=["register"]).register(app)
 
 
 _register()

@@ -1,0 +1,280 @@
+"""``diffbench load``: open- or closed-loop load test of a diffusion service, with a rate sweep and the knee.
+
+Without ``--url`` it starts the reference service (``diffbench serve``) on loopback and targets it.
+Heavy imports (httpx, the service) happen inside the command.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from diffbench.load.client.sweep import SweepRun
+
+API_KEY_ENV = "DIFFBENCH_API_KEY"
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("load")
+    def load(
+        url: str | None = typer.Option(None, "--url", help="Service base URL (e.g. http://host:8000). "
+                                       "Without it the reference service is started on 127.0.0.1."),
+        dialect: str = typer.Option("vllm-omni", "--dialect", help="openai | vllm-omni | sglang."),
+        mode: str = typer.Option("open", "--mode", help="open (arrival schedule) | closed (N users)."),
+        rates: str = typer.Option("auto", "--rates", help="Open loop: req/s list '0.5,1,2', or 'auto' "
+                                  "(closed-loop capacity probe, then up to 1.2x capacity)."),
+        users: str = typer.Option("1,2,4", "--users", help="Closed loop: user counts '1,2,4'."),
+        duration: float = typer.Option(30.0, "--duration", help="Seconds per rate / user count."),
+        arrival: str = typer.Option("poisson", "--arrival", help="poisson | constant | gamma."),
+        burstiness: float | None = typer.Option(None, "--burstiness", help="Gamma shape (1 = Poisson)."),
+        seed: int = typer.Option(0, "--seed", help="Seed of schedules and the workload mix."),
+        slo: float | None = typer.Option(None, "--slo", help="Latency objective (s, from intended arrival) "
+                                         "for goodput and the knee."),
+        max_inflight: int | None = typer.Option(None, "--max-inflight", help="Client in-flight cap; waiting "
+                                                "is reported as client queue time."),
+        think_time: float = typer.Option(0.0, "--think-time", help="Closed loop: seconds between requests."),
+        timeout: float = typer.Option(600.0, "--timeout", help="Per-request deadline in seconds from the "
+                                      "send (video: create+polls+download). Printed in the report."),
+        drain: float = typer.Option(10.0, "--drain", help="Seconds in-flight requests get after Ctrl-C."),
+        warmup: int = typer.Option(1, "--warmup", help="Unrecorded warm-up requests per distinct shape."),
+        workload: Path | None = typer.Option(None, "--workload", help="Workload file (YAML/JSON)."),
+        prompts: Path | None = typer.Option(None, "--prompts", help="Prompt file, one prompt per line."),
+        size: str = typer.Option("256x256", "--size", help="WIDTHxHEIGHT when no --workload."),
+        steps: int = typer.Option(4, "--steps", help="Steps when no --workload."),
+        frames: int | None = typer.Option(None, "--frames", help="Frames (video jobs) when no --workload."),
+        poll_interval: float = typer.Option(0.25, "--poll-interval", help="Video job poll interval (s)."),
+        delete_abandoned: bool = typer.Option(False, "--delete-abandoned", help="DELETE video jobs the "
+                                              "client gave up on (default: leave them running)."),
+        header: list[str] = typer.Option([], "--header", help="Extra header 'Name: value' (repeatable)."),
+        api_key: str | None = typer.Option(None, "--api-key", help=f"Bearer token (or ${API_KEY_ENV})."),
+        insecure: bool = typer.Option(False, "--insecure", help="Do not verify TLS certificates."),
+        no_decode: bool = typer.Option(False, "--no-decode", help="Skip decoding images (sizes unchecked)."),
+        jsonl: Path | None = typer.Option(None, "--jsonl", help="Write one record per request as it ends."),
+        json_out: Path | None = typer.Option(None, "--json", help="Write the sweep result (JSON)."),
+        serve_engine: str = typer.Option("diffusers", "--serve-engine", help="Engine of the local service "
+                                         "(no --url): diffusers | sim."),
+        serve_model: str = typer.Option("tiny-flux", "--serve-model", help="Model of the local service."),
+    ) -> None:
+        """Load-test a diffusion service: latency from intended arrival, goodput, knee."""
+        opts = LoadOptions(
+            url=url, dialect=dialect, mode=mode, rates=rates, users=users, duration=duration,
+            arrival=arrival, burstiness=burstiness, seed=seed, slo=slo, max_inflight=max_inflight,
+            think_time=think_time, timeout=timeout, drain=drain, warmup=warmup,
+            workload=str(workload) if workload else None, prompts=str(prompts) if prompts else None,
+            size=size, steps=steps, frames=frames, poll_interval=poll_interval,
+            delete_abandoned=delete_abandoned, headers=list(header),
+            api_key=api_key or os.environ.get(API_KEY_ENV), insecure=insecure, no_decode=no_decode,
+            jsonl=str(jsonl) if jsonl else None, json_out=str(json_out) if json_out else None,
+            serve_engine=serve_engine, serve_model=serve_model,
+        )
+        run_load_command(opts)
+
+
+@dataclass
+class LoadOptions:
+    """The command's options, as given (validated by :func:`run_load_command`)."""
+
+    url: str | None = None
+    dialect: str = "vllm-omni"
+    mode: str = "open"
+    rates: str = "auto"
+    users: str = "1,2,4"
+    duration: float = 30.0
+    arrival: str = "poisson"
+    burstiness: float | None = None
+    seed: int = 0
+    slo: float | None = None
+    max_inflight: int | None = None
+    think_time: float = 0.0
+    timeout: float = 600.0
+    drain: float = 10.0
+    warmup: int = 1
+    workload: str | None = None
+    prompts: str | None = None
+    size: str = "256x256"
+    steps: int = 4
+    frames: int | None = None
+    poll_interval: float = 0.25
+    delete_abandoned: bool = False
+    headers: list[str] = field(default_factory=list)
+    api_key: str | None = None
+    insecure: bool = False
+    no_decode: bool = False
+    jsonl: str | None = None
+    json_out: str | None = None
+    serve_engine: str = "diffusers"
+    serve_model: str = "tiny-flux"
+
+
+def _positive(name: str, value: float | None) -> None:
+    from diffbench.errors import UsageError
+
+    if value is not None and not value > 0:
+        raise UsageError(f"{name} must be > 0, got {value:g}")
+
+
+def run_load_command(o: LoadOptions) -> None:
+    """Validate the options, start the local service when no URL is given, run the sweep, render it.
+
+    Raises:
+        UsageError / InputError: bad options or files (the CLI prints ``error: ...`` and exits 2).
+    """
+    from pydantic import ValidationError
+
+    from diffbench.errors import UsageError
+    from diffbench.load.client.http import Target, parse_headers
+    from diffbench.load.client.sweep import SweepConfig
+    from diffbench.load.client.workload import default_workload, load_workload, parse_size
+    from diffbench.load.schedules import parse_int_list, parse_rate_list, spec_from_cli
+
+    if o.mode not in ("open", "closed"):
+        raise UsageError(f"--mode must be open or closed, got {o.mode!r}")
+    if o.dialect not in ("openai", "vllm-omni", "sglang"):
+        raise UsageError(f"--dialect must be openai, vllm-omni or sglang, got {o.dialect!r}")
+    for name, value in (("--duration", o.duration), ("--timeout", o.timeout), ("--slo", o.slo),
+                        ("--poll-interval", o.poll_interval)):
+        _positive(name, value)
+    if o.max_inflight is not None and o.max_inflight < 1:
+        raise UsageError(f"--max-inflight must be >= 1, got {o.max_inflight}")
+    if o.drain < 0 or o.think_time < 0 or o.warmup < 0:
+        raise UsageError("--drain, --think-time and --warmup must be >= 0")
+    rates = None if o.rates.strip().lower() == "auto" else parse_rate_list(o.rates, "--rates")
+    users = parse_int_list(o.users, "--users")
+    if o.mode == "closed" and o.max_inflight is not None:
+        raise UsageError("--max-inflight applies to the open loop; a closed loop is capped by --users")
+    if o.workload:
+        wl = load_workload(o.workload)
+    else:
+        try:
+            w, h = parse_size(o.size)
+            wl = default_workload(width=w, height=h, steps=o.steps, frames=o.frames)
+        except (ValueError, ValidationError) as exc:
+            raise UsageError(f"--size/--steps/--frames: {exc}") from None
+    schedule = spec_from_cli(arrival=o.arrival, duration_s=o.duration, burstiness=o.burstiness, seed=o.seed)
+    cfg = SweepConfig(mode=o.mode, rates=rates, users=users, duration_s=o.duration, schedule=schedule,  # type: ignore[arg-type]
+                      slo_s=o.slo, max_inflight=o.max_inflight, think_time_s=o.think_time, drain_s=o.drain,
+                      warmup_per_shape=o.warmup, seed=o.seed)
+    headers = parse_headers(o.headers)
+
+    def target_for(base_url: str) -> Target:
+        try:
+            return Target(base_url=base_url, dialect=o.dialect, timeout_s=o.timeout, headers=headers,  # type: ignore[arg-type]
+                          api_key=o.api_key, poll_interval_s=o.poll_interval,
+                          delete_abandoned=o.delete_abandoned, verify_tls=not o.insecure,
+                          decode_payload=not o.no_decode)
+        except ValidationError as exc:
+            raise UsageError(f"--url: {exc.errors()[0]['msg']}") from None
+
+    from rich.console import Console
+
+    console = Console()
+    if o.url:
+        _execute(o, cfg, wl, target_for(o.url), console, local=False)
+        return
+    from diffbench.engines.registry import EngineConfig
+    from diffbench.server.background import run_in_background
+    from diffbench.server.config import ServerConfig
+
+    server_cfg = ServerConfig(engine=EngineConfig(engine=o.serve_engine, model=o.serve_model))  # type: ignore[arg-type]
+    console.print(f"starting the reference service ({o.serve_engine}, {o.serve_model}) on 127.0.0.1 ...")
+    with run_in_background(server_cfg) as base_url:
+        console.print(f"reference service at {base_url}")
+        _execute(o, cfg, wl, target_for(base_url), console, local=True)
+
+
+def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: Console, *, local: bool) -> None:
+    import asyncio
+    import contextlib
+    import signal
+
+    from diffbench.core.jsonio import write_json_atomic
+    from diffbench.load.client.control import JsonlSink, RunControl
+    from diffbench.load.client.http import HttpBackend, Target
+    from diffbench.load.client.sweep import SweepConfig, run_sweep
+    from diffbench.load.client.workload import RequestPlanner, Workload, resolve_prompts
+
+    assert isinstance(cfg, SweepConfig) and isinstance(wl, Workload) and isinstance(target, Target)
+    prompts, prompt_source = resolve_prompts(wl, o.prompts)
+    planner = RequestPlanner(wl, prompts, seed=o.seed)
+    conditions = {
+        "url": target.base_url + (" (reference service started by diffbench load)" if local else ""),
+        "dialect": target.dialect, "kind": wl.kind,
+        "timeout_s": f"{target.timeout_s:g} (per request, from the send)",
+        "arrival": cfg.schedule.kind + (f" (burstiness {cfg.schedule.burstiness:g})"
+                                        if cfg.schedule.kind == "gamma" else ""),
+        "duration_s": f"{cfg.duration_s:g}", "seed": str(cfg.seed),
+        "max_inflight": str(cfg.max_inflight) if cfg.max_inflight else "none",
+        "shapes": "; ".join(f"{s.label()} w={s.weight:g}" for s in wl.shapes),
+        "prompts": f"{len(prompts)} from {prompt_source}", "warmup_per_shape": str(cfg.warmup_per_shape),
+    }
+    if wl.kind == "video":
+        conditions["poll_interval_s"] = f"{target.poll_interval_s:g} (latency quantized by it)"
+        conditions["delete_abandoned"] = str(target.delete_abandoned).lower()
+    console.print(f"timeout {target.timeout_s:g} s per request (from the send); "
+                  f"drain {cfg.drain_s:g} s after Ctrl-C")
+    sink = JsonlSink(o.jsonl) if o.jsonl else None
+
+    async def main() -> SweepRun:
+        backend = HttpBackend(target)
+        control = RunControl()
+        loop = asyncio.get_running_loop()
+        me = asyncio.current_task()
+
+        def on_sigint() -> None:
+            if control.stopped and me is not None:
+                me.cancel()  # second Ctrl-C: stop now
+            else:
+                console.print("[yellow]Ctrl-C: stopping dispatch, draining in-flight requests "
+                              f"(up to {cfg.drain_s:g} s; Ctrl-C again to stop now)[/yellow]")
+                control.request_stop("Ctrl-C")
+
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # non-main thread / Windows
+            loop.add_signal_handler(signal.SIGINT, on_sigint)
+        await backend.start()
+        try:
+            return await run_sweep(cfg, backend, planner, control=control, sink=sink, conditions=conditions,
+                                   progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
+        finally:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(signal.SIGINT)
+            await backend.close()
+            if backend.abandoned_jobs:
+                console.print(f"{len(backend.abandoned_jobs)} video job(s) left on the server after the "
+                              "client gave up (use --delete-abandoned to delete them)")
+
+    try:
+        sweep = asyncio.run(main())
+    except asyncio.CancelledError:
+        raise KeyboardInterrupt from None
+    finally:
+        if sink is not None:
+            sink.close()
+    _render(sweep, console)
+    if o.json_out:
+        write_json_atomic(o.json_out, sweep.result.model_dump(mode="json"))
+        console.print(f"sweep result written to {o.json_out}")
+    if sink is not None:
+        console.print(f"{sink.count} request records written to {sink.path}")
+
+
+def _render(sweep: SweepRun, console: Console) -> None:
+    from diffbench.report.load_table import print_sweep
+
+    if sweep.warmup.n:
+        w = ", ".join(f"{k} {v}" for k, v in sweep.warmup.outcomes.items())
+        console.print(f"warm-up: {sweep.warmup.n} request(s): {w}")
+        for err in sweep.warmup.errors:
+            console.print(f"  warm-up error: {err}")
+    if sweep.probe is not None:
+        print_sweep(sweep.probe, console, title="capacity probe (closed loop)")
+    print_sweep(sweep.result, console, title=f"diffbench load ({sweep.result.mode} loop)")
+    if sweep.interrupted:
+        console.print("[yellow]run interrupted: the summary covers the requests that finished or were "
+                      "cancelled[/yellow]")

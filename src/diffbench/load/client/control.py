@@ -1,0 +1,90 @@
+"""Run control (stop requests from Ctrl-C or a test) and the JSONL record sink."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import IO
+
+from diffbench.core.records import RequestRecord
+from diffbench.errors import InputError
+
+
+class RunControl:
+    """A stop switch shared by a sweep and its runners.
+
+    :meth:`request_stop` (from a SIGINT handler or a test) stops dispatching at once: the runner task
+    waiting on the schedule is cancelled, in-flight requests get ``drain_s`` to finish, the rest are
+    recorded as ``cancelled``. Must be used from the event loop's thread.
+    """
+
+    def __init__(self) -> None:
+        self.stopped = False
+        self.reason: str | None = None
+        self._waiters: set[asyncio.Task[object]] = set()
+
+    def request_stop(self, reason: str = "interrupted") -> None:
+        """Stop dispatching; idempotent."""
+        if self.stopped:
+            return
+        self.stopped = True
+        self.reason = reason
+        for task in list(self._waiters):
+            task.cancel()
+
+    async def interruptible(self, coro: object) -> bool:
+        """Run ``coro`` (a coroutine) until it ends or a stop is requested. True when it ended by itself."""
+        if self.stopped:
+            coro.close()  # type: ignore[attr-defined]
+            return False
+        task: asyncio.Task[object] = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        self._waiters.add(task)
+        try:
+            await task
+            return True
+        except asyncio.CancelledError:
+            if self.stopped and task.cancelled():
+                return False
+            raise
+        finally:
+            self._waiters.discard(task)
+
+
+class JsonlSink:
+    """Writes one JSON line per finished request (the file is truncated first) and flushes it at once, so an interrupted run keeps
+    every finished request. Each line is a :class:`RequestRecord` plus ``run`` (e.g. ``"rate=0.5"`` or
+    ``"users=2"``) and ``mode``."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh: IO[str] | None = self.path.open("w", encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"cannot write --jsonl {self.path}: {exc.strerror or exc}") from exc
+        self.count = 0
+
+    def write(self, record: RequestRecord, *, run: str, mode: str) -> None:
+        if self._fh is None:
+            return
+        data = record.model_dump(mode="json")
+        data["run"] = run
+        data["mode"] = mode
+        self._fh.write(json.dumps(data, separators=(",", ":")) + "\n")
+        self._fh.flush()
+        self.count += 1
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+def read_jsonl(path: str | Path) -> list[RequestRecord]:
+    """Records of a JSONL file written by :class:`JsonlSink` (the ``run``/``mode`` keys are dropped)."""
+    out = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            out.append(RequestRecord.model_validate_json(line))
+    return out

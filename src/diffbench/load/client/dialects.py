@@ -1,0 +1,134 @@
+"""Request bodies and server-timing fields of the serving APIs (serving-apis.md §1-3).
+
+Dialects:
+
+- ``openai``: ``POST /v1/images/generations`` with the OpenAI fields only (``prompt, model, n, size,
+  response_format=b64_json``); steps, seed and guidance are *not* sent (the server's defaults apply).
+  Video jobs as a multipart form (as the OpenAI videos API takes them).
+- ``vllm-omni``: the OpenAI body plus ``num_inference_steps, guidance_scale, seed, negative_prompt``
+  (vLLM-Omni ``docs/serving/image_generation_api.md``); video jobs as a multipart form with ``width,
+  height, num_frames`` (always sent: the server defaults ``num_frames`` to 1), ``fps``, steps and seed.
+- ``sglang``: the same extension fields merged into the JSON object (SGLang Diffusion OpenAI API docs);
+  video jobs as JSON.
+
+Server-reported timings read when present (any dialect): ``stage_durations`` (a mapping of stage name to
+seconds; keys ending in ``_ms`` and a ``stage_durations_ms`` mapping are milliseconds), ``stages`` as a
+list of ``{name, duration_ms}`` (SGLang perf dump), ``peak_memory_mb`` (MiB, as torch reports it) or
+``peak_memory_bytes``. A client cannot tell whether a server ignored a parameter (vLLM-Omni warns that
+unsupported ones may be ignored silently), so the payload check compares the decoded image size with the
+requested one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal
+
+from diffbench.load.client.workload import RequestSpec
+
+Dialect = Literal["openai", "vllm-omni", "sglang"]
+DIALECTS: tuple[str, ...] = ("openai", "vllm-omni", "sglang")
+
+IMAGES_PATH = "/v1/images/generations"
+VIDEOS_PATH = "/v1/videos"
+
+JsonScalar = str | int | float | bool
+
+
+def image_body(spec: RequestSpec, dialect: Dialect) -> dict[str, JsonScalar]:
+    """JSON body of ``POST /v1/images/generations`` for one request."""
+    s = spec.shape
+    body: dict[str, JsonScalar] = {
+        "prompt": spec.prompt,
+        "n": s.n,
+        "size": s.size,
+        "response_format": "b64_json",
+    }
+    if spec.model:
+        body["model"] = spec.model
+    if dialect in ("vllm-omni", "sglang"):
+        body["num_inference_steps"] = s.steps
+        body["seed"] = spec.seed
+        if s.guidance is not None:
+            body["guidance_scale"] = s.guidance
+        if s.negative_prompt is not None:
+            body["negative_prompt"] = s.negative_prompt
+    body.update(spec.extra)
+    return body
+
+
+def video_fields(spec: RequestSpec, dialect: Dialect) -> dict[str, JsonScalar]:
+    """Fields of ``POST /v1/videos`` (sent as a form for openai/vllm-omni, JSON for sglang)."""
+    s = spec.shape
+    fields: dict[str, JsonScalar] = {"prompt": spec.prompt, "size": s.size}
+    if spec.model:
+        fields["model"] = spec.model
+    if dialect in ("vllm-omni", "sglang"):
+        fields.update({"width": s.width, "height": s.height, "num_inference_steps": s.steps,
+                       "seed": spec.seed})
+        if s.frames is not None:
+            fields["num_frames"] = s.frames
+        if s.fps is not None:
+            fields["fps"] = s.fps
+        if s.guidance is not None:
+            fields["guidance_scale"] = s.guidance
+        if s.negative_prompt is not None:
+            fields["negative_prompt"] = s.negative_prompt
+    elif s.frames is not None and s.fps:
+        fields["seconds"] = str(max(1, round(s.frames / s.fps)))
+    fields.update(spec.extra)
+    return fields
+
+
+def video_uses_form(dialect: Dialect) -> bool:
+    """True when the dialect creates video jobs with a multipart form (else JSON)."""
+    return dialect != "sglang"
+
+
+def _num(v: object) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    f = float(v)
+    return f if f == f and f >= 0 else None
+
+
+def server_timings(obj: Mapping[str, object]) -> tuple[dict[str, float], int | None]:
+    """Server-reported stage durations (seconds) and peak memory (bytes) from a response object.
+
+    Returns:
+        (stages by name in seconds, peak memory in bytes or None). Missing fields give ({}, None);
+        malformed values are skipped, never guessed.
+    """
+    stages: dict[str, float] = {}
+    raw = obj.get("stage_durations")
+    if isinstance(raw, Mapping):
+        for k, v in raw.items():
+            f = _num(v)
+            if f is None:
+                continue
+            key = str(k)
+            if key.endswith("_ms"):
+                stages[key[:-3]] = f / 1e3
+            else:
+                stages[key[:-2] if key.endswith("_s") else key] = f
+    raw_ms = obj.get("stage_durations_ms")
+    if isinstance(raw_ms, Mapping):
+        for k, v in raw_ms.items():
+            f = _num(v)
+            if f is not None:
+                stages[str(k)] = f / 1e3
+    raw_list = obj.get("stages")
+    if isinstance(raw_list, list):
+        for item in raw_list:
+            if isinstance(item, Mapping) and "name" in item:
+                f = _num(item.get("duration_ms"))
+                if f is not None:
+                    stages[str(item["name"])] = f / 1e3
+    peak: int | None = None
+    pb = _num(obj.get("peak_memory_bytes"))
+    pm = _num(obj.get("peak_memory_mb"))
+    if pb is not None:
+        peak = int(pb)
+    elif pm is not None:
+        peak = int(pm * 1024 * 1024)
+    return stages, peak

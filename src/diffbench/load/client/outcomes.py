@@ -1,0 +1,109 @@
+"""Classify what happened to one request into an outcome (see :data:`diffbench.core.records.OUTCOMES`).
+
+Third-party (httpx) exceptions are translated here, at one boundary; nothing else in the client looks at
+exception classes. Rules (serving-apis.md §5):
+
+- 2xx → ``ok`` (the payload is checked later, outside the timed region, and may become ``invalid_payload``);
+- 429 and 503 → ``rejected``; ``Retry-After`` (delta-seconds or an HTTP-date, RFC 9110 §10.2.3) is kept
+  as ``retry_after_s``;
+- any other status → ``http_error`` with the status;
+- the per-request deadline → ``timeout``; refused / reset / dropped / TLS / DNS failures →
+  ``connection_error``; cancellation at the end of a run → ``cancelled``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import ssl
+import time
+from dataclasses import dataclass
+
+from diffbench.core.records import Outcome
+
+REJECT_STATUSES = frozenset({429, 503})
+
+
+@dataclass(frozen=True)
+class Classified:
+    """An outcome with its detail: HTTP status, Retry-After (seconds) and a short error text."""
+
+    outcome: Outcome
+    status: int | None = None
+    retry_after_s: float | None = None
+    error: str | None = None
+
+
+def parse_retry_after(value: str | None, now_epoch_s: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header value, or None when absent or unparsable.
+
+    Args:
+        value: ``"120"`` (delta-seconds) or an HTTP-date (``"Wed, 21 Oct 2026 07:28:00 GMT"``).
+        now_epoch_s: wall-clock now (seconds since the epoch) for HTTP-dates; ``time.time()`` by default
+            (a wall clock is the only clock an HTTP-date can be compared with).
+
+    Returns:
+        Seconds >= 0 (a date in the past gives 0.0), or None.
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if not text:
+        return None
+    try:
+        secs = float(text)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when is None:
+            return None
+        now = time.time() if now_epoch_s is None else now_epoch_s
+        return max(0.0, when.timestamp() - now)
+    if secs != secs or secs < 0:  # NaN or negative
+        return None
+    return secs
+
+
+def classify_status(status: int, retry_after: str | None = None) -> Classified:
+    """Outcome of an HTTP status (before the payload check)."""
+    if 200 <= status < 300:
+        return Classified("ok", status=status)
+    if status in REJECT_STATUSES:
+        return Classified("rejected", status=status, retry_after_s=parse_retry_after(retry_after),
+                          error=f"HTTP {status}")
+    return Classified("http_error", status=status, error=f"HTTP {status}")
+
+
+def _is_tls(exc: BaseException) -> bool:
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, ssl.SSLError):
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return "SSL" in str(exc) or "certificate" in str(exc).lower()
+
+
+def classify_exception(exc: BaseException) -> Classified:
+    """Outcome of an exception raised while sending a request or reading its response.
+
+    httpx timeouts and :class:`TimeoutError` → ``timeout``; :class:`asyncio.CancelledError` →
+    ``cancelled``; httpx transport errors (connect, read, write, protocol) and OS errors →
+    ``connection_error`` (a TLS failure says ``TLS:`` in the error). Anything else is also recorded as
+    ``connection_error`` with its class name, so an unexpected client failure is counted, never dropped.
+    """
+    import httpx
+
+    name = type(exc).__name__
+    detail = str(exc).strip() or name
+    if isinstance(exc, asyncio.CancelledError):
+        return Classified("cancelled", error="cancelled at the end of the run")
+    if isinstance(exc, (httpx.TimeoutException, TimeoutError)):
+        return Classified("timeout", error=f"{name}: {detail}"[:300])
+    if isinstance(exc, (httpx.TransportError, OSError)):
+        prefix = "TLS: " if _is_tls(exc) else ""
+        return Classified("connection_error", error=f"{prefix}{name}: {detail}"[:300])
+    return Classified("connection_error", error=f"unexpected {name}: {detail}"[:300])

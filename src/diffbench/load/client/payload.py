@@ -1,0 +1,102 @@
+"""Payload checks, run after the request's done time is taken (outside the timed region).
+
+An image response is valid when it is JSON with ``data`` holding ``n`` items whose ``b64_json`` decodes
+(strict base64) to an image Pillow can fully decode, of the requested width and height. A video download
+is valid when it is non-empty and starts like an ISO-BMFF/MP4 file (an ``ftyp`` box at byte 4) — the
+client does not decode video frames.
+
+These functions are pure and CPU-bound: the runners call them in a worker thread so a large payload does
+not stall the dispatch clock.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import json
+from dataclasses import dataclass, field
+
+from diffbench.errors import require
+from diffbench.load.client.dialects import server_timings
+
+
+@dataclass
+class Verdict:
+    """Result of a payload check: ``ok`` or the reason it is an ``invalid_payload``."""
+
+    ok: bool
+    error: str | None = None
+    stages_s: dict[str, float] = field(default_factory=dict)
+    peak_memory_bytes: int | None = None
+    job_id: str | None = None
+    job_status: str | None = None
+
+
+def parse_json(body: bytes) -> tuple[dict[str, object] | None, str | None]:
+    """(object, None) for a JSON object body, else (None, reason)."""
+    try:
+        obj = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return None, f"malformed JSON: {str(exc)[:120]}"
+    if not isinstance(obj, dict):
+        return None, f"JSON body is a {type(obj).__name__}, expected an object"
+    return obj, None
+
+
+def _check_image(b64: object, width: int, height: int) -> str | None:
+    if not isinstance(b64, str) or not b64:
+        return "data[].b64_json missing or not a string (the server may not support response_format=b64_json)"
+    try:
+        raw = base64.b64decode(b64, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        return f"b64_json is not valid base64: {exc}"
+    require("PIL", "serve")
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(raw)) as img:
+            img.load()
+            size = img.size
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
+        return f"image does not decode: {str(exc)[:120]}"
+    if size != (width, height):
+        return f"image is {size[0]}x{size[1]}, requested {width}x{height} (WIDTHxHEIGHT)"
+    return None
+
+
+def check_images(body: bytes, width: int, height: int, n: int, decode: bool = True) -> Verdict:
+    """Check an images-API response body.
+
+    Args:
+        body: the raw response body.
+        width, height: the requested size in pixels.
+        n: the requested number of images.
+        decode: False skips base64/image decoding (JSON shape and server timings are still read).
+    """
+    obj, err = parse_json(body)
+    if obj is None:
+        return Verdict(False, err)
+    stages, peak = server_timings(obj)
+    data = obj.get("data")
+    if not isinstance(data, list) or not data:
+        return Verdict(False, "response has no data[] list", stages, peak)
+    if len(data) != n:
+        return Verdict(False, f"response holds {len(data)} images, requested n={n}", stages, peak)
+    if decode:
+        for i, item in enumerate(data):
+            if not isinstance(item, dict):
+                return Verdict(False, f"data[{i}] is not an object", stages, peak)
+            reason = _check_image(item.get("b64_json"), width, height)
+            if reason is not None:
+                return Verdict(False, f"data[{i}]: {reason}", stages, peak)
+    return Verdict(True, None, stages, peak)
+
+
+def check_video(content: bytes) -> Verdict:
+    """Check a downloaded video: non-empty and an MP4 (``ftyp`` box) header."""
+    if not content:
+        return Verdict(False, "video content is empty")
+    if len(content) < 12 or content[4:8] != b"ftyp":
+        return Verdict(False, "video content is not an MP4 (no ftyp box at byte 4)")
+    return Verdict(True)

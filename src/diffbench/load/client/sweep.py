@@ -1,0 +1,225 @@
+"""The sweep driver (the *profile*): which runs happen in sequence, each summarized once.
+
+- Open loop, given rates: one run per rate on a schedule from :func:`diffbench.load.schedules.build_schedule`
+  (seeded per rate), summarized by :func:`diffbench.load.summary.summarize_rate`.
+- Open loop, ``rates="auto"``: first a closed-loop capacity probe (users 1, 2, 4, … until throughput grows
+  by less than ``PROBE_GAIN`` (5 %) or ``auto_max_users``), capacity = best probe throughput; then rates at
+  ``AUTO_FRACTIONS`` of capacity (0.25 … 1.2×).
+- Closed loop: one run per user count.
+
+Before measuring, every distinct shape of the workload is warmed up (``warmup_per_shape`` sequential
+requests each, not recorded) so compilation and first-shape costs do not land in the measured window
+(serving-apis.md lesson 13). The knee, the divergence flag and the capacity come from
+:func:`diffbench.load.knee.analyze_sweep`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from diffbench.errors import UsageError
+from diffbench.load.client.base import Attempt, Backend
+from diffbench.load.client.control import JsonlSink, RunControl
+from diffbench.load.client.runners import RunResult, run_closed_loop, run_open_loop
+from diffbench.load.client.workload import RequestPlanner
+from diffbench.load.knee import SweepResult, analyze_sweep
+from diffbench.load.schedules import ScheduleSpec, build_schedule
+from diffbench.load.summary import RateSummary, summarize_rate
+
+AUTO_FRACTIONS: tuple[float, ...] = (0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.2)
+PROBE_GAIN = 1.05
+
+
+class SweepConfig(BaseModel):
+    """What to run. ``rates`` None means automatic (open loop only). Durations in seconds."""
+
+    model_config = ConfigDict(frozen=True)
+
+    mode: Literal["open", "closed"] = "open"
+    rates: list[float] | None = None
+    users: list[int] = [1, 2, 4]
+    duration_s: float = Field(gt=0)
+    schedule: ScheduleSpec = ScheduleSpec()
+    slo_s: float | None = Field(default=None, gt=0)
+    max_inflight: int | None = Field(default=None, ge=1)
+    think_time_s: float = Field(default=0.0, ge=0)
+    drain_s: float = Field(default=10.0, ge=0)
+    warmup_per_shape: int = Field(default=1, ge=0)
+    auto_max_users: int = Field(default=16, ge=1)
+    seed: int = 0
+
+
+class WarmupReport(BaseModel):
+    """Outcomes of the (unrecorded) warm-up requests, by outcome kind; ``errors`` holds distinct texts."""
+
+    n: int = 0
+    outcomes: dict[str, int] = {}
+    errors: list[str] = []
+
+
+class SweepRun(BaseModel):
+    """A finished (or interrupted) sweep: the result, the capacity probe (auto rates) and the warm-up."""
+
+    result: SweepResult
+    probe: SweepResult | None = None
+    warmup: WarmupReport = WarmupReport()
+    interrupted: bool = False
+
+
+Progress = Callable[[str], None]
+
+
+def _noop(_: str) -> None:
+    pass
+
+
+async def warmup(backend: Backend, planner: RequestPlanner, per_shape: int) -> WarmupReport:
+    """Send ``per_shape`` requests of every distinct shape, one at a time; nothing is recorded.
+
+    Raises:
+        UsageError: every warm-up request failed with a connection error (the URL is unreachable).
+    """
+    rep = WarmupReport()
+    if per_shape == 0:
+        return rep
+    seen: set[str] = set()
+    for shape in planner.workload.shapes:
+        if shape.label() in seen:
+            continue
+        seen.add(shape.label())
+        for _ in range(per_shape):
+            spec = planner.next().model_copy(update={"shape": shape})
+            a = Attempt()
+            await backend.execute(spec, a, lambda: 0.0)
+            await backend.check(spec, a)
+            rep.n += 1
+            rep.outcomes[a.outcome] = rep.outcomes.get(a.outcome, 0) + 1
+            if a.error and a.error not in rep.errors and len(rep.errors) < 5:
+                rep.errors.append(a.error)
+    if rep.outcomes.get("connection_error", 0) == rep.n:
+        raise UsageError(f"cannot reach the service: {rep.errors[0] if rep.errors else 'connection error'}; "
+                         "check --url (or start the server)")
+    return rep
+
+
+def auto_rates(capacity_rps: float) -> list[float]:
+    """Rates at :data:`AUTO_FRACTIONS` of the capacity, rounded to 3 significant digits (req/s)."""
+    if not capacity_rps > 0:
+        raise UsageError("the capacity probe measured no throughput; cannot choose rates automatically "
+                         "(give --rates R1,R2,...)")
+    out = []
+    for f in AUTO_FRACTIONS:
+        r = capacity_rps * f
+        digits = 2 - int(math.floor(math.log10(r)))
+        out.append(round(r, digits))
+    return sorted(set(out))
+
+
+def _summarize(run: RunResult, cfg: SweepConfig) -> RateSummary:
+    return summarize_rate(run.records, offered_rate=run.offered_rate, duration_s=run.duration_s,
+                          slo_s=cfg.slo_s, mode=run.mode, users=run.users)
+
+
+async def _closed_rows(cfg: SweepConfig, users_list: list[int], backend: Backend, planner: RequestPlanner,
+                       control: RunControl, sink: JsonlSink | None, progress: Progress,
+                       probe: bool) -> list[RateSummary]:
+    rows: list[RateSummary] = []
+    best = 0.0
+    for users in users_list:
+        if control.stopped:
+            break
+        progress(f"{'capacity probe: ' if probe else ''}closed loop, {users} users for {cfg.duration_s:g} s")
+        run = await run_closed_loop(users, planner.next, backend, duration_s=cfg.duration_s,
+                                    think_time_s=cfg.think_time_s, drain_s=cfg.drain_s, control=control,
+                                    sink=None if probe else sink)
+        if not run.records:
+            break
+        row = _summarize(run, cfg)
+        rows.append(row)
+        if probe:
+            if row.throughput < PROBE_GAIN * best:
+                break
+            best = max(best, row.throughput)
+    return rows
+
+
+async def run_sweep(
+    cfg: SweepConfig,
+    backend: Backend,
+    planner: RequestPlanner,
+    *,
+    control: RunControl | None = None,
+    sink: JsonlSink | None = None,
+    conditions: dict[str, str] | None = None,
+    progress: Progress = _noop,
+) -> SweepRun:
+    """Warm up, run every rate (or user count), summarize each and analyse the sweep.
+
+    A stop (Ctrl-C) ends the current run after its drain; the rows measured so far (the interrupted one
+    included, over its shortened window) are summarized and returned with ``interrupted=True``.
+
+    Raises:
+        UsageError: bad rates (<= 0), an unreachable service, or a stop before any request finished.
+    """
+    control = control or RunControl()
+    conditions = dict(conditions or {})
+    progress(f"warm-up: {cfg.warmup_per_shape} request(s) per shape")
+    wu_box: list[WarmupReport] = []
+
+    async def _warm() -> None:
+        wu_box.append(await warmup(backend, planner, cfg.warmup_per_shape))
+
+    if not await control.interruptible(_warm()):
+        raise UsageError("stopped during the warm-up; nothing was measured")
+    wu = wu_box[0]
+    probe_result: SweepResult | None = None
+    rows: list[RateSummary] = []
+    skipped: list[str] = []
+    if cfg.mode == "closed":
+        rows = await _closed_rows(cfg, cfg.users, backend, planner, control, sink, progress, probe=False)
+    else:
+        rates = cfg.rates
+        if rates is None:
+            probe_users = [u for u in (1, 2, 4, 8, 16, 32, 64) if u <= cfg.auto_max_users]
+            probe_rows = await _closed_rows(cfg, probe_users, backend, planner, control, sink, progress,
+                                            probe=True)
+            if probe_rows:
+                probe_result = analyze_sweep(probe_rows, slo_s=cfg.slo_s, source="load",
+                                             conditions={"purpose": "capacity probe"})
+            if not control.stopped:
+                capacity = max((r.throughput for r in probe_rows), default=0.0)
+                rates = auto_rates(capacity)
+                conditions["capacity_probe_rps"] = f"{capacity:.4g}"
+                progress(f"capacity ~{capacity:.3g} req/s; rates: {', '.join(f'{r:g}' for r in rates)}")
+            else:
+                rates = []
+        for k, rate in enumerate(rates):
+            if not rate > 0:
+                raise UsageError(f"--rates: rate must be > 0, got {rate}")
+            if control.stopped:
+                break
+            spec = cfg.schedule.with_rate(rate).model_copy(update={"duration_s": cfg.duration_s})
+            times = build_schedule(spec, seed=np.random.default_rng([cfg.seed, k]))
+            specs = planner.take(len(times))
+            progress(f"open loop, {rate:g} req/s for {cfg.duration_s:g} s ({len(times)} requests)")
+            run = await run_open_loop(times, specs, backend, offered_rate=rate, duration_s=cfg.duration_s,
+                                      max_inflight=cfg.max_inflight, drain_s=cfg.drain_s, control=control,
+                                      sink=sink)
+            if run.records:
+                rows.append(_summarize(run, cfg))
+            elif not control.stopped:
+                skipped.append(f"{rate:g} req/s: the schedule drew no arrival in {cfg.duration_s:g} s "
+                               "(no row); use a longer --duration")
+    if not rows:
+        raise UsageError("the run stopped before any request finished; nothing to summarize")
+    result = analyze_sweep(rows, slo_s=cfg.slo_s, source="load", conditions=conditions)
+    extra = skipped + ([f"run stopped early ({control.reason})"] if control.stopped else [])
+    if extra:
+        result = result.model_copy(update={"warnings": [*result.warnings, *extra]})
+    return SweepRun(result=result, probe=probe_result, warmup=wu, interrupted=control.stopped)
+

@@ -1,0 +1,246 @@
+"""Workload files (a weighted mix of shapes, steps and frames), prompt files, and the request plan.
+
+A workload file is YAML or JSON validated by pydantic with ``extra="forbid"``: an unknown or misspelt
+field is an error that names the field. Example::
+
+    kind: image            # or "video" (async jobs on /v1/videos)
+    model: tiny-flux       # optional, sent as "model"
+    shapes:
+      - {width: 256, height: 256, steps: 8, weight: 3}
+      - {size: 512x384, steps: 4, weight: 1, guidance: 3.5, negative_prompt: "blurry"}
+    prompts: ["a lighthouse at dusk"]   # or prompt_file: prompts.txt (one prompt per line)
+
+Sizes follow the OpenAI convention ``"WIDTHxHEIGHT"``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from diffbench.errors import InputError, UsageError
+
+MAX_SIDE = 16384
+MAX_STEPS = 1000
+MAX_FRAMES = 10000
+
+DEFAULT_PROMPTS: tuple[str, ...] = (
+    "a lighthouse at dusk, oil painting",
+    "a red fox in fresh snow, photograph",
+    "an isometric city block at night, neon",
+    "a bowl of ramen on a wooden table, studio light",
+)
+"""Used only when neither the workload nor ``--prompts`` gives prompts; the report names the source."""
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """``"WIDTHxHEIGHT"`` → (width, height) in pixels.
+
+    Raises:
+        ValueError: when the text is not two positive integers joined by ``x``.
+    """
+    parts = text.lower().strip().split("x")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise ValueError(f"size must look like WIDTHxHEIGHT (e.g. 1024x1024), got {text!r}")
+    w, h = (int(p) for p in parts)
+    return w, h
+
+
+class ShapeMix(BaseModel):
+    """One entry of the mix: a shape with its steps (and frames for video), drawn with ``weight``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    width: int = Field(gt=0, le=MAX_SIDE, description="pixels")
+    height: int = Field(gt=0, le=MAX_SIDE, description="pixels")
+    steps: int = Field(gt=0, le=MAX_STEPS, description="denoising steps")
+    frames: int | None = Field(default=None, gt=0, le=MAX_FRAMES, description="video frames (video only)")
+    fps: int | None = Field(default=None, gt=0, le=240)
+    guidance: float | None = Field(default=None, ge=0, le=100, description="CFG scale")
+    negative_prompt: str | None = None
+    n: int = Field(default=1, gt=0, le=10, description="images per request")
+    weight: float = Field(default=1.0, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _size_shorthand(cls, data: object) -> object:
+        if isinstance(data, dict) and "size" in data:
+            data = dict(data)
+            size = data.pop("size")
+            if "width" in data or "height" in data:
+                raise ValueError("give either size or width/height, not both")
+            w, h = parse_size(str(size))
+            data["width"], data["height"] = w, h
+        return data
+
+    @property
+    def size(self) -> str:
+        """OpenAI ``size`` string ``WIDTHxHEIGHT``."""
+        return f"{self.width}x{self.height}"
+
+    def label(self) -> str:
+        """Breakdown key, e.g. ``512x384 s8`` or ``832x480 f33 s30`` (width x height)."""
+        f = f" f{self.frames}" if self.frames else ""
+        return f"{self.width}x{self.height}{f} s{self.steps}"
+
+
+class Workload(BaseModel):
+    """A workload file. ``extra`` holds additional JSON scalars sent as-is in every request body."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["image", "video"] = "image"
+    model: str | None = None
+    shapes: list[ShapeMix] = Field(min_length=1)
+    prompts: list[str] | None = None
+    prompt_file: str | None = None
+    extra: dict[str, str | int | float | bool] = {}
+
+    @model_validator(mode="after")
+    def _video_frames(self) -> Workload:
+        if self.kind == "video":
+            for i, s in enumerate(self.shapes):
+                if s.frames is None:
+                    raise ValueError(
+                        f"shapes[{i}]: a video workload needs frames on every shape (servers default to 1)"
+                    )
+        if self.prompts is not None and not [p for p in self.prompts if p.strip()]:
+            raise ValueError("prompts is empty; give at least one prompt or drop the field")
+        return self
+
+
+def default_workload(width: int = 256, height: int = 256, steps: int = 4, frames: int | None = None) -> Workload:
+    """A single-shape workload (used when no ``--workload`` is given)."""
+    kind: Literal["image", "video"] = "video" if frames else "image"
+    return Workload(kind=kind, shapes=[ShapeMix(width=width, height=height, steps=steps, frames=frames)])
+
+
+def _format_validation(path: Path, exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field (check its spelling; allowed fields are listed in the workload docs)"
+        lines.append(f"{where}: {msg}")
+    return f"workload file {path}: " + "; ".join(lines)
+
+
+def load_workload(path: str | Path) -> Workload:
+    """Read and validate a workload file (``.yaml``/``.yml``/``.json``).
+
+    Raises:
+        InputError: missing or unreadable file, bad YAML/JSON, an unknown field (named), or an invalid
+            shape (named, with the bound it violates).
+    """
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise InputError(f"cannot read workload file {p}: {exc.strerror or exc}") from exc
+    try:
+        if p.suffix.lower() == ".json":
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except (ValueError, Exception) as exc:  # json.JSONDecodeError / yaml.YAMLError
+        raise InputError(f"workload file {p} is not valid {p.suffix.lstrip('.') or 'YAML'}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise InputError(f"workload file {p} must hold a mapping with at least 'shapes'")
+    try:
+        wl = Workload.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(_format_validation(p, exc)) from None
+    if wl.prompt_file is not None:
+        pf = Path(wl.prompt_file)
+        if not pf.is_absolute():
+            pf = p.parent / pf
+        wl = wl.model_copy(update={"prompt_file": str(pf)})
+    return wl
+
+
+def load_prompts(path: str | Path) -> list[str]:
+    """One prompt per line; blank lines are skipped.
+
+    Raises:
+        InputError: unreadable file or no prompt in it (never silently replaced by a dummy prompt).
+    """
+    p = Path(path)
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read prompt file {p}: {exc}") from exc
+    prompts = [ln.strip() for ln in lines if ln.strip()]
+    if not prompts:
+        raise InputError(f"prompt file {p} holds no prompt (one prompt per line expected)")
+    return prompts
+
+
+class RequestSpec(BaseModel):
+    """What one request asks for (drawn from the workload by :func:`plan_requests`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    index: int
+    kind: Literal["image", "video"]
+    prompt: str
+    shape: ShapeMix
+    seed: int
+    model: str | None = None
+    extra: dict[str, str | int | float | bool] = {}
+
+
+def resolve_prompts(workload: Workload, prompt_file: str | Path | None) -> tuple[list[str], str]:
+    """Prompts and where they came from (``--prompts`` file, workload file, workload list, built-in)."""
+    if prompt_file is not None:
+        return load_prompts(prompt_file), f"file {prompt_file}"
+    if workload.prompt_file is not None:
+        return load_prompts(workload.prompt_file), f"file {workload.prompt_file}"
+    if workload.prompts:
+        return [p for p in workload.prompts if p.strip()], "workload prompts"
+    return list(DEFAULT_PROMPTS), "built-in prompts"
+
+
+class RequestPlanner:
+    """Draws request specs from a workload with a seeded generator (``numpy.random.Generator``).
+
+    Shapes are drawn by weight, prompts cycle in order, request seeds are ``seed_base + index``.
+    Every call to :meth:`next` returns a new spec with a consecutive index.
+    """
+
+    def __init__(self, workload: Workload, prompts: Sequence[str], seed: int = 0) -> None:
+        if not prompts:
+            raise UsageError("no prompts to send; give --prompts FILE or prompts in the workload")
+        self.workload = workload
+        self.prompts = list(prompts)
+        self._rng = np.random.default_rng(seed)
+        w = np.array([s.weight for s in workload.shapes], dtype=np.float64)
+        self._p = w / w.sum()
+        self._seed_base = int(seed) * 1_000_003
+        self._i = 0
+
+    def next(self) -> RequestSpec:
+        """The next request spec."""
+        i = self._i
+        self._i += 1
+        k = int(self._rng.choice(len(self._p), p=self._p)) if len(self._p) > 1 else 0
+        return RequestSpec(
+            index=i,
+            kind=self.workload.kind,
+            prompt=self.prompts[i % len(self.prompts)],
+            shape=self.workload.shapes[k],
+            seed=(self._seed_base + i) % (2**31),
+            model=self.workload.model,
+            extra=self.workload.extra,
+        )
+
+    def take(self, n: int) -> list[RequestSpec]:
+        """The next ``n`` specs."""
+        return [self.next() for _ in range(n)]

@@ -1,0 +1,213 @@
+"""A fake diffusion server on 127.0.0.1 for the load-client tests (a raw asyncio HTTP/1.1 server in a
+background thread; no framework, so every fault is under the test's control).
+
+The first path segment selects the behaviour, so one server serves every mode:
+``http://127.0.0.1:PORT/<mode>/v1/images/generations``.
+
+Modes: ``ok`` (PNG of the requested size after ``delay_s``, honouring a pause window), ``r429`` (429 with
+``Retry-After: 3``), ``r503`` (503 without it), ``r500``, ``badjson`` (truncated JSON), ``badimg`` (valid
+base64 that is not an image), ``wrongsize`` (an image 8 px wider than asked), ``reset`` (closes the
+connection without answering), ``stall`` (never answers), ``noise`` / ``noisewrong`` (an incompressible PNG, of the requested size /
+8 px wider: large bodies checked in the worker pool), ``mix`` (cycles through ``MIX_CYCLE``),
+``vid`` (video jobs finishing after ``video_s``) and ``vidstuck`` (jobs that never finish).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import itertools
+import json
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+MIX_CYCLE = ("ok", "r429", "r500", "badjson", "badimg", "wrongsize", "reset", "stall")
+MP4_BYTES = b"\x00\x00\x00\x18ftypmp42\x00\x00\x00\x00mp42isom" + b"\x00" * 64
+
+
+class FakeServer:
+    def __init__(self) -> None:
+        self.delay_s = 0.0
+        self.video_s = 0.3
+        self.pause_window: tuple[float, float] | None = None
+        self.deleted: list[str] = []
+        self.requests = 0
+        self.polls = 0
+        self.last_headers: dict[str, str] = {}
+        self._jobs: dict[str, tuple[float | None, int, int]] = {}
+        self._ids = itertools.count()
+        self._mix = itertools.count()
+        self._png: dict[tuple[int, int, bool], str] = {}
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        self._ready.wait(10)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._server = self._loop.run_until_complete(
+            asyncio.start_server(self._handle, "127.0.0.1", 0, backlog=4096))
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._ready.set()
+        self._loop.run_forever()
+
+    async def _shutdown(self) -> None:
+        self._server.close()
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+        self._loop.close()
+
+    def url(self, mode: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{mode}"
+
+    def reset_state(self) -> None:
+        self.delay_s, self.video_s, self.pause_window = 0.0, 0.3, None
+        self.deleted.clear()
+        self.requests = self.polls = 0
+
+    def pause(self, start_in_s: float, length_s: float) -> None:
+        """Requests arriving in [now + start_in_s, + length_s) are held until the window ends."""
+        t = time.monotonic() + start_in_s
+        self.pause_window = (t, t + length_s)
+
+    # -- HTTP ----------------------------------------------------------------------------------------
+    def _png_b64(self, w: int, h: int, noise: bool = False) -> str:
+        if (w, h, noise) not in self._png:
+            import numpy as np
+            from PIL import Image
+
+            buf = io.BytesIO()
+            if noise:  # incompressible: the PNG is ~3 bytes per pixel
+                pixels = np.random.default_rng(0).integers(0, 256, (h, w, 3), dtype=np.uint8)
+                Image.fromarray(pixels, "RGB").save(buf, format="PNG", compress_level=1)
+            else:
+                Image.new("RGB", (w, h), (200, 30, 30)).save(buf, format="PNG")
+            self._png[(w, h, noise)] = base64.b64encode(buf.getvalue()).decode()
+        return self._png[(w, h, noise)]
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            first = await reader.readexactly(1)
+            if first == b"\x16":  # a TLS ClientHello: answer like a plain-HTTP server does
+                writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                await writer.drain()
+                return
+            while True:
+                head = first + await reader.readuntil(b"\r\n\r\n")
+                first = b""
+                lines = head.decode("latin-1").split("\r\n")
+                method, target, _ = lines[0].split(" ", 2)
+                headers = {}
+                for ln in lines[1:]:
+                    if ":" in ln:
+                        k, v = ln.split(":", 1)
+                        headers[k.strip().lower()] = v.strip()
+                self.last_headers = headers
+                n = int(headers.get("content-length", "0"))
+                body = await reader.readexactly(n) if n else b""
+                if not await self._route(method, target, body, writer):
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ValueError,
+                asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    @staticmethod
+    async def _send(writer: asyncio.StreamWriter, status: int, body: bytes, extra: str = "",
+                    ctype: str = "application/json") -> bool:
+        writer.write(f"HTTP/1.1 {status} X\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+                     f"{extra}\r\n".encode() + body)
+        await writer.drain()
+        return True
+
+    async def _route(self, method: str, target: str, body: bytes, writer: asyncio.StreamWriter) -> bool:
+        self.requests += 1
+        mode, _, path = target.lstrip("/").partition("/")
+        path = "/" + path
+        if mode == "mix":
+            mode = MIX_CYCLE[next(self._mix) % len(MIX_CYCLE)]
+        if mode.startswith("vid"):
+            return await self._video(mode, method, path, writer)
+        if mode == "reset":
+            writer.transport.abort()
+            return False
+        if mode == "stall":
+            await asyncio.sleep(3600)
+            return False
+        if mode == "r429":
+            return await self._send(writer, 429, b'{"error":"overloaded"}', "Retry-After: 3\r\n")
+        if mode == "r503":
+            return await self._send(writer, 503, b'{"error":"not ready"}')
+        if mode == "r500":
+            return await self._send(writer, 500, b'{"error":"boom"}')
+        if mode == "badjson":
+            return await self._send(writer, 200, b'{"data": [{"b64_json": "abc')
+        req = json.loads(body or b"{}")
+        w, h = (int(x) for x in str(req.get("size", "64x64")).split("x"))
+        if mode == "badimg":
+            b64 = base64.b64encode(b"this is not an image").decode()
+        else:
+            b64 = self._png_b64(w + (8 if mode in ("wrongsize", "noisewrong") else 0), h,
+                                noise=mode.startswith("noise"))
+        if self.pause_window is not None:
+            a, b = self.pause_window
+            now = time.monotonic()
+            if a <= now < b:
+                await asyncio.sleep(b - now)
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        out = {"created": 0, "data": [{"b64_json": b64}] * int(req.get("n", 1)),
+               "stage_durations": {"denoise": 0.25, "vae_decode": 0.05}, "peak_memory_mb": 512.0}
+        return await self._send(writer, 200, json.dumps(out).encode())
+
+    async def _video(self, mode: str, method: str, path: str, writer: asyncio.StreamWriter) -> bool:
+        now = time.monotonic()
+        parts = path.strip("/").split("/")  # v1 videos [id] [content]
+        if method == "POST" and parts == ["v1", "videos"]:
+            jid = f"video_{next(self._ids)}"
+            self._jobs[jid] = (None if mode == "vidstuck" else now + self.video_s, 0, 0)
+            return await self._send(writer, 200, json.dumps({"id": jid, "status": "queued"}).encode())
+        if len(parts) >= 3 and parts[2] in self._jobs:
+            jid = parts[2]
+            done_at = self._jobs[jid][0]
+            finished = done_at is not None and now >= done_at
+            if method == "DELETE":
+                self.deleted.append(jid)
+                return await self._send(writer, 200, json.dumps({"id": jid, "deleted": True}).encode())
+            if len(parts) == 4 and parts[3] == "content":
+                if not finished:
+                    return await self._send(writer, 404, b'{"error":"not ready"}')
+                return await self._send(writer, 200, MP4_BYTES, ctype="video/mp4")
+            self.polls += 1
+            status = "completed" if finished else "in_progress"
+            return await self._send(writer, 200, json.dumps(
+                {"id": jid, "status": status, "stage_durations": {"denoise": 0.2}}).encode())
+        return await self._send(writer, 404, b'{"error":"no such route"}')
+
+
+@pytest.fixture(scope="session")
+def fake_server() -> Iterator[FakeServer]:
+    srv = FakeServer()
+    yield srv
+    srv.close()
+
+
+@pytest.fixture()
+def fake(fake_server: FakeServer) -> Iterator[FakeServer]:
+    fake_server.reset_state()
+    yield fake_server
+    fake_server.reset_state()

@@ -1,0 +1,149 @@
+"""``diffbench load`` end to end: bad input, faults, JSON/JSONL outputs, Ctrl-C, and the reference service."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from diffbench.cli.main import main
+from diffbench.load.client import read_jsonl
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_rate_not_positive_is_a_clear_error(capsys):
+    assert main(["load", "--url", "http://127.0.0.1:9", "--rates", "1,0"]) == 2
+    assert "--rates: rate must be > 0, got 0" in capsys.readouterr().err
+    assert main(["load", "--url", "http://127.0.0.1:9", "--rates", "1", "--duration", "-1"]) == 2
+    assert "--duration must be > 0" in capsys.readouterr().err
+
+
+def test_workload_unknown_field_via_cli(tmp_path, capsys):
+    wl = tmp_path / "w.yaml"
+    wl.write_text("shapes: [{size: 64x64, steps: 2, stpes: 3}]\n")
+    assert main(["load", "--url", "http://127.0.0.1:9", "--rates", "1", "--workload", str(wl)]) == 2
+    assert "shapes.0.stpes: unknown field" in capsys.readouterr().err
+
+
+def test_unreachable_url_is_a_clear_error_or_counted(tmp_path, capsys):
+    assert main(["load", "--url", "http://127.0.0.1:9", "--rates", "2", "--duration", "1",
+                 "--timeout", "2"]) == 2
+    assert "cannot reach the service" in capsys.readouterr().err
+    out = tmp_path / "r.json"
+    assert main(["load", "--url", "http://127.0.0.1:9", "--rates", "5", "--duration", "1", "--timeout", "2",
+                 "--warmup", "0", "--json", str(out), "--arrival", "constant"]) == 0
+    row = json.loads(out.read_text())["rates"][0]
+    assert row["outcomes"]["connection_error"] == row["n"] == 5
+
+
+def test_tls_error_is_a_connection_error(fake, tmp_path):
+    jl = tmp_path / "r.jsonl"
+    url = f"https://127.0.0.1:{fake.port}/ok"  # the fake server speaks plain HTTP
+    assert main(["load", "--url", url, "--rates", "4", "--duration", "0.5", "--timeout", "2", "--warmup", "0",
+                 "--arrival", "constant", "--jsonl", str(jl)]) == 0
+    recs = read_jsonl(jl)
+    assert len(recs) == 2 and all(r.outcome == "connection_error" and "TLS" in r.error for r in recs)
+
+
+def test_open_sweep_writes_json_and_jsonl(fake, tmp_path, capsys):
+    fake.delay_s = 0.01
+    out, jl = tmp_path / "r.json", tmp_path / "r.jsonl"
+    assert main(["load", "--url", fake.url("ok"), "--rates", "10,20", "--duration", "1", "--arrival",
+                 "constant", "--size", "64x32", "--steps", "2", "--slo", "0.5", "--json", str(out),
+                 "--jsonl", str(jl), "--timeout", "5"]) == 0
+    res = json.loads(out.read_text())
+    assert [r["offered_rate"] for r in res["rates"]] == [10.0, 20.0]
+    for row in res["rates"]:
+        for key in ("achieved_rate", "throughput", "goodput", "lag_s", "outcomes"):
+            assert key in row
+        for key in ("latency_from_arrival_s", "latency_from_send_s"):
+            assert {"n", "p50", "p90", "p99", "p999"} <= set(row[key])
+    assert res["knee"]["method"] == "slo" and res["conditions"]["timeout_s"].startswith("5 ")
+    recs = read_jsonl(jl)
+    assert len(recs) == sum(r["n"] for r in res["rates"]) == 30
+    text = capsys.readouterr().out
+    assert "knee" in text and "timeout 5 s per request" in text
+
+
+def test_headers_and_api_key_are_sent(fake, monkeypatch):
+    monkeypatch.setenv("DIFFBENCH_API_KEY", "sekret")
+    assert main(["load", "--url", fake.url("ok"), "--rates", "2", "--duration", "0.5", "--warmup", "0",
+                 "--header", "X-Tenant: blue", "--timeout", "5", "--size", "64x64"]) == 0
+    assert fake.last_headers["authorization"] == "Bearer sekret"
+    assert fake.last_headers["x-tenant"] == "blue"
+
+
+def test_closed_loop_via_cli(fake, tmp_path):
+    fake.delay_s = 0.05
+    out = tmp_path / "r.json"
+    assert main(["load", "--url", fake.url("ok"), "--mode", "closed", "--users", "1,2", "--duration", "1",
+                 "--json", str(out), "--timeout", "5"]) == 0
+    rows = json.loads(out.read_text())["rates"]
+    assert [r["users"] for r in rows] == [1, 2]
+    # N users / (0.05 s service + overhead): ~20 and ~40 req/s
+    assert 14 <= rows[0]["throughput"] <= 20 and 28 <= rows[1]["throughput"] <= 40
+
+
+@pytest.mark.slow
+def test_auto_rates_probe_capacity_then_sweep(fake, tmp_path):
+    fake.delay_s = 0.05
+    out = tmp_path / "r.json"
+    assert main(["load", "--url", fake.url("ok"), "--rates", "auto", "--duration", "0.5", "--json", str(out),
+                 "--timeout", "5"]) == 0
+    res = json.loads(out.read_text())
+    capacity = float(res["conditions"]["capacity_probe_rps"])
+    rates = [r["offered_rate"] for r in res["rates"]]
+    assert max(rates) == pytest.approx(1.2 * capacity, rel=0.01)
+    assert min(rates) == pytest.approx(0.25 * capacity, rel=0.01)
+
+
+def test_sigint_stops_dispatch_and_writes_summary(fake, tmp_path):
+    fake.delay_s = 0.2
+    out, jl = tmp_path / "r.json", tmp_path / "r.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "diffbench.cli.main", "load", "--url", fake.url("ok"), "--rates", "20",
+         "--duration", "60", "--drain", "0.05", "--warmup", "0", "--json", str(out), "--jsonl", str(jl),
+         "--timeout", "10"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "200"})
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (not jl.exists() or len(jl.read_text().splitlines()) < 10):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    text, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, text.decode()
+    res = json.loads(out.read_text())
+    row = res["rates"][0]
+    recs = read_jsonl(jl)
+    assert len(recs) == row["n"] and row["outcomes"]["ok"] >= 10
+    assert row["duration_s"] < 60
+    assert any("stopped early" in w for w in res["warnings"])
+    assert b"interrupted" in text
+
+
+@pytest.mark.slow
+def test_reference_service_open_and_closed(tmp_path, capsys):
+    """Acceptance at short durations: no --url starts the reference service (tiny pipeline on CPU)."""
+    out, jl = tmp_path / "open.json", tmp_path / "open.jsonl"
+    assert main(["load", "--mode", "open", "--rates", "0.5,1,2", "--duration", "3", "--json", str(out),
+                 "--jsonl", str(jl), "--timeout", "60"]) == 0
+    res = json.loads(out.read_text())
+    assert [r["offered_rate"] for r in res["rates"]] == [0.5, 1.0, 2.0]
+    assert len(read_jsonl(jl)) == sum(r["n"] for r in res["rates"])
+    text = capsys.readouterr().out
+    assert "reference service at http://127.0.0.1:" in text and "knee" in text
+    out2 = tmp_path / "closed.json"
+    assert main(["load", "--mode", "closed", "--users", "1,2,4", "--duration", "3", "--json", str(out2),
+                 "--timeout", "60"]) == 0
+    rows = json.loads(out2.read_text())["rates"]
+    thr = [r["throughput"] for r in rows]
+    # One worker: throughput cannot grow past the 1-user rate by more than the overlap of client overhead,
+    # while latency grows with users (queueing).
+    assert max(thr) <= 1.5 * thr[0]
+    lat = [r["latency_from_arrival_s"]["p50"] for r in rows]
+    assert lat[2] > 2 * lat[0]

@@ -1,0 +1,165 @@
+"""Open/closed-loop runners against the in-test fake server (tests/load/conftest.py) on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import numpy as np
+import pytest
+
+from diffbench.core.stats import percentile
+from diffbench.load.client import (
+    HttpBackend,
+    JsonlSink,
+    RequestPlanner,
+    RunControl,
+    Target,
+    default_workload,
+    read_jsonl,
+    run_closed_loop,
+    run_open_loop,
+)
+from diffbench.load.schedules import constant
+from diffbench.load.summary import summarize_rate
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _open(url: str, rate: float, duration: float, *, timeout: float = 5.0, size=(64, 48), **kw):
+    async def go():
+        backend = HttpBackend(Target(base_url=url, timeout_s=timeout, poll_interval_s=0.05,
+                                     delete_abandoned=kw.pop("delete_abandoned", False)))
+        await backend.start()
+        try:
+            times = constant(rate, duration)
+            planner = RequestPlanner(default_workload(*size, 2), ["a cat"], seed=1)
+            run = await run_open_loop(times, planner.take(len(times)), backend, offered_rate=rate,
+                                      duration_s=duration, **kw)
+        finally:
+            await backend.close()
+        return run, backend
+
+    return asyncio.run(go())
+
+
+def test_achieved_rate_within_2_percent_of_target(fake):
+    run, _ = _open(fake.url("ok"), 100.0, 3.0)
+    sent = np.array([r.sent_s for r in run.records])
+    achieved = (sent.size - 1) / (sent.max() - sent.min())  # computed here from raw send times
+    assert len(run.records) == 300
+    assert abs(achieved / 100.0 - 1.0) < 0.02
+    s = summarize_rate(run.records, offered_rate=100.0, duration_s=3.0)
+    assert s.outcomes["ok"] == 300
+    assert s.achieved_rate == pytest.approx(achieved)
+
+
+def test_pause_shows_from_intended_arrival_and_a_cap_hides_it_from_send(fake):
+    """Coordinated omission: the server stops for 2 s. Timed from the intended arrival the pause is in the
+    tail; timed from the send with a concurrency cap of 1 it almost vanishes (only one request saw it)."""
+    fake.delay_s = 0.002
+    fake.pause(start_in_s=0.5, length_s=2.0)
+    open_run, _ = _open(fake.url("ok"), 50.0, 3.0)
+    lat_arrival = [r.latency_from_arrival_s for r in open_run.records]
+    assert max(lat_arrival) >= 1.8  # a request arriving at the start of the pause waited ~2 s
+    assert percentile(lat_arrival, 99) >= 1.5
+
+    fake.pause(start_in_s=0.5, length_s=2.0)
+    capped, _ = _open(fake.url("ok"), 50.0, 3.0, max_inflight=1)
+    from_send = [r.latency_from_send_s for r in capped.records]
+    from_arrival = [r.latency_from_arrival_s for r in capped.records]
+    assert all(r.outcome == "ok" for r in capped.records)
+    assert percentile(from_send, 99) < 0.3  # the hidden view: the stall is one sample in 150
+    assert percentile(from_arrival, 99) >= 1.5  # the honest view keeps it
+    assert max(r.client_queue_s for r in capped.records) >= 1.5  # and reports where the time went
+    lag = [r.lag_s for r in capped.records]
+    assert max(lag) >= 1.5
+
+
+def test_outcomes_counted_by_kind_and_jsonl_keeps_every_request(fake, tmp_path):
+    # 16 requests cycle twice through ok, 429, 500, bad JSON, bad image, wrong size, reset, stall.
+    sink = JsonlSink(tmp_path / "r.jsonl")
+    run, _ = _open(fake.url("mix"), 20.0, 0.8, timeout=0.5, sink=sink)
+    sink.close()
+    recs = run.records
+    assert len(recs) == 16
+    count = {k: sum(r.outcome == k for r in recs) for k in
+             ("ok", "rejected", "http_error", "invalid_payload", "connection_error", "timeout")}
+    assert count == {"ok": 2, "rejected": 2, "http_error": 2, "invalid_payload": 6,
+                     "connection_error": 2, "timeout": 2}
+    assert sorted(r.retry_after_s for r in recs if r.outcome == "rejected") == [3.0, 3.0]
+    assert {r.status for r in recs if r.outcome == "http_error"} == {500}
+    errors = " | ".join(r.error or "" for r in recs if r.outcome == "invalid_payload")
+    assert "malformed JSON" in errors and "does not decode" in errors and "requested 64x48" in errors
+    timeouts = [r for r in recs if r.outcome == "timeout"]
+    assert all(0.45 <= r.done_s - r.sent_s <= 1.0 for r in timeouts)
+    ok = [r for r in recs if r.outcome == "ok"]
+    assert ok[0].server_stages_s == {"denoise": 0.25, "vae_decode": 0.05}
+    assert ok[0].server_peak_memory_bytes == 512 * 2**20
+    back = read_jsonl(tmp_path / "r.jsonl")
+    assert sorted(r.id for r in back) == list(range(16))
+    lines = (tmp_path / "r.jsonl").read_text().splitlines()
+    assert all(json.loads(ln)["run"] == "rate=20" for ln in lines)
+
+
+def test_503_is_rejected_without_retry_after(fake):
+    run, _ = _open(fake.url("r503"), 20.0, 0.2)
+    assert {r.outcome for r in run.records} == {"rejected"}
+    assert all(r.retry_after_s is None and r.status == 503 for r in run.records)
+
+
+def test_stop_drains_then_cancels_and_keeps_records(fake, tmp_path):
+    """Ctrl-C simulated: stop after 10 finished requests; in-flight ones get a short drain, then cancelled."""
+    fake.delay_s = 0.3
+    control = RunControl()
+    seen = []
+
+    def on_record(rec):
+        seen.append(rec)
+        if len(seen) == 10:
+            control.request_stop("test")
+
+    sink = JsonlSink(tmp_path / "r.jsonl")
+    run, _ = _open(fake.url("ok"), 50.0, 5.0, control=control, drain_s=0.05, on_record=on_record, sink=sink)
+    sink.close()
+    assert run.interrupted and run.dispatched < run.planned
+    kinds = {r.outcome for r in run.records}
+    assert kinds == {"ok", "cancelled"}
+    n_cancelled = sum(r.outcome == "cancelled" for r in run.records)
+    assert n_cancelled >= 5  # ~50 req/s x 0.3 s were in flight at the stop
+    assert len(read_jsonl(tmp_path / "r.jsonl")) == len(run.records) == run.dispatched
+    assert run.duration_s < 5.0
+    s = summarize_rate(run.records, offered_rate=50.0, duration_s=run.duration_s)
+    assert s.outcomes["cancelled"] == n_cancelled and s.n == run.dispatched
+
+
+def test_closed_loop_throughput_is_users_over_service_time(fake):
+    fake.delay_s = 0.1
+
+    async def go():
+        backend = HttpBackend(Target(base_url=fake.url("ok"), timeout_s=5.0))
+        await backend.start()
+        try:
+            planner = RequestPlanner(default_workload(64, 64, 2), ["x"], seed=0)
+            return await run_closed_loop(2, planner.next, backend, duration_s=1.5)
+        finally:
+            await backend.close()
+
+    run = asyncio.run(go())
+    s = summarize_rate(run.records, offered_rate=None, duration_s=1.5, mode="closed", users=2)
+    # Closed form: N users / service time (0.1 s + client and loopback overhead of a few ms).
+    assert 2 / 0.13 <= s.throughput <= 2 / 0.1
+    assert s.lag_s.p99 < 0.005  # a closed-loop user sends when ready
+    assert all(r.outcome == "ok" for r in run.records)
+
+
+@pytest.mark.parametrize("mode, outcome", [("noise", "ok"), ("noisewrong", "invalid_payload")])
+def test_large_payloads_are_checked_in_worker_processes(fake, mode, outcome):
+    # 400x400 incompressible PNG: ~640 kB of base64, above the inline-check limit.
+    from diffbench.load.client.http import INLINE_CHECK_BYTES
+
+    assert INLINE_CHECK_BYTES < 400 * 400 * 3 * 4 / 3
+    run, _ = _open(fake.url(mode), 5.0, 0.4, size=(400, 400), timeout=20.0)
+    assert [r.outcome for r in run.records] == [outcome, outcome]
+    if outcome != "ok":
+        assert "image is 408x400, requested 400x400" in run.records[0].error

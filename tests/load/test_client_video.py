@@ -1,0 +1,56 @@
+"""Async video jobs: create, poll, download; a job that never completes times out and is not deleted."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from diffbench.load.client import HttpBackend, RequestPlanner, Target, Workload, run_open_loop
+from diffbench.load.schedules import constant
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _video(url: str, *, timeout: float, n: int = 2, delete_abandoned: bool = False, dialect="vllm-omni"):
+    async def go():
+        backend = HttpBackend(Target(base_url=url, timeout_s=timeout, poll_interval_s=0.05,
+                                     delete_abandoned=delete_abandoned, dialect=dialect))
+        await backend.start()
+        try:
+            wl = Workload.model_validate({"kind": "video", "shapes": [{"size": "64x48", "steps": 2, "frames": 5}]})
+            times = constant(10.0, n / 10.0)
+            planner = RequestPlanner(wl, ["a wave"], seed=0)
+            return await run_open_loop(times, planner.take(len(times)), backend, offered_rate=10.0,
+                                       duration_s=n / 10.0), backend
+        finally:
+            await backend.close()
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("dialect", ["vllm-omni", "sglang"])
+def test_video_job_completes_after_polling(fake, dialect):
+    fake.video_s = 0.3
+    run, _ = _video(fake.url("vid"), timeout=5.0, dialect=dialect)
+    assert [r.outcome for r in run.records] == ["ok", "ok"]
+    for r in run.records:
+        lat = r.latency_from_send_s
+        # done after the job finished (0.3 s) and within one poll interval (0.05 s) plus overheads
+        assert 0.3 <= lat <= 0.3 + 0.05 + 0.1
+        assert r.server_stages_s == {"denoise": 0.2}
+    assert fake.polls >= 2 * 5  # ~0.3 / 0.05 polls per job
+
+
+def test_video_job_never_completing_times_out_and_is_not_deleted(fake):
+    run, backend = _video(fake.url("vidstuck"), timeout=0.5)
+    assert [r.outcome for r in run.records] == ["timeout", "timeout"]
+    assert all("left on the server (not deleted)" in (r.error or "") for r in run.records)
+    assert fake.deleted == []
+    assert len(backend.abandoned_jobs) == 2
+
+
+def test_delete_abandoned_deletes_only_when_asked(fake):
+    run, backend = _video(fake.url("vidstuck"), timeout=0.5, delete_abandoned=True)
+    assert [r.outcome for r in run.records] == ["timeout", "timeout"]
+    assert sorted(fake.deleted) == sorted(backend.deleted_jobs) and len(fake.deleted) == 2
