@@ -17,27 +17,17 @@ from diffbench.ledger.schema import Catalog, GpuSpec, ModelSpec
 from diffbench.ledger.timing import fp8_effective
 from diffbench.ledger.tokens import check_shape
 from diffbench.plan.capacity import capacity
+from diffbench.plan.commands import (
+    ATTENTION_BACKENDS,
+    bench_cmd,
+    ledger_cmd,
+    load_cmd,
+    quality_cmd,
+    sweep_cmd,
+)
 from diffbench.plan.models import Alternative, PlanConfig, PlanResult, PlanStep
 from diffbench.plan.quality import combine_psnr, within_budget
 from diffbench.plan.signals import alerts_for, signals_for
-
-
-def _args(cfg: PlanConfig, frames: int, steps: int) -> str:
-    out = f"--model {cfg.model} --size {cfg.width}x{cfg.height}"
-    if frames > 1:
-        out += f" --frames {frames}"
-    return out + f" --steps {steps} --gpu {cfg.gpu}"
-
-
-def _flags(lc: LedgerConfig) -> str:
-    parts = [f"--attention {lc.attention}", f"--precision {lc.precision}"]
-    if lc.compile:
-        parts.append("--compile")
-    if lc.vae_tiling:
-        parts.append("--vae-tiling")
-    if lc.offload != "none":
-        parts.append(f"--offload {lc.offload}")
-    return " ".join(parts)
 
 
 def _fit_memory(catalog: Catalog, lc: LedgerConfig) -> tuple[LedgerConfig, str]:
@@ -105,7 +95,6 @@ def plan(catalog: Catalog, cfg: PlanConfig) -> PlanResult:
     gpu = get_gpu(catalog, cfg.gpu)
     frames = check_shape(model, cfg.width, cfg.height, cfg.frames)
     steps = cfg.steps if cfg.steps is not None else model.default_steps
-    args = _args(cfg, frames, steps)
     lossy_ok = cfg.allow_lossy and cfg.quality_budget_db is not None
     out: list[PlanStep] = []
     psnrs: list[float] = []
@@ -128,7 +117,7 @@ def plan(catalog: Catalog, cfg: PlanConfig) -> PlanResult:
         f"attention {r.attention_time_share:.0%} of denoise time",
         f"bf16 eager with SDPA; η_gemm {r.etas.gemm:.2f}, η_attn {r.etas.attention:.2f} "
         f"(calibrated on the xDiT FLUX.1-dev H100 anchors)",
-        r, f"diffbench ledger {args}")
+        r, ledger_cmd(cfg, frames, steps))
 
     # ② lossless single GPU: memory, attention backend, compile, warmup
     if not r.fits:
@@ -138,10 +127,10 @@ def plan(catalog: Catalog, cfg: PlanConfig) -> PlanResult:
             add(2, "memory", True, f"{why}; peak {r2.peak_memory_bytes / 2**30:.1f} GiB, "
                 f"+{r2.offload_time_s:.2f} s of transfers", "offload time = bytes moved ÷ host-to-device "
                 "bandwidth minus overlap with compute (model-catalog.md §8)", r2,
-                f"diffbench bench {args} {_flags(lc2)}")
+                bench_cmd(cfg, frames, steps, lc2))
         else:
             add(2, "memory", False, "tiling and offload do not make one GPU fit; splitting across GPUs in ⑤",
-                "activations or a single component exceed one GPU", r2, f"diffbench ledger {args} --vae-tiling")
+                "activations or a single component exceed one GPU", r2, ledger_cmd(cfg, frames, steps, lc2))
         lc, r = lc2, r2
     lossless = {k: b for k, b in catalog.optimizations.attention_backends.items()
                 if b.lossless and (not b.requires_arch or gpu.arch in b.requires_arch)}
@@ -150,38 +139,40 @@ def plan(catalog: Catalog, cfg: PlanConfig) -> PlanResult:
         lc = lc.model_copy(update={"attention": best})
         r = evaluate(catalog, lc)
         add(2, "attention backend", True, f"{best} on {gpu.arch}", lossless[best].source, r,
-            f"diffbench bench {args} {_flags(lc)}")
+            bench_cmd(cfg, frames, steps, lc))
     else:
         add(2, "attention backend", False, f"{best} is already the fastest lossless kernel on {gpu.arch}",
-            lossless[best].source, r, f"diffbench bench {args} {_flags(lc)}")
+            lossless[best].source, r, bench_cmd(cfg, frames, steps, lc))
     lc = lc.model_copy(update={"compile": True})
     r = evaluate(catalog, lc)
     add(2, "compile", True, f"torch.compile: η_gemm {r.etas.gemm:.2f}",
         "compiled/eager ratio of the xDiT H100 anchors (4.30 s vs 6.71 s) carries over", r,
-        f"diffbench bench {args} {_flags(lc)}")
+        bench_cmd(cfg, frames, steps, lc, "--warmup 0 --runs 10"))
     add(2, "warmup", True, f"warm up every served shape ({cfg.width}x{cfg.height}, {steps} steps) before traffic",
         "compiled graphs specialise per shape; an unwarmed shape pays the compile on a live request", r,
-        f"diffbench bench {args} {_flags(lc)} --warmup 3")
+        bench_cmd(cfg, frames, steps, lc, "--warmup 3"))
 
     # ③ lossy I: FP8 linear layers, 8-bit attention
     fp8 = catalog.optimizations.fp8_linear
+    fp8_cmd = quality_cmd(cfg, "BF16_OUTPUTS", "FP8_OUTPUTS")
     if not lossy_ok:
         add(3, "fp8 linear", False, "lossy steps not allowed (no --quality-budget or --no-lossy)", fp8.source, r,
-            f"diffbench sweep {args} --precision bf16,fp8")
+            fp8_cmd)
     elif not fp8_effective(gpu, "fp8"):
         add(3, "fp8 linear", False, f"{gpu.display_name} has no FP8 tensor cores (speed-up needs them)",
-            fp8.source, r, f"diffbench sweep {args} --precision bf16,fp8")
+            fp8.source, r, fp8_cmd)
     elif not within_budget([*psnrs, fp8.psnr_db], cfg.quality_budget_db):
         add(3, "fp8 linear", False, f"estimated {fp8.psnr_db:.0f} dB would break the {cfg.quality_budget_db} dB budget",
-            fp8.source, r, f"diffbench sweep {args} --precision bf16,fp8", fp8.psnr_db)
+            fp8.source, r, fp8_cmd, fp8.psnr_db)
     else:
         psnrs.append(fp8.psnr_db)
         lc = lc.model_copy(update={"precision": "fp8"})
         r = evaluate(catalog, lc)
         add(3, "fp8 linear", True, "FP8 dynamic quantization of linear layers (attention and VAE stay 16-bit)",
             f"FP8 GEMMs at {fp8.gemm_retention:.0%} of the BF16 efficiency on the 2× FP8 peak; {fp8.source}", r,
-            f"diffbench sweep {args} --precision bf16,fp8", fp8.psnr_db)
+            fp8_cmd, fp8.psnr_db)
     sage = catalog.optimizations.attention_backends.get("sage8")
+    sage_cmd = sweep_cmd(cfg, frames, steps, lc, f"--option attention-backend --values {ATTENTION_BACKENDS.get(best) or 'native'},sage")
     if sage is not None:
         usable = not sage.requires_arch or gpu.arch in sage.requires_arch
         better = sage.eta > r.etas.attention
@@ -191,17 +182,17 @@ def plan(catalog: Catalog, cfg: PlanConfig) -> PlanResult:
             lc = lc.model_copy(update={"attention": "sage8"})
             r = evaluate(catalog, lc)
             add(3, "8-bit attention", True, "SageAttention-style INT8 QKᵀ attention", sage.source, r,
-                f"diffbench sweep {args} --attention {best},sage8", cost)
+                sage_cmd, cost)
         else:
             why = ("lossy steps not allowed" if not lossy_ok else "not faster than the current kernel" if not better
                    else "GPU not supported" if not usable else f"estimated {cost:.0f} dB would break the budget")
-            add(3, "8-bit attention", False, why, sage.source, r, f"diffbench sweep {args} --attention {best},sage8",
+            add(3, "8-bit attention", False, why, sage.source, r, sage_cmd,
                 cost)
 
     # ④ lossy II: step cache at a threshold, sparse attention for video
     sc = catalog.optimizations.step_cache
-    cache_cmd = (f"diffbench sweep --cache {sc.method} --threshold "
-                 f"{','.join(f'{t.threshold:g}' for t in sc.thresholds)} {args}")
+    cache_cmd = sweep_cmd(cfg, frames, steps, lc, f"--cache {sc.method} --values "
+                          f"{','.join(f'{t.threshold:g}' for t in sc.thresholds)}")
     if not lossy_ok:
         add(4, "step cache", False, "lossy steps not allowed", sc.source, r, cache_cmd)
     elif model.denoiser.arch == "unet":
@@ -228,10 +219,10 @@ def plan(catalog: Catalog, cfg: PlanConfig) -> PlanResult:
             lc = lc.model_copy(update={"attention_speedup": sp.attention_speedup})
             r = evaluate(catalog, lc)
             add(4, "sparse attention", True, f"attention core {sp.attention_speedup:g}× faster", sp.source, r,
-                f"diffbench sweep {args} --sparse-attention off,on", sp.psnr_db)
+                quality_cmd(cfg, "DENSE_OUTPUTS", "SPARSE_OUTPUTS"), sp.psnr_db)
         else:
             add(4, "sparse attention", False, "lossy steps not allowed" if not lossy_ok else
-                "would break the quality budget", sp.source, r, f"diffbench sweep {args} --sparse-attention off,on",
+                "would break the quality budget", sp.source, r, quality_cmd(cfg, "DENSE_OUTPUTS", "SPARSE_OUTPUTS"),
                 sp.psnr_db)
 
     single = r
@@ -244,7 +235,7 @@ def plan(catalog: Catalog, cfg: PlanConfig) -> PlanResult:
         if base.fits and base.total_time_s <= cfg.slo_p99_s:
             add(5, "multi-GPU", False, f"SLO met on one GPU ({base.total_time_s:.2f} s ≤ {cfg.slo_p99_s:g} s); "
                 "more GPUs per request would lower latency, not GPU-seconds", "—", base,
-                f"diffbench bench {label}")
+                label)
             return None
         chosen, tried = _choose_parallel(catalog, model, gpu, base, cfg)
         if chosen is None:
@@ -252,7 +243,7 @@ def plan(catalog: Catalog, cfg: PlanConfig) -> PlanResult:
                 raise ModelError(_fits_nowhere(catalog, cfg, base, tried))
             add(5, "multi-GPU", False, "no valid multi-GPU layout on this node "
                 + "; ".join(sorted({p.reason for p in tried if p.reason})[:2]), "—", base,
-                f"diffbench bench {label}")
+                label)
             return None
         link = "NVLink" if chosen.link == "nvlink" else "PCIe"
         add(5, "multi-GPU", True, f"{chosen.label} over {link}: {chosen.latency_s:.2f} s "
@@ -260,11 +251,11 @@ def plan(catalog: Catalog, cfg: PlanConfig) -> PlanResult:
             + ("" if base.fits else "; splits memory that one GPU cannot hold"),
             "parallel inefficiency per extra rank from the xDiT Ulysses-4 anchor; GPU-seconds unchanged except "
             f"exposed communication (occupied bound {chosen.occupied_gpu_s:.2f} GPU·s)", base,
-            f"diffbench bench {label} --ulysses {chosen.ulysses} --ring {chosen.ring}"
-            + (" --cfg-parallel" if chosen.cfg == 2 else ""), par=chosen)
+            load_cmd(cfg, frames, steps, closed=True)
+            + f"  # on a service running {chosen.label}", par=chosen)
         return chosen
 
-    par = multi(single, f"{args} {_flags(lc)}")
+    par = multi(single, bench_cmd(cfg, frames, steps, lc))
     lat, _, _ = _latency(single, par)
     if lat > cfg.slo_p99_s:
         stopped_at = "⑤ multi-GPU" if par is not None else "④ lossy II"
@@ -280,14 +271,14 @@ def plan(catalog: Catalog, cfg: PlanConfig) -> PlanResult:
                                        "cfg": 1.0 if fs.forwards_per_step == 1 else lc.cfg})
         few = evaluate(catalog, few_lc)
         cap = capacity(cfg.qps, few.total_time_s, cfg.headroom, 1, cfg.gpus_per_node)
-        few_cmd = f"diffbench bench {_args(cfg, frames, fs.steps)} {_flags(few_lc)}"
+        few_cmd = bench_cmd(cfg, frames, fs.steps, few_lc).replace(f"/path/to/{cfg.model}", "/path/to/few-step-model")
         note = (f"{fs.name}: {fs.steps} steps, {fs.forwards_per_step} forward(s)/step, no step cache; "
                 "a different model, so PSNR against the original is not meaningful: judge with a set-level metric")
         need = lat > cfg.slo_p99_s
         if cfg.allow_model_swap and need:
             single = few
             add(6, "few-step model", True, note, fs.source, few, few_cmd)
-            par = multi(few, f"{_args(cfg, frames, fs.steps)} {_flags(few_lc)}") if few.total_time_s > cfg.slo_p99_s \
+            par = multi(few, few_cmd) if few.total_time_s > cfg.slo_p99_s \
                 else None
             lat, _, _ = _latency(single, par)
             stopped_at = None if lat <= cfg.slo_p99_s else "⑥ few-step model"
@@ -314,7 +305,7 @@ def plan(catalog: Catalog, cfg: PlanConfig) -> PlanResult:
         f"{cfg.gpus_per_node} (QPS {cfg.qps:g} × {gpu_s:.2f} GPU·s × headroom {cfg.headroom:g}); {api}; {pools}",
         "p99 ≈ predicted service time at utilisation ≤ 1/headroom; sequence parallelism lowers latency, not "
         f"GPU-seconds (if its inefficiency is unrecoverable GPU time: {bound.total_gpus} GPUs)", single,
-        f"diffbench load {args} --rate {cfg.qps:g} --slo-p99 {cfg.slo_p99_s:g}", par=par)
+        load_cmd(cfg, frames, steps), par=par)
 
     # ⑧ signals and alerts
     psnr = combine_psnr(psnrs)
@@ -322,7 +313,7 @@ def plan(catalog: Catalog, cfg: PlanConfig) -> PlanResult:
     alerts = alerts_for(cfg, single, lat, par is not None, lc.compile, psnr)
     add(8, "signals", True, f"{len(sigs)} series to set or watch, {len(alerts)} alerts to enable",
         "names from monitoring.md §3-§4; baselines from this plan, to be replaced by measured values", single,
-        "diffbench monitor rules --from-plan PLAN.json", par=par)
+        "— (no diffbench command yet: set them from the plan's --json signals and alerts)", par=par)
 
     return PlanResult(
         config=cfg, model_name=model.display_name, gpu_name=gpu.display_name, frames=frames, steps_count=steps,
