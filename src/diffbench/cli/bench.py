@@ -7,18 +7,9 @@ from pathlib import Path
 import typer
 
 from diffbench.errors import UsageError
+from diffbench.workload.prompts import parse_seeds
 
 ENGINE_HELP = "sim (simulated GPU-like device) or diffusers (a real pipeline)."
-
-
-def _seeds(text: str) -> list[int]:
-    try:
-        seeds = [int(s) for s in text.split(",") if s.strip()]
-    except ValueError as exc:
-        raise UsageError(f"--seeds {text!r}: expected comma-separated integers, e.g. 0,1,2") from exc
-    if not seeds:
-        raise UsageError("--seeds is empty; give at least one seed, e.g. --seeds 0")
-    return seeds
 
 
 def register(app: typer.Typer) -> None:
@@ -138,7 +129,7 @@ def register(app: typer.Typer) -> None:
             batch=batch,
             prompts_file=prompts,
             num_prompts=num_prompts,
-            seeds=_seeds(seeds),
+            seeds=parse_seeds(seeds),
             protocol=BenchConfig(warmup=warmup, runs=runs, sync=not no_sync, repro=repro),
             json_path=json_path,
             markdown_path=markdown_path,

@@ -8,16 +8,7 @@ from typing import Any
 import typer
 
 from diffbench.errors import UsageError
-
-
-def _seeds(text: str) -> list[int]:
-    try:
-        seeds = [int(s) for s in text.split(",") if s.strip()]
-    except ValueError as exc:
-        raise UsageError(f"--seeds {text!r}: expected comma-separated integers, e.g. 0,1,2") from exc
-    if not seeds:
-        raise UsageError("--seeds is empty; give at least one seed, e.g. --seeds 0")
-    return seeds
+from diffbench.workload.prompts import parse_seeds
 
 
 def register(app: typer.Typer) -> None:
@@ -93,7 +84,7 @@ def register(app: typer.Typer) -> None:
             engine=EngineConfig(engine="diffusers", model=model, device=device, dtype=dtype,
                                 attention_backend=attention_backend, compile=compile, threads=threads),
             axis=axis, values=parse_values(axis, values), height=height, width=width, frames=frames,
-            steps=steps, guidance=guidance, prompts_file=prompts, num_prompts=num_prompts, seeds=_seeds(seeds),
+            steps=steps, guidance=guidance, prompts_file=prompts, num_prompts=num_prompts, seeds=parse_seeds(seeds),
             warmup=warmup, runs=runs, budget_db=budget, gates=list(gate), ssim=ssim, baseline_run=baseline,
             force=force, resume=resume, outputs_dir=outputs,
         )

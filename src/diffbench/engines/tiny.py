@@ -105,10 +105,32 @@ def _t5_encoder(tokenizer: Any, umt5: bool = False) -> Any:
     return T5EncoderModel(T5Config(**kw))
 
 
+def _image_vae(
+    latent_channels: int, shift_factor: float | None, scaling_factor: float, quant_convs: bool
+) -> Any:
+    """A 4-level AutoencoderKL (scale factor 8) with 32-64 channels."""
+    from diffusers import AutoencoderKL
+
+    return AutoencoderKL(
+        in_channels=3,
+        out_channels=3,
+        down_block_types=("DownEncoderBlock2D",) * 4,
+        up_block_types=("UpDecoderBlock2D",) * 4,
+        block_out_channels=(32, 32, 64, 64),
+        layers_per_block=1,
+        latent_channels=latent_channels,
+        norm_num_groups=16,
+        use_quant_conv=quant_convs,
+        use_post_quant_conv=quant_convs,
+        shift_factor=shift_factor,
+        scaling_factor=scaling_factor,
+    )
+
+
 def build_tiny_flux(seed: int = 0) -> Any:
     """FluxPipeline: 1 double + 2 single blocks, width 32; VAE scale factor 8, 16 latent channels."""
     import torch
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
+    from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
 
     torch.manual_seed(seed)
     clip_tok, t5_tok = _clip_tokenizer(), _t5_tokenizer()
@@ -124,20 +146,7 @@ def build_tiny_flux(seed: int = 0) -> Any:
         guidance_embeds=False,
         axes_dims_rope=(4, 6, 6),
     )
-    vae = AutoencoderKL(
-        in_channels=3,
-        out_channels=3,
-        down_block_types=("DownEncoderBlock2D",) * 4,
-        up_block_types=("UpDecoderBlock2D",) * 4,
-        block_out_channels=(32, 32, 64, 64),
-        layers_per_block=1,
-        latent_channels=16,
-        norm_num_groups=16,
-        use_quant_conv=False,
-        use_post_quant_conv=False,
-        shift_factor=0.0609,
-        scaling_factor=1.5035,
-    )
+    vae = _image_vae(latent_channels=16, shift_factor=0.0609, scaling_factor=1.5035, quant_convs=False)
     scheduler = FlowMatchEulerDiscreteScheduler(
         shift=3.0,
         use_dynamic_shifting=True,
@@ -161,7 +170,6 @@ def build_tiny_sdxl(seed: int = 0) -> Any:
     """StableDiffusionXLPipeline: a 2-level UNet with text_time conditioning, two CLIP encoders."""
     import torch
     from diffusers import (
-        AutoencoderKL,
         EulerDiscreteScheduler,
         StableDiffusionXLPipeline,
         UNet2DConditionModel,
@@ -186,17 +194,7 @@ def build_tiny_sdxl(seed: int = 0) -> Any:
         cross_attention_dim=64,
         norm_num_groups=16,
     )
-    vae = AutoencoderKL(
-        in_channels=3,
-        out_channels=3,
-        down_block_types=("DownEncoderBlock2D",) * 4,
-        up_block_types=("UpDecoderBlock2D",) * 4,
-        block_out_channels=(32, 32, 64, 64),
-        layers_per_block=1,
-        latent_channels=4,
-        norm_num_groups=16,
-        scaling_factor=0.13025,
-    )
+    vae = _image_vae(latent_channels=4, shift_factor=None, scaling_factor=0.13025, quant_convs=True)
     scheduler = EulerDiscreteScheduler(
         beta_start=0.00085,
         beta_end=0.012,

@@ -70,3 +70,20 @@ def load_prompt_file(path: str | Path) -> list[Prompt]:
     if not prompts:
         raise InputError(f"--prompts {p}: no prompts in the file (one per line, '#' for comments)")
     return [Prompt(prompt_id=f"f{i:03d}", text=t) for i, t in enumerate(prompts)]
+
+
+def parse_seeds(text: str, option: str = "--seeds") -> list[int]:
+    """Comma-separated integer seeds, e.g. ``"0,1,2"``.
+
+    Raises:
+        UsageError: a non-integer entry, or no seed at all.
+    """
+    from diffbench.errors import UsageError
+
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError as exc:
+        raise UsageError(f"{option} {text!r}: expected comma-separated integers, e.g. 0,1,2") from exc
+    if not seeds:
+        raise UsageError(f"{option} is empty; give at least one seed, e.g. {option} 0")
+    return seeds
