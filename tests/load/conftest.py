@@ -34,6 +34,7 @@ class FakeServer:
         self.delay_s = 0.0
         self.video_s = 0.3
         self.pause_window: tuple[float, float] | None = None
+        self._pause_at: tuple[int, float] | None = None
         self.deleted: list[str] = []
         self.requests = 0
         self.polls = 0
@@ -74,14 +75,16 @@ class FakeServer:
         return f"http://127.0.0.1:{self.port}/{mode}"
 
     def reset_state(self) -> None:
-        self.delay_s, self.video_s, self.pause_window = 0.0, 0.3, None
+        self.delay_s, self.video_s, self.pause_window, self._pause_at = 0.0, 0.3, None, None
         self.deleted.clear()
         self.requests = self.polls = 0
 
-    def pause(self, start_in_s: float, length_s: float) -> None:
-        """Requests arriving in [now + start_in_s, + length_s) are held until the window ends."""
-        t = time.monotonic() + start_in_s
-        self.pause_window = (t, t + length_s)
+    def pause(self, after_requests: int, length_s: float) -> None:
+        """The server stalls for ``length_s`` from the arrival of the ``after_requests``-th request from now:
+        requests arriving in that window are held until it ends. Counting requests (not seconds) keeps the
+        pause inside the client's run however long the client takes to start."""
+        self.pause_window = None
+        self._pause_at = (self.requests + after_requests, length_s)
 
     # -- HTTP ----------------------------------------------------------------------------------------
     def _png_b64(self, w: int, h: int, noise: bool = False) -> str:
@@ -136,6 +139,9 @@ class FakeServer:
 
     async def _route(self, method: str, target: str, body: bytes, writer: asyncio.StreamWriter) -> bool:
         self.requests += 1
+        if self._pause_at is not None and self.requests == self._pause_at[0]:
+            now = time.monotonic()
+            self.pause_window, self._pause_at = (now, now + self._pause_at[1]), None
         mode, _, path = target.lstrip("/").partition("/")
         path = "/" + path
         if mode == "mix":

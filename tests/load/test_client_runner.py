@@ -58,13 +58,13 @@ def test_pause_shows_from_intended_arrival_and_a_cap_hides_it_from_send(fake):
     """Coordinated omission: the server stops for 2 s. Timed from the intended arrival the pause is in the
     tail; timed from the send with a concurrency cap of 1 it almost vanishes (only one request saw it)."""
     fake.delay_s = 0.002
-    fake.pause(start_in_s=0.5, length_s=2.0)
+    fake.pause(after_requests=25, length_s=2.0)
     open_run, _ = _open(fake.url("ok"), 50.0, 3.0)
     lat_arrival = [r.latency_from_arrival_s for r in open_run.records]
     assert max(lat_arrival) >= 1.8  # a request arriving at the start of the pause waited ~2 s
     assert percentile(lat_arrival, 99) >= 1.5
 
-    fake.pause(start_in_s=0.5, length_s=2.0)
+    fake.pause(after_requests=25, length_s=2.0)
     capped, _ = _open(fake.url("ok"), 50.0, 3.0, max_inflight=1)
     from_send = [r.latency_from_send_s for r in capped.records]
     from_arrival = [r.latency_from_arrival_s for r in capped.records]
