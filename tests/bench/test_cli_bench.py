@@ -77,6 +77,8 @@ def test_acceptance_tiny_flux_json(tmp_path: Path) -> None:
     assert {"peak_allocated_bytes", "peak_reserved_bytes", "peak_stage"} <= set(mem)
     assert mem["kind"] == "cpu-rss"
     assert r["repro"]["reproducible"] is True
+    # same seed, same process, eval mode: bitwise identical (shared/reference/offline-setup.md §5)
+    assert r["repro"]["psnr_db"] == "inf"
     assert {"torch", "diffusers", "transformers"} <= set(r["env"]["packages"])
     assert r["env"]["torch_threads"] >= 1
     assert "## 128x128 s4 b1" in md.read_text()
@@ -326,3 +328,31 @@ def test_batch_outputs_and_throughput(tmp_path: Path) -> None:
     keys = {(e["prompt_id"], e["index"]) for e in json.loads((d / "manifest.json").read_text())["entries"]}
     # every workload request is saved (4 built-in prompts), not only the 3 that the timed runs reached
     assert keys == {(p, i) for p in ("p00", "p01", "p02", "p03") for i in (0, 1)}
+
+
+def test_unwritable_json_path_is_a_one_line_error(tmp_path: Path, capsys) -> None:
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    assert _bench("--engine", "sim", "--runs", "2", "--warmup", "0", "--json", str(blocker / "r.json")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "cannot write" in err
+
+
+def test_missing_optional_dependency_names_the_extra(monkeypatch, capsys) -> None:
+    import diffbench.bench.session as session
+
+    def missing(*_a, **_k):
+        raise ModuleNotFoundError("No module named 'torchmetrics'", name="torchmetrics")
+
+    monkeypatch.setattr(session, "run_session", missing)
+    assert _bench("--engine", "sim", "--runs", "1") == 3
+    err = capsys.readouterr().err
+    assert "torchmetrics is not installed" in err and "'quality' extra" in err
+
+
+def test_tiny_pipelines_are_in_eval_mode() -> None:
+    from diffbench.engines.tiny import TINY_MODELS, build_tiny
+
+    for name in TINY_MODELS:
+        pipe = build_tiny(name)
+        assert not any(getattr(c, "training", False) for c in pipe.components.values()), name

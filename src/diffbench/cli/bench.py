@@ -138,8 +138,11 @@ def register(app: typer.Typer) -> None:
         try:
             result = run_session(opts)
         except KeyboardInterrupt:
+            written = json_path is not None and json_path.exists()
             typer.secho(
-                "interrupted: the partial result was written" + (f" to {json_path}" if json_path else ""),
+                f"interrupted: the partial result was written to {json_path}"
+                if written
+                else "interrupted before the first measured run; nothing was written",
                 fg="red",
                 err=True,
             )

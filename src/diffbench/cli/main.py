@@ -65,6 +65,26 @@ def _offline_env() -> None:
     os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
 
 
+# top-level module -> the extra that installs it (pyproject.toml)
+_EXTRA_OF = {
+    "torch": "diffusers",
+    "diffusers": "diffusers",
+    "transformers": "diffusers",
+    "accelerate": "diffusers",
+    "safetensors": "diffusers",
+    "PIL": "diffusers",
+    "torchmetrics": "quality",
+    "skimage": "quality",
+    "scipy": "quality",
+    "av": "quality",
+    "fastapi": "serve",
+    "uvicorn": "serve",
+    "prometheus_client": "serve",
+    "multipart": "serve",
+    "python_multipart": "serve",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and maps :class:`DiffbenchError` to its exit code with a one-line error."""
     _offline_env()
@@ -78,6 +98,19 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         typer.secho("aborted", fg="red", err=True)
         return 130
+    except ModuleNotFoundError as exc:
+        # Optional dependencies are imported lazily; translate a missing one at this single boundary.
+        top = (exc.name or "").split(".")[0]
+        extra = _EXTRA_OF.get(top)
+        if extra is None:
+            raise
+        typer.secho(
+            f"error: {top} is not installed; this command needs the '{extra}' extra: "
+            f"pip install -c constraints.txt -e '.[{extra}]' (or '.[all]')",
+            fg="red",
+            err=True,
+        )
+        return 3
     except KeyboardInterrupt:
         typer.secho("interrupted", fg="red", err=True)
         return 130

@@ -22,10 +22,15 @@ def strict_json_value(obj: Any) -> Any:
 
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
     """Write ``data`` as strict JSON (non-finite floats as strings) via temp file + rename."""
+    from diffbench.errors import InputError
+
     p = Path(path)
-    if p.parent and not p.parent.exists():
-        p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(strict_json_value(data), indent=2, sort_keys=False))
-    tmp.replace(p)
+    try:
+        if p.parent and not p.parent.exists():
+            p.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(strict_json_value(data), indent=2, sort_keys=False))
+        tmp.replace(p)
+    except OSError as exc:
+        raise InputError(f"{p}: cannot write ({exc.strerror or exc}); choose a writable path") from exc
     return p

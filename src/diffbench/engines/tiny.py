@@ -260,5 +260,14 @@ BUILDERS = {"tiny-flux": build_tiny_flux, "tiny-sdxl": build_tiny_sdxl, "tiny-wa
 
 
 def build_tiny(name: str, seed: int = 0) -> Any:
-    """Build the tiny pipeline ``name`` (one of :data:`TINY_MODELS`) with weights from ``seed``."""
-    return BUILDERS[name](seed)
+    """Build the tiny pipeline ``name`` (one of :data:`TINY_MODELS`) with weights from ``seed``.
+
+    Every component is put in eval mode: modules built from configs start in training mode, where the
+    text encoders' dropout would make the same seed give different images (``from_pretrained`` does
+    the same switch for saved pipelines).
+    """
+    pipe = BUILDERS[name](seed)
+    for component in pipe.components.values():
+        if hasattr(component, "eval") and hasattr(component, "training"):
+            component.eval()
+    return pipe
