@@ -21,14 +21,17 @@ def strict_json_value(obj: Any) -> Any:
 
 
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
-    """Write ``data`` as strict JSON (non-finite floats as strings) via temp file + rename."""
+    """Write ``data`` as strict JSON (non-finite floats as strings) via temp file + rename.
+
+    The parent directory must exist (see :mod:`diffbench.core.outpath`: commands check their output paths
+    before running and create parents only with ``--mkdir``). Raises :class:`InputError` when the file
+    cannot be written.
+    """
     from diffbench.errors import InputError
 
     p = Path(path)
     tmp = p.with_name(p.name + ".tmp")
     try:
-        if p.parent and not p.parent.exists():
-            p.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_text(json.dumps(strict_json_value(data), indent=2, sort_keys=False))
         tmp.replace(p)
     except OSError as exc:

@@ -1,0 +1,72 @@
+"""Check output paths before a run starts, so a long run never dies at the end on an unwritable path.
+
+The rule every command follows: an output option names a *file* (or, for ``--save-outputs``-like options,
+a *directory*) whose parent directory must already exist. A missing parent is an error naming the option
+and the fix (create it, or pass ``--mkdir``); nothing is created silently, so a mistyped directory never
+turns into a fresh, empty result somewhere unexpected.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from diffbench.errors import InputError, UsageError
+
+
+def _ensure_parent(p: Path, option: str, mkdir: bool) -> None:
+    parent = p.parent if str(p.parent) else Path(".")
+    if parent.exists():
+        if not parent.is_dir():
+            raise UsageError(f"{option} {p}: {parent} is not a directory; choose another path")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise InputError(f"{option} {p}: directory {parent} is not writable; choose a writable path")
+        return
+    if not mkdir:
+        raise UsageError(
+            f"{option} {p}: directory {parent} does not exist; create it first or pass --mkdir"
+        )
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"{option} {p}: cannot create {parent} ({exc.strerror or exc})") from exc
+
+
+def check_output_file(path: str | os.PathLike[str], option: str, *, mkdir: bool = False) -> Path:
+    """Validate that ``path`` can be written as a file by option ``option`` (e.g. ``"--json"``).
+
+    Called before any work starts. Creates nothing unless ``mkdir`` is true, and then only the parent
+    directories. Returns the path as a :class:`~pathlib.Path`.
+
+    Raises:
+        UsageError: ``path`` is an existing directory, or its parent is missing (without ``mkdir``) or
+            is not a directory. Exit code 2.
+        InputError: the parent directory or an existing file is not writable. Exit code 2.
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"{option} {p} is a directory; give a file path such as {p / 'out'}")
+    _ensure_parent(p, option, mkdir)
+    if p.exists() and not os.access(p, os.W_OK):
+        raise InputError(f"{option} {p}: file is not writable; choose a writable path")
+    return p
+
+
+def check_output_dir(path: str | os.PathLike[str], option: str, *, mkdir: bool = False) -> Path:
+    """Validate that ``path`` can serve as an output directory for option ``option``.
+
+    The directory itself may not exist yet (the run creates it); its parent must exist unless ``mkdir``.
+
+    Raises:
+        UsageError: ``path`` exists and is not a directory, or its parent is missing (without ``mkdir``).
+        InputError: ``path`` (or its parent, when ``path`` does not exist yet) is not writable.
+    """
+    p = Path(path)
+    if p.exists():
+        if not p.is_dir():
+            raise UsageError(f"{option} {p} exists and is not a directory; give a directory path")
+        if not os.access(p, os.W_OK | os.X_OK):
+            raise InputError(f"{option} {p}: directory is not writable; choose a writable path")
+        return p
+    _ensure_parent(p, option, mkdir)
+    return p
