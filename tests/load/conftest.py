@@ -9,7 +9,7 @@ Modes: ``ok`` (PNG of the requested size after ``delay_s``, honouring a pause wi
 base64 that is not an image), ``wrongsize`` (an image 8 px wider than asked), ``reset`` (closes the
 connection without answering), ``stall`` (never answers), ``noise`` / ``noisewrong`` (an incompressible PNG, of the requested size /
 8 px wider: large bodies checked in the worker pool), ``mix`` (cycles through ``MIX_CYCLE``),
-``vid`` (video jobs finishing after ``video_s``) and ``vidstuck`` (jobs that never finish).
+``mix60`` (cycles through ``MIX60_CYCLE``: 60 % failures), ``vid`` (video jobs finishing after ``video_s``) and ``vidstuck`` (jobs that never finish).
 """
 
 from __future__ import annotations
@@ -23,9 +23,12 @@ import threading
 import time
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 
 MIX_CYCLE = ("ok", "r429", "r500", "badjson", "badimg", "wrongsize", "reset", "stall")
+MIX60_CYCLE = ("ok", "r429", "ok", "r500", "badjson", "ok", "r429", "badimg", "ok", "r500")
+"""``mix60``: 4 ok in every 10 requests (60 % fail: 429, 500, malformed JSON, an undecodable image)."""
 MP4_BYTES = b"\x00\x00\x00\x18ftypmp42\x00\x00\x00\x00mp42isom" + b"\x00" * 64
 
 
@@ -78,6 +81,7 @@ class FakeServer:
         self.delay_s, self.video_s, self.pause_window, self._pause_at = 0.0, 0.3, None, None
         self.deleted.clear()
         self.requests = self.polls = 0
+        self._mix = itertools.count()
 
     def pause(self, after_requests: int, length_s: float) -> None:
         """The server stalls for ``length_s`` from the arrival of the ``after_requests``-th request from now:
@@ -146,6 +150,8 @@ class FakeServer:
         path = "/" + path
         if mode == "mix":
             mode = MIX_CYCLE[next(self._mix) % len(MIX_CYCLE)]
+        elif mode == "mix60":
+            mode = MIX60_CYCLE[next(self._mix) % len(MIX60_CYCLE)]
         if mode.startswith("vid"):
             return await self._video(mode, method, path, writer)
         if mode == "reset":
@@ -162,6 +168,7 @@ class FakeServer:
             return await self._send(writer, 500, b'{"error":"boom"}')
         if mode == "badjson":
             return await self._send(writer, 200, b'{"data": [{"b64_json": "abc')
+        t_in = time.perf_counter()
         req = json.loads(body or b"{}")
         w, h = (int(x) for x in str(req.get("size", "64x64")).split("x"))
         if mode == "badimg":
@@ -177,7 +184,8 @@ class FakeServer:
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         out = {"created": 0, "data": [{"b64_json": b64}] * int(req.get("n", 1)),
-               "stage_durations": {"denoise": 0.25, "vae_decode": 0.05}, "peak_memory_mb": 512.0}
+               "stage_durations": {"denoise": 0.25, "vae_decode": 0.05}, "peak_memory_mb": 512.0,
+               "service_time_s": time.perf_counter() - t_in}  # measured: what this server really held it
         return await self._send(writer, 200, json.dumps(out).encode())
 
     async def _video(self, mode: str, method: str, path: str, writer: asyncio.StreamWriter) -> bool:
@@ -217,3 +225,25 @@ def fake(fake_server: FakeServer) -> Iterator[FakeServer]:
     fake_server.reset_state()
     yield fake_server
     fake_server.reset_state()
+
+
+def check_closed_loop_rate(latencies_s: list[float], service_s: list[float], users: int, duration_s: float,
+                           ok_rate: float) -> None:
+    """Closed-loop ok rate against the times measured in the same run (never a constant rate).
+
+    Each of ``users`` users cycles through one request after another, so by Little's law the rate is
+    ``users / E[cycle]`` with ``cycle >= latency from ready >= the server's service time``:
+
+    - upper bound ``users / E[service]`` (server-reported ``service_time_s`` of the ok requests);
+    - ``users / E[latency]`` within the sampling error of the mean (3 standard errors, from n and the
+      latencies' own spread) plus the edge of a window that ends mid-cycle (2 E[latency] / duration,
+      which also covers the client's few-ms gap between a completion and the next send).
+    """
+    lat = np.asarray(latencies_s, dtype=np.float64)
+    svc = np.asarray(service_s, dtype=np.float64)
+    assert lat.size >= 5 and svc.size == lat.size
+    se = 3.0 * lat.std(ddof=1) / lat.mean() / np.sqrt(lat.size)
+    edge = 2.0 * lat.mean() / duration_s
+    assert ok_rate <= users / svc.mean() * (1.0 + 3.0 * svc.std(ddof=1) / svc.mean() / np.sqrt(svc.size) + 1e-9)
+    assert ok_rate <= users / lat.mean() * (1.0 + se + edge)
+    assert ok_rate >= users / lat.mean() * (1.0 - se - edge)

@@ -24,7 +24,8 @@ def test_acceptance_open_loop(tmp_path, capsys) -> None:
     data = json.loads(out.read_text())
     assert data["mode"] == "open" and len(data["rates"]) == 4
     for row in data["rates"]:
-        for key in ("offered_rate", "achieved_rate", "throughput", "goodput", "lag_s", "outcomes"):
+        for key in ("offered_rate", "achieved_rate", "ok_rate", "goodput", "completed_rate", "failed_fraction",
+                    "lag_s", "outcomes"):
             assert key in row
         for key in ("latency_from_arrival_s", "latency_from_send_s"):
             assert {"n", "p50", "p90", "p99", "p999"} <= set(row[key])
@@ -44,7 +45,7 @@ def test_acceptance_closed_loop(tmp_path, capsys) -> None:
     rows = data["rates"]
     assert [r["users"] for r in rows] == [2, 4, 8, 16]
     capacity = 4 / 3.08
-    assert all(abs(r["throughput"] - capacity) / capacity < 0.02 for r in rows[1:])
+    assert all(abs(r["ok_rate"] - capacity) / capacity < 0.02 for r in rows[1:])
     assert not any(r["unstable"] for r in rows)
     lines = jsonl.read_text().splitlines()
     assert len(lines) == sum(r["n"] for r in rows)

@@ -22,7 +22,7 @@ from diffbench.load.client import (
 )
 from diffbench.load.client.dialects import image_body, server_timings, video_fields
 from diffbench.load.client.payload import check_images, check_video
-from diffbench.load.client.sweep import auto_rates
+from diffbench.load.client.sweep import NoSuccessError, auto_rates
 
 
 def _write(tmp_path, name, text):
@@ -140,7 +140,7 @@ def test_headers_and_auto_rates():
     with pytest.raises(UsageError, match="Name: value"):
         parse_headers(["nocolon"])
     assert auto_rates(2.0) == [0.5, 1.0, 1.5, 1.8, 2.0, 2.2, 2.4]
-    with pytest.raises(UsageError, match="no throughput"):
+    with pytest.raises(NoSuccessError, match="no ok request"):
         auto_rates(0.0)
 
 

@@ -31,7 +31,7 @@ def test_open_loop_flags_only_rates_above_capacity(seed: int) -> None:
     # below capacity the queue is real but bounded: latency above the service time, throughput = offered
     r12 = res.rates[2]
     assert r12.latency_from_arrival_s.p99 > 3.88
-    assert r12.throughput == pytest.approx(r12.scheduled_rate, rel=0.02)
+    assert r12.ok_rate == pytest.approx(r12.scheduled_rate, rel=0.02)
 
 
 def test_over_capacity_p99_grows_with_test_duration() -> None:
@@ -53,7 +53,7 @@ def test_closed_loop_p99_does_not_depend_on_duration() -> None:
 def test_closed_loop_saturates_with_bounded_p99() -> None:
     res = simulate_sweep(SimConfig(devices=4, service=SERVICE, mode="closed", users=[2, 4, 8, 16],
                                    duration_s=1800.0, seed=0))
-    thr = {r.users: r.throughput for r in res.rates}
+    thr = {r.users: r.ok_rate for r in res.rates}
     assert thr[2] == pytest.approx(2 / 3.08, rel=0.03)  # below saturation: users / E[S]
     for users in (4, 8, 16):
         assert thr[users] == pytest.approx(CAPACITY, rel=0.02)
@@ -79,7 +79,7 @@ def test_knee_with_slo_on_deterministic_queue() -> None:
     assert [r.offered_rate for r in res.rates] == [0.5, 0.9, 1.5]
     assert res.rates[0].latency_from_arrival_s.p99 == pytest.approx(1.0)
     assert res.knee.method == "slo" and res.knee.offered_rate == 0.9 and res.knee.index == 1
-    assert res.rates[2].unstable and res.rates[2].goodput < res.rates[2].throughput
+    assert res.rates[2].unstable and res.rates[2].goodput < res.rates[2].ok_rate
     # without an SLO the unstable row ends the run of good rows as well
     assert find_knee(res.rates).offered_rate == 0.9
     # an SLO the lowest rate misses: no knee
@@ -124,3 +124,44 @@ def test_table_renders_knee_flags_shapes_and_stages() -> None:
     text = console.export_text()
     assert "KNEE" in text and "UNSTABLE" in text and "1024x1024" in text and "denoise 200ms" in text
     assert fmt_seconds(0.0123) == "12.3ms" and fmt_seconds(12.34) == "12.3s" and fmt_seconds(None) == "—"
+
+
+def _label_of(row) -> str:
+    return f"{row.users} users" if row.mode == "closed" else f"{row.offered_rate:g} req/s"
+
+
+@pytest.mark.parametrize("rates, slo", [([0.6, 1.0, 1.4], None), ([0.6, 1.0, 1.4], 8.0), ([1.4, 1.6], 8.0)])
+def test_knee_flag_and_knee_sentence_name_the_same_row(rates, slo) -> None:
+    from rich.console import Console
+
+    from diffbench.report.load_table import print_sweep
+
+    res = _open(rates, seed=4, duration=600.0, slo=slo)
+    console = Console(width=220, record=True)
+    print_sweep(res, console)
+    text = console.export_text()
+    knee_line = next(ln for ln in text.splitlines() if ln.startswith("knee:"))
+    flagged = [ln for ln in text.splitlines() if "KNEE" in ln]
+    if res.knee.index is None:
+        assert not flagged and knee_line.startswith("knee: none:")
+    else:
+        row = res.rates[res.knee.index]
+        assert knee_line.startswith(f"knee: {_label_of(row)}:")
+        assert len(flagged) == 1 and flagged[0].split()[0] == f"{row.offered_rate:.3g}"
+
+
+def test_capacity_never_contradicts_the_closed_loop_probe() -> None:
+    from diffbench.load.knee import merge_probe_capacity
+
+    probe = simulate_sweep(SimConfig(devices=4, service=SERVICE, mode="closed", users=[2, 4, 8],
+                                     duration_s=900.0, seed=1))
+    assert probe.capacity_saturated and probe.capacity_rps == pytest.approx(CAPACITY, rel=0.03)
+    low = _open([0.3, 0.6], seed=1, duration=600.0)  # open rows far below capacity: a lower bound alone
+    assert not low.capacity_saturated and low.capacity_rps < 0.7
+    merged = merge_probe_capacity(low, probe)
+    assert merged.capacity_rps == probe.capacity_rps and merged.capacity_saturated
+    assert "closed-loop capacity probe" in merged.capacity_source
+    assert not any("lower bound" in w for w in merged.warnings)
+    high = _open([1.0, 1.6], seed=1, duration=600.0)  # the open loop saturated too: the higher one wins
+    merged = merge_probe_capacity(high, probe)
+    assert merged.capacity_rps == max(high.capacity_rps, probe.capacity_rps) and merged.capacity_saturated

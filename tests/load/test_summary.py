@@ -57,10 +57,15 @@ def test_summary_matches_numpy() -> None:
     intended = np.array([r.intended_s for r in recs])
     assert s.scheduled_rate == pytest.approx((intended.size - 1) / (intended.max() - intended.min()))
     completed = [r for r in recs if r.done_s is not None and r.outcome != "cancelled"]
-    window = max(r.done_s for r in completed) - intended.min()
-    assert s.throughput == pytest.approx(len(completed) / window, rel=1e-12)
-    assert s.goodput == pytest.approx(np.count_nonzero(lat_a <= 2.0) / window, rel=1e-12)
-    assert s.goodput < s.throughput
+    any_window = max(100.0, max(r.done_s for r in completed))  # [0, max(duration, last completion)]
+    ok_window = max(100.0, max(r.done_s for r in ok))
+    assert s.completed_rate == pytest.approx(len(completed) / any_window, rel=1e-12)
+    assert s.ok_rate == pytest.approx(len(ok) / ok_window, rel=1e-12)
+    assert s.goodput == pytest.approx(np.count_nonzero(lat_a <= 2.0) / ok_window, rel=1e-12)
+    assert s.goodput < s.ok_rate < s.completed_rate
+    ended = len(recs) - 1  # the cancelled one is left out
+    assert s.failed_fraction == pytest.approx((ended - len(ok)) / ended, rel=1e-12)
+    assert s.n_ok == len(ok) and s.first_error is not None and s.first_error.startswith("rejected")
 
     assert s.retry_after_s is not None and s.retry_after_s.n == 8
     assert s.retry_after_s.mean == pytest.approx(np.mean([r.retry_after_s for r in recs if r.retry_after_s]))
@@ -79,11 +84,10 @@ def test_summary_matches_numpy() -> None:
 def test_goodput_without_slo_is_ok_throughput() -> None:
     recs = _records(1)
     s = summarize_rate(recs, offered_rate=4.0, duration_s=100.0)
-    n_ok = sum(r.outcome == "ok" for r in recs)
-    assert s.goodput == pytest.approx(s.throughput * n_ok / s.n_completed)
+    assert s.goodput == s.ok_rate
 
 
-def test_lag_and_achieved_rate_warnings() -> None:
+def test_lag_and_sent_rate_warnings() -> None:
     # the client sends 30 ms late and stretches its sends: both warnings fire
     recs = [RequestRecord(id=i, intended_s=i * 0.1, sent_s=i * 0.11 + 0.03, done_s=i * 0.11 + 0.5)
             for i in range(200)]
@@ -101,7 +105,7 @@ def test_closed_mode_and_bad_duration() -> None:
     recs = [RequestRecord(id=i, intended_s=float(i), sent_s=float(i), done_s=i + 1.0) for i in range(10)]
     s = summarize_rate(recs, offered_rate=None, duration_s=10.0, mode="closed", users=1)
     assert s.mode == "closed" and s.users == 1 and s.scheduled_rate is None
-    assert s.throughput == pytest.approx(10 / 10.0)
+    assert s.ok_rate == pytest.approx(10 / 10.0) == s.achieved_rate  # closed loop: achieved = ok/s
     with pytest.raises(ValueError, match="duration_s"):
         summarize_rate(recs, offered_rate=1.0, duration_s=0.0)
 

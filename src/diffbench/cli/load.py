@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from diffbench.load.client.sweep import SweepRun
 
 API_KEY_ENV = "DIFFBENCH_API_KEY"
+MAX_REQUESTS = 200_000
+"""Default ``--max-requests`` per rate: every request is kept as a record (~1.6 kB) for the summary, so
+200,000 requests hold ~0.3 GB; a larger schedule is refused unless asked for."""
 
 
 def register(app: typer.Typer) -> None:
@@ -58,6 +61,10 @@ def register(app: typer.Typer) -> None:
         no_decode: bool = typer.Option(False, "--no-decode", help="Skip decoding images (sizes unchecked)."),
         jsonl: Path | None = typer.Option(None, "--jsonl", help="Write one record per request as it ends."),
         json_out: Path | None = typer.Option(None, "--json", help="Write the sweep result (JSON)."),
+        mkdir: bool = typer.Option(False, "--mkdir", help="Create missing parent directories of --json and "
+                                   "--jsonl (default: a missing directory is an error)."),
+        max_requests: int = typer.Option(MAX_REQUESTS, "--max-requests", help="Refuse a rate whose schedule "
+                                         "holds more requests than this (each kept request costs ~2 kB)."),
         serve_engine: str = typer.Option("diffusers", "--serve-engine", help="Engine of the local service "
                                          "(no --url): diffusers | sim."),
         serve_model: str = typer.Option("tiny-flux", "--serve-model", help="Model of the local service."),
@@ -72,7 +79,7 @@ def register(app: typer.Typer) -> None:
             delete_abandoned=delete_abandoned, headers=list(header),
             api_key=api_key or os.environ.get(API_KEY_ENV), insecure=insecure, no_decode=no_decode,
             jsonl=str(jsonl) if jsonl else None, json_out=str(json_out) if json_out else None,
-            serve_engine=serve_engine, serve_model=serve_model,
+            serve_engine=serve_engine, serve_model=serve_model, mkdir=mkdir, max_requests=max_requests,
         )
         run_load_command(opts)
 
@@ -111,6 +118,8 @@ class LoadOptions:
     json_out: str | None = None
     serve_engine: str = "diffusers"
     serve_model: str = "tiny-flux"
+    mkdir: bool = False
+    max_requests: int = MAX_REQUESTS
 
 
 def _positive(name: str, value: float | None) -> None:
@@ -118,6 +127,44 @@ def _positive(name: str, value: float | None) -> None:
 
     if value is not None and not value > 0:
         raise UsageError(f"{name} must be > 0, got {value:g}")
+
+
+_OPTION_OF_FIELD = {"width": "--size", "height": "--size", "steps": "--steps", "frames": "--frames"}
+
+
+def _cli_workload(size: str, steps: int, frames: int | None) -> object:
+    """The one-shape workload of ``--size/--steps/--frames``; a bad value is a one-line error naming the
+    option and the bound (never pydantic's multi-line dump)."""
+    from pydantic import ValidationError
+
+    from diffbench.errors import UsageError
+    from diffbench.load.client.workload import default_workload, parse_size
+
+    try:
+        w, h = parse_size(size)
+    except ValueError as exc:
+        raise UsageError(f"--size: {exc}") from None
+    try:
+        return default_workload(width=w, height=h, steps=steps, frames=frames)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = str(err["loc"][-1]) if err["loc"] else "?"
+        option = _OPTION_OF_FIELD.get(name, f"--{name}")
+        shown = size if option == "--size" else err.get("input")
+        raise UsageError(f"{option} {shown}: {name} {err['msg'].lower()}") from None
+
+
+def check_request_count(expected: float, what: str, limit: int) -> None:
+    """Refuse a schedule of more than ``limit`` requests before anything is allocated.
+
+    Raises:
+        UsageError: ``expected`` (the schedule's mean request count) is above ``limit``.
+    """
+    from diffbench.errors import UsageError
+
+    if expected > limit:
+        raise UsageError(f"{what} schedules ~{expected:.3g} requests, above --max-requests {limit:,}; "
+                         "lower the rate or the duration, or raise --max-requests if you mean it")
 
 
 def run_load_command(o: LoadOptions) -> None:
@@ -131,7 +178,7 @@ def run_load_command(o: LoadOptions) -> None:
     from diffbench.errors import UsageError
     from diffbench.load.client.http import Target, parse_headers
     from diffbench.load.client.sweep import SweepConfig
-    from diffbench.load.client.workload import default_workload, load_workload, parse_size
+    from diffbench.load.client.workload import load_workload
     from diffbench.load.schedules import parse_int_list, parse_rate_list, spec_from_cli
 
     if o.mode not in ("open", "closed"):
@@ -149,18 +196,22 @@ def run_load_command(o: LoadOptions) -> None:
     users = parse_int_list(o.users, "--users")
     if o.mode == "closed" and o.max_inflight is not None:
         raise UsageError("--max-inflight applies to the open loop; a closed loop is capped by --users")
-    if o.workload:
-        wl = load_workload(o.workload)
-    else:
-        try:
-            w, h = parse_size(o.size)
-            wl = default_workload(width=w, height=h, steps=o.steps, frames=o.frames)
-        except (ValueError, ValidationError) as exc:
-            raise UsageError(f"--size/--steps/--frames: {exc}") from None
+    if o.max_requests < 1:
+        raise UsageError(f"--max-requests must be >= 1, got {o.max_requests}")
+    for rate in rates or []:
+        check_request_count(rate * o.duration, f"--rates {rate:g} x --duration {o.duration:g} s",
+                            o.max_requests)
+    wl = load_workload(o.workload) if o.workload else _cli_workload(o.size, o.steps, o.frames)
+    from diffbench.core.outpath import check_output_file
+
+    if o.json_out:
+        check_output_file(o.json_out, "--json", mkdir=o.mkdir)
+    if o.jsonl:
+        check_output_file(o.jsonl, "--jsonl", mkdir=o.mkdir)
     schedule = spec_from_cli(arrival=o.arrival, duration_s=o.duration, burstiness=o.burstiness, seed=o.seed)
     cfg = SweepConfig(mode=o.mode, rates=rates, users=users, duration_s=o.duration, schedule=schedule,  # type: ignore[arg-type]
                       slo_s=o.slo, max_inflight=o.max_inflight, think_time_s=o.think_time, drain_s=o.drain,
-                      warmup_per_shape=o.warmup, seed=o.seed)
+                      warmup_per_shape=o.warmup, seed=o.seed, max_requests=o.max_requests)
     headers = parse_headers(o.headers)
 
     def target_for(base_url: str) -> Target:
@@ -197,7 +248,7 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
     from diffbench.core.jsonio import write_json_atomic
     from diffbench.load.client.control import JsonlSink, RunControl
     from diffbench.load.client.http import HttpBackend, Target
-    from diffbench.load.client.sweep import SweepConfig, run_sweep
+    from diffbench.load.client.sweep import NoSuccessError, SweepConfig, run_sweep
     from diffbench.load.client.workload import RequestPlanner, Workload, resolve_prompts
 
     assert isinstance(cfg, SweepConfig) and isinstance(wl, Workload) and isinstance(target, Target)
@@ -257,11 +308,33 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
         if sink is not None:
             sink.close()
     _render(sweep, console)
+    result = sweep.result
     if o.json_out:
-        write_json_atomic(o.json_out, sweep.result.model_dump(mode="json"))
-        console.print(f"sweep result written to {o.json_out}")
+        write_json_atomic(o.json_out, result.model_dump(mode="json"))
+        console.print(f"sweep result written to {o.json_out}" + (" (partial: interrupted)"
+                                                                 if result.interrupted else ""))
     if sink is not None:
         console.print(f"{sink.count} request records written to {sink.path}")
+    if sweep.interrupted:
+        import typer
+
+        typer.secho("interrupted: the summary covers the requests that finished or were cancelled"
+                    + (f"; the partial result was written to {o.json_out}" if o.json_out else ""),
+                    fg="red", err=True)
+        raise typer.Exit(130)
+    if result.n_ok == 0:
+        raise NoSuccessError(_no_success_message(result, sweep.failed_in))
+
+
+def _no_success_message(result: object, stage: str | None) -> str:
+    from diffbench.load.knee import SweepResult
+
+    assert isinstance(result, SweepResult)
+    counts = ", ".join(f"{k} {v}" for k, v in result.outcomes.items() if v)
+    first = next((r.first_error for r in result.rates if r.first_error), None)
+    where = f" in the {stage}" if stage else ""
+    return (f"no request succeeded{where} ({result.n} requests: {counts}); first error: {first or 'none'}. "
+            "There is no throughput, capacity or knee to report")
 
 
 def _render(sweep: SweepRun, console: Console) -> None:
@@ -274,7 +347,5 @@ def _render(sweep: SweepRun, console: Console) -> None:
             console.print(f"  warm-up error: {err}")
     if sweep.probe is not None:
         print_sweep(sweep.probe, console, title="capacity probe (closed loop)")
-    print_sweep(sweep.result, console, title=f"diffbench load ({sweep.result.mode} loop)")
-    if sweep.interrupted:
-        console.print("[yellow]run interrupted: the summary covers the requests that finished or were "
-                      "cancelled[/yellow]")
+    if sweep.failed_in is None:
+        print_sweep(sweep.result, console, title=f"diffbench load ({sweep.result.mode} loop)")

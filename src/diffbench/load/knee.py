@@ -1,23 +1,32 @@
 """Sweep analysis: the knee, the capacity estimate and the :class:`SweepResult` of ``load`` and ``simulate``.
 
-Knee rules (rows are sorted by offered rate, open loop, or by user count, closed loop):
+Every rate here is the **ok rate** (ok completions per second, :mod:`diffbench.load.summary`): a failed
+request never counts as throughput, capacity or knee.
+
+Knee rules (rows are sorted by offered rate, open loop, or by user count, closed loop). A row is *past
+the knee* when it is flagged unstable or saturated (:mod:`diffbench.load.saturation`), when more than
+``MAX_FAILED_FRACTION`` (1 %) of its requests failed, or by the rule of the mode:
 
 - **With an SLO** (``slo_s``): a row *meets the SLO* when its p99 latency from intended arrival is
-  ``<= slo_s``, at most ``MAX_FAILED_FRACTION`` (1 %) of its requests are not ok, and it is not flagged
-  unstable. The knee is the last row of the run of passing rows that starts at the lowest load (a pass
-  above a failure is treated as noise, not as a second operating region). None when the lowest row fails.
+  ``<= slo_s`` and it is not past the knee as above. The knee is the last row of the run of passing rows
+  that starts at the lowest load (a pass above a failure is treated as noise, not as a second operating
+  region). None when the lowest row fails.
 - **Without an SLO, open loop**: the tail ratio ``p99 / p50`` (from arrival) of each row is compared with
   that of the lowest-rate row. The knee is the last row before the first row whose ratio exceeds
-  ``TAIL_RATIO_GROWTH`` (2) × the lowest row's, or that is flagged unstable (see
-  :func:`~diffbench.load.summary.detect_divergence`). If no row trips, the knee is the highest rate and the
-  reason says the sweep did not reach it.
+  ``TAIL_RATIO_GROWTH`` (2) × the lowest row's, or that is past the knee as above. If no row trips, the
+  knee is the highest rate and the reason says the sweep did not reach it.
 - **Without an SLO, closed loop**: p99 stays bounded in a closed loop, so the knee is the saturation point:
-  the fewest users whose throughput is ``>= SATURATION_FRACTION`` (95 %) of the best throughput; more users
-  only add queueing latency.
+  the fewest users whose ok rate is ``>= SATURATION_FRACTION`` (95 %) of the best ok rate (rows past the
+  knee by failures left out); more users only add queueing latency. None when no request succeeded.
 
-Capacity estimate (requests per second): the highest throughput of any row. It is marked
-``capacity_saturated`` when that row is a closed-loop row at the plateau (another row within 5 %) or an
-open-loop row flagged unstable (offered load above capacity); otherwise it is only a lower bound.
+The knee's ``reason`` always starts with the knee row's label (or "none"), the row the table flags KNEE.
+
+Capacity estimate (ok requests per second): the highest ok rate of any row, None when no request
+succeeded. It is marked ``capacity_saturated`` when that row is a closed-loop row at the plateau (another
+row within 5 %) or when an open-loop row is flagged unstable or saturated; otherwise it is only a lower
+bound. With ``--rates auto`` the closed-loop probe of the same run is folded in
+(:func:`merge_probe_capacity`): the capacity is the higher of both and says where it came from, so the
+capacity line never contradicts the probe printed above it.
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from diffbench.load.summary import SCHEMA_VERSION, RateSummary, detect_divergence
+from diffbench.load.summary import FAILED_WARN_FRACTION, SCHEMA_VERSION, RateSummary, detect_divergence
 
 TAIL_RATIO_GROWTH = 2.0
 SATURATION_FRACTION = 0.95
@@ -51,10 +60,12 @@ class Knee(BaseModel):
 
 class SweepResult(BaseModel):
     """A rate (or user-count) sweep: one :class:`~diffbench.load.summary.RateSummary` per row, sorted by
-    load, plus the knee and a capacity estimate in requests per second.
+    load, plus the knee and a capacity estimate in ok requests per second.
 
     ``source`` is ``"load"`` or ``"simulate"``; ``conditions`` holds the run's conditions as text
     (e.g. ``{"devices": "4", "service": "3.0*N(1,0.02)+0.8*B(0.1)"}``) so a saved result re-renders alone.
+    ``n``/``n_ok``/``outcomes``/``failed_fraction`` total every row; ``capacity_source`` says which rows the
+    capacity came from. ``partial`` and ``interrupted`` are true for a run stopped by Ctrl-C.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -67,6 +78,13 @@ class SweepResult(BaseModel):
     knee: Knee
     capacity_rps: float | None
     capacity_saturated: bool
+    capacity_source: str | None = None
+    n: int = 0
+    n_ok: int = 0
+    outcomes: dict[str, int] = {}
+    failed_fraction: float = 0.0
+    partial: bool = False
+    interrupted: bool = False
     conditions: dict[str, str] = {}
     warnings: list[str] = []
 
@@ -88,10 +106,22 @@ def _label(row: RateSummary) -> str:
     return f"{row.users} users" if row.mode == "closed" else f"{_load_key(row):g} req/s"
 
 
+def _past_knee(row: RateSummary) -> str | None:
+    """Why a row is past the knee whatever the mode's rule (None: it is not)."""
+    if row.n_ok == 0 and row.n:
+        return "no request succeeded"
+    if row.failed_fraction > MAX_FAILED_FRACTION:
+        return f"{row.failed_fraction:.0%} of requests failed"
+    if row.unstable:
+        return "flagged unstable"
+    if row.saturated:
+        return "flagged saturated"
+    return None
+
+
 def _meets_slo(row: RateSummary, slo_s: float) -> bool:
     s = row.latency_from_arrival_s
-    failed = row.n - row.outcomes.get("ok", 0)
-    return (s.n > 0 and s.p99 <= slo_s and failed <= MAX_FAILED_FRACTION * row.n and not row.unstable)
+    return s.n > 0 and s.p99 <= slo_s and _past_knee(row) is None
 
 
 def _knee_fields(rows: Sequence[RateSummary], index: int | None) -> dict[str, object]:
@@ -99,6 +129,11 @@ def _knee_fields(rows: Sequence[RateSummary], index: int | None) -> dict[str, ob
         return {"index": None}
     row = rows[index]
     return {"index": index, "offered_rate": row.offered_rate, "users": row.users}
+
+
+def _knee(method: str, rows: Sequence[RateSummary], index: int | None, why: str) -> Knee:
+    head = "none" if index is None else _label(rows[index])
+    return Knee(method=method, reason=f"{head}: {why}", **_knee_fields(rows, index))  # type: ignore[arg-type]
 
 
 def find_knee(rows: Sequence[RateSummary], slo_s: float | None = None) -> Knee:
@@ -111,6 +146,9 @@ def find_knee(rows: Sequence[RateSummary], slo_s: float | None = None) -> Knee:
         raise ValueError("find_knee() needs at least one row")
     if len({r.mode for r in rows}) > 1:
         raise ValueError("find_knee() got both open- and closed-loop rows; analyse them separately")
+    if all(r.n_ok == 0 for r in rows):
+        return _knee("slo" if slo_s is not None else ("saturation" if rows[0].mode == "closed" else "tail_ratio"),
+                     rows, None, "no request succeeded at any load; a knee needs ok requests")
     if slo_s is not None:
         index = None
         for i, row in enumerate(rows):
@@ -118,48 +156,68 @@ def find_knee(rows: Sequence[RateSummary], slo_s: float | None = None) -> Knee:
                 break
             index = i
         if index is None:
-            reason = f"the lowest load ({_label(rows[0])}) already misses the SLO p99 <= {slo_s:g} s"
+            extra = _past_knee(rows[0])
+            why = f"the lowest load ({_label(rows[0])}) already misses the SLO p99 <= {slo_s:g} s" + (
+                f" ({extra})" if extra else "")
         else:
             tail = "every row meets it" if index == len(rows) - 1 else f"{_label(rows[index + 1])} misses it"
-            reason = f"highest load meeting p99 <= {slo_s:g} s with <= 1 % failures: {_label(rows[index])}; {tail}"
-        return Knee(method="slo", reason=reason, **_knee_fields(rows, index))  # type: ignore[arg-type]
+            why = (f"highest load meeting p99 <= {slo_s:g} s with <= {MAX_FAILED_FRACTION:.0%} failures and no "
+                   f"saturation flag; {tail}")
+        return _knee("slo", rows, index, why)
 
     if rows[0].mode == "closed":
-        best = max(r.throughput for r in rows)
-        index = next(i for i, r in enumerate(rows) if r.throughput >= SATURATION_FRACTION * best)
-        reason = (f"throughput saturates at {_label(rows[index])} ({rows[index].throughput:.4g} req/s, "
-                  f">= {SATURATION_FRACTION:.0%} of the best {best:.4g} req/s); more users only add latency")
-        return Knee(method="saturation", reason=reason, **_knee_fields(rows, index))  # type: ignore[arg-type]
+        usable = [i for i, r in enumerate(rows) if r.n_ok > 0 and r.failed_fraction <= MAX_FAILED_FRACTION]
+        if not usable:
+            return _knee("saturation", rows, None,
+                         f"every user count had more than {MAX_FAILED_FRACTION:.0%} failed requests")
+        best = max(rows[i].ok_rate for i in usable)
+        index = next(i for i in usable if rows[i].ok_rate >= SATURATION_FRACTION * best)
+        why = (f"ok rate saturates here ({rows[index].ok_rate:.4g} ok/s, >= {SATURATION_FRACTION:.0%} of the "
+               f"best {best:.4g} ok/s); more users only add latency")
+        return _knee("saturation", rows, index, why)
 
     base = _tail_ratio(rows[0])
     index = None
-    reason = ""
+    why = ""
     for i, row in enumerate(rows):
         ratio = _tail_ratio(row)
-        if row.unstable or ratio > TAIL_RATIO_GROWTH * base:
-            why = "flagged unstable" if row.unstable else (
-                f"p99/p50 {ratio:.3g} > {TAIL_RATIO_GROWTH:g} x {base:.3g} at the lowest rate")
-            reason = (f"last rate before {_label(row)} ({why})" if index is not None
-                      else f"the lowest rate {_label(row)} is already past the knee ({why})")
+        past = _past_knee(row)
+        if past is None and ratio > TAIL_RATIO_GROWTH * base:
+            past = f"p99/p50 {ratio:.3g} > {TAIL_RATIO_GROWTH:g} x {base:.3g} at the lowest rate"
+        if past is not None:
+            why = (f"last rate before {_label(row)} ({past})" if index is not None
+                   else f"the lowest rate {_label(row)} is already past the knee ({past})")
             break
         index = i
     else:
-        reason = f"no row past the knee; the knee is at or above {_label(rows[-1])}"
-    return Knee(method="tail_ratio", reason=reason, **_knee_fields(rows, index))  # type: ignore[arg-type]
+        why = f"no row past the knee; the knee is at or above {_label(rows[-1])}"
+    return _knee("tail_ratio", rows, index, why)
 
 
 def estimate_capacity(rows: Sequence[RateSummary]) -> tuple[float | None, bool]:
-    """(capacity in req/s, saturated?) from the highest row throughput (rules in the module docstring)."""
+    """(capacity in ok req/s, saturated?) from the highest row ok rate (rules in the module docstring)."""
     if not rows:
         return None, False
-    best_i = max(range(len(rows)), key=lambda i: rows[i].throughput)
+    best_i = max(range(len(rows)), key=lambda i: rows[i].ok_rate)
     best = rows[best_i]
-    if best.throughput <= 0:
+    if best.ok_rate <= 0:
         return None, False
     if best.mode == "closed":
-        plateau = sum(1 for r in rows if r.throughput >= SATURATION_FRACTION * best.throughput) >= 2
-        return best.throughput, plateau
-    return best.throughput, any(r.unstable for r in rows)
+        plateau = sum(1 for r in rows if r.ok_rate >= SATURATION_FRACTION * best.ok_rate) >= 2
+        return best.ok_rate, plateau
+    return best.ok_rate, any(r.unstable or r.saturated for r in rows)
+
+
+def _totals(rows: Sequence[RateSummary]) -> dict[str, object]:
+    outcomes: dict[str, int] = {}
+    for r in rows:
+        for k, v in r.outcomes.items():
+            outcomes[k] = outcomes.get(k, 0) + v
+    n = sum(r.n for r in rows)
+    n_ok = sum(r.n_ok for r in rows)
+    ended = n - outcomes.get("cancelled", 0)
+    return {"n": n, "n_ok": n_ok, "outcomes": outcomes,
+            "failed_fraction": (ended - n_ok) / ended if ended else 0.0}
 
 
 def analyze_sweep(
@@ -185,16 +243,50 @@ def analyze_sweep(
         raise ValueError("analyze_sweep() needs at least one row")
     knee = find_knee(ordered, slo_s)
     capacity, saturated = estimate_capacity(ordered)
+    totals = _totals(ordered)
     warnings = []
     unstable = [_label(r) for r in ordered if r.unstable]
     if unstable:
         warnings.append(f"{', '.join(unstable)}: unstable: p99 depends on test duration (offered load above "
                         "capacity; the queue grows for as long as the test runs)")
+    sat = [_label(r) for r in ordered if r.saturated and not r.unstable]
+    if sat:
+        warnings.append(f"{', '.join(sat)}: saturated: the ok rate does not keep up with the offered rate "
+                        "(see the row warnings)")
+    ff = float(totals["failed_fraction"])  # type: ignore[arg-type]
+    if ff > FAILED_WARN_FRACTION:
+        warnings.append(f"{ff:.0%} of requests failed: ok/s counts only the successes (see outcomes)")
     if not saturated and capacity is not None:
-        warnings.append(f"capacity {capacity:.4g} req/s is a lower bound: no row saturated the service")
+        warnings.append(f"capacity {capacity:.4g} ok/s is a lower bound: no row saturated the service")
+    source_rows = "closed-loop rows" if ordered[0].mode == "closed" else "open-loop rows"
     return SweepResult(source=source, mode=ordered[0].mode, slo_s=slo_s, rates=list(ordered), knee=knee,
-                       capacity_rps=capacity, capacity_saturated=saturated, conditions=conditions or {},
-                       warnings=warnings)
+                       capacity_rps=capacity, capacity_saturated=saturated,
+                       capacity_source=source_rows if capacity is not None else None,
+                       conditions=conditions or {}, warnings=warnings, **totals)  # type: ignore[arg-type]
+
+
+def merge_probe_capacity(result: SweepResult, probe: SweepResult | None) -> SweepResult:
+    """Fold the closed-loop capacity probe of the same run into an open-loop sweep's capacity.
+
+    The capacity becomes the higher of the two (both are ok rates), saturated when either is; the source
+    names the probe when it won. Without a probe (or a probe with no ok request) the result is unchanged.
+    """
+    if probe is None or probe.capacity_rps is None:
+        return result
+    own = result.capacity_rps or 0.0
+    warnings = [w for w in result.warnings if "is a lower bound" not in w]
+    saturated = result.capacity_saturated or probe.capacity_saturated
+    if probe.capacity_rps > own:
+        capacity, src = probe.capacity_rps, "closed-loop capacity probe"
+        if result.capacity_rps is not None:
+            src += f" (open-loop rows reached {result.capacity_rps:.4g} ok/s)"
+    else:
+        capacity, src = own, (result.capacity_source or "open-loop rows") + \
+            f" (closed-loop probe {probe.capacity_rps:.4g} ok/s)"
+    if not saturated:
+        warnings.append(f"capacity {capacity:.4g} ok/s is a lower bound: no row saturated the service")
+    return result.model_copy(update={"capacity_rps": capacity, "capacity_saturated": saturated,
+                                     "capacity_source": src, "warnings": warnings})
 
 
 __all__ = [
@@ -204,4 +296,5 @@ __all__ = [
     "detect_divergence",
     "estimate_capacity",
     "find_knee",
+    "merge_probe_capacity",
 ]

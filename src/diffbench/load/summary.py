@@ -8,12 +8,16 @@ Definitions (all times in seconds on the run clock):
 - *scheduled rate*: ``(n - 1) / (last intended - first intended)`` over all records (open loop only): the
   rate of the schedule actually drawn, so the Poisson count noise of a random schedule is not blamed on the
   client.
-- *achieved rate*: ``(n_sent - 1) / (last send - first send)``: sends per second over the send window.
-  Warned when below 98 % of the scheduled rate (open loop).
-- *throughput*: completed requests (any outcome except ``cancelled``) per second over the completion window
-  ``[first intended, last done]``.
+- *sent rate*: ``(n_sent - 1) / (last send - first send)``: sends per second over the send window (how
+  well the client kept the schedule). Warned when below 98 % of the scheduled rate (open loop).
+- *ok rate* (``ok/s``): ``ok`` requests per second over the ok window ``[0, max(duration, last ok done)]``.
+  The throughput of the service: the only rate the knee, the capacity and ``--rates auto`` use.
 - *goodput*: ``ok`` requests whose latency from intended arrival is ``<= slo_s``, per second over the same
-  window; without an SLO it is the throughput of ``ok`` requests. Failed requests never count as good.
+  window; without an SLO it equals the ok rate. Failed requests never count as good.
+- *completed rate* (``completed/s``): requests that ended with any outcome except ``cancelled``, per
+  second over ``[0, max(duration, last done)]``. Secondary: a server that fails fast completes fast.
+- *achieved rate*: open loop, the sent rate; closed loop, the ok rate (ok completions/s).
+- *failed fraction*: requests that ended not ``ok`` over requests that ended (``cancelled`` left out).
 - *latency from arrival* = done − intended (free of coordinated omission); *latency from send* = done − sent;
   both over ``ok`` requests only (failures are counted in ``outcomes``, never dropped silently).
 - *lag* = sent − intended over sent requests (includes client queue time under an in-flight cap);
@@ -21,7 +25,9 @@ Definitions (all times in seconds on the run clock):
 
 Divergence ("unstable: p99 depends on test duration") is checked on open-loop rows by
 :func:`detect_divergence` (the rule is documented there); a closed loop holds at most ``users`` requests,
-so its queue is bounded by construction and it is never flagged.
+so its queue is bounded by construction and it is never flagged. Open-loop rows also get the short-run
+over-saturation tests of :mod:`diffbench.load.saturation` (``saturation``); ``saturated`` is true when
+either rule fires.
 """
 
 from __future__ import annotations
@@ -35,16 +41,22 @@ from pydantic import BaseModel, ConfigDict
 
 from diffbench.core.records import OUTCOMES, RequestRecord
 from diffbench.core.stats import Summary, summarize
+from diffbench.load.saturation import Saturation, check_saturation
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 LAG_P99_WARN_S = 0.010
 ACHIEVED_RATE_WARN_FRACTION = 0.98
+FAILED_WARN_FRACTION = 0.05
 
 # Divergence rule constants (see detect_divergence).
 DIVERGENCE_MIN_N = 20
 DIVERGENCE_P50_RATIO = 1.5
 DIVERGENCE_GROWTH_FRACTION = 0.02
 UNSTABLE_MESSAGE = "unstable: p99 depends on test duration"
+
+SERVICE_TIME_KEY = "service_time"
+"""Key of the server-reported total service time in ``RequestRecord.server_stages_s`` (a total, not one
+more stage)."""
 
 _OUTCOME_CODE = {name: i for i, name in enumerate(OUTCOMES)}
 _OK = _OUTCOME_CODE["ok"]
@@ -92,7 +104,11 @@ class RateSummary(BaseModel):
     Rates are requests per second; latencies are :class:`~diffbench.core.stats.Summary` objects in seconds
     (``n, mean, std, min, max, p50, p90, p99, p999``). ``outcomes`` has a count for every kind in
     :data:`~diffbench.core.records.OUTCOMES`; ``statuses`` counts HTTP status codes (keys are the code as
-    text). ``server_stages_s`` is the mean per server-reported stage over ok requests that reported it.
+    text). ``server_stages_s`` is the mean per server-reported stage over ok requests that reported it;
+    ``server_service_time_s`` summarizes the server-reported service time (``service_time_s`` or
+    ``inference_time_s`` of the response) of the ok requests that carried one. ``first_error`` is the
+    outcome and error text of the first failed request (by id). ``saturated`` is
+    ``unstable`` or ``saturation.detected`` or ``saturation.short`` (open loop).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -106,10 +122,14 @@ class RateSummary(BaseModel):
     n: int
     n_sent: int
     n_completed: int
+    n_ok: int = 0
     scheduled_rate: float | None
+    sent_rate: float
     achieved_rate: float
-    throughput: float
+    ok_rate: float
     goodput: float
+    completed_rate: float
+    failed_fraction: float
     latency_from_arrival_s: Summary
     latency_from_send_s: Summary
     lag_s: Summary
@@ -120,8 +140,12 @@ class RateSummary(BaseModel):
     per_shape: dict[str, ShapeSummary] = {}
     server_stages_s: dict[str, float] = {}
     server_peak_memory_bytes: int | None = None
+    server_service_time_s: Summary | None = None
     divergence: Divergence
     unstable: bool
+    saturation: Saturation = Saturation(checked=False, reason="not checked")
+    saturated: bool = False
+    first_error: str | None = None
     warnings: list[str] = []
 
 
@@ -213,6 +237,7 @@ def summarize_columns(
     per_shape: dict[str, ShapeSummary] | None = None,
     server_stages_s: dict[str, float] | None = None,
     server_peak_memory_bytes: int | None = None,
+    server_service_time_s: Summary | None = None,
 ) -> RateSummary:
     """:func:`summarize_rate` on columns (fast path for the simulator; no per-request objects).
 
@@ -255,21 +280,28 @@ def summarize_columns(
     s_cq = summarize(cq)
 
     scheduled = _span_rate(intended) if mode == "open" else None
-    achieved = _span_rate(sent[is_sent])
-    if math.isnan(achieved):
-        achieved = int(is_sent.sum()) / duration_s
+    sent_rate = _span_rate(sent[is_sent])
+    if math.isnan(sent_rate):
+        sent_rate = int(is_sent.sum()) / duration_s
     if scheduled is not None and math.isnan(scheduled):
         scheduled = n / duration_s
 
-    t_start = float(intended.min()) if n else 0.0
-    t_end = float(done[completed].max()) if completed.any() else t_start
-    window = t_end - t_start
-    if window <= 0:
-        window = duration_s
+    # Rates are counts over [0, max(duration, last completion)]: never shorter than the arrival window, so
+    # one early success cannot make a high rate, and the drain of an overloaded queue is counted.
+    t_start = min(0.0, float(intended.min())) if n else 0.0
+    n_ok = int(ok.sum())
     n_completed = int(completed.sum())
-    throughput = n_completed / window
-    good = int(np.count_nonzero(lat_arrival <= slo_s)) if slo_s is not None else int(ok.sum())
-    goodput = good / window
+    ok_end = float(done[ok].max()) if n_ok else t_start
+    any_end = float(done[completed].max()) if n_completed else t_start
+    ok_window = max(duration_s, ok_end - t_start)
+    any_window = max(duration_s, any_end - t_start)
+    ok_rate = n_ok / ok_window
+    completed_rate = n_completed / any_window
+    good = int(np.count_nonzero(lat_arrival <= slo_s)) if slo_s is not None else n_ok
+    goodput = good / ok_window
+    ended = n - int(np.count_nonzero(codes == _CANCELLED))
+    failed_fraction = (ended - n_ok) / ended if ended else 0.0
+    achieved = ok_rate if mode == "closed" else sent_rate
 
     outcomes = {name: int(np.count_nonzero(codes == i)) for i, name in enumerate(OUTCOMES)}
 
@@ -283,23 +315,29 @@ def summarize_columns(
     if s_lag.n and s_lag.p99 > LAG_P99_WARN_S:
         warnings.append(f"client lag p99 {s_lag.p99 * 1e3:.1f} ms exceeds {LAG_P99_WARN_S * 1e3:.0f} ms: "
                         "the client did not send on time")
-    if scheduled is not None and scheduled > 0 and achieved < ACHIEVED_RATE_WARN_FRACTION * scheduled:
-        warnings.append(f"achieved rate {achieved:.4g} req/s is below {ACHIEVED_RATE_WARN_FRACTION:.0%} of "
+    if scheduled is not None and scheduled > 0 and sent_rate < ACHIEVED_RATE_WARN_FRACTION * scheduled:
+        warnings.append(f"sent rate {sent_rate:.4g} req/s is below {ACHIEVED_RATE_WARN_FRACTION:.0%} of "
                         f"the scheduled {scheduled:.4g} req/s")
     warnings.extend(f"latency from arrival: {w}" for w in s_arrival.warnings if w != "no samples")
     if n and s_arrival.n == 0:
         warnings.append("no ok requests: latency percentiles are undefined")
-    not_ok = n - int(ok.sum())
+    not_ok = ended - n_ok
     if not_ok:
-        warnings.append(f"{not_ok} of {n} requests did not succeed (see outcomes); they are excluded from "
-                        "latency percentiles and counted in goodput as not good")
+        warnings.append(f"{not_ok} of {ended} requests did not succeed ({failed_fraction:.0%}; see outcomes); "
+                        "they are excluded from ok/s, goodput and the latency percentiles")
 
+    queued = np.isin(codes, _QUEUE_OUTCOMES)
     if mode == "closed":
         divergence = Divergence(checked=False, unstable=False,
                                 reason="closed loop: at most `users` requests are in the system, so the queue "
                                        "cannot grow without bound")
+        saturation = Saturation(checked=False, reason="closed loop: the queue is bounded by the user count")
     else:
         divergence = detect_divergence(intended, done, codes, duration_s)
+        saturation = check_saturation(intended, done, ok, queued, duration_s)
+    if saturation.detected or saturation.short:
+        warnings.append(saturation.reason)
+    saturated = divergence.unstable or saturation.detected or saturation.short
 
     return RateSummary(
         mode=mode,
@@ -310,10 +348,14 @@ def summarize_columns(
         n=n,
         n_sent=int(is_sent.sum()),
         n_completed=n_completed,
+        n_ok=n_ok,
         scheduled_rate=scheduled,
+        sent_rate=float(sent_rate),
         achieved_rate=float(achieved),
-        throughput=float(throughput),
+        ok_rate=float(ok_rate),
         goodput=float(goodput),
+        completed_rate=float(completed_rate),
+        failed_fraction=float(failed_fraction),
         latency_from_arrival_s=s_arrival,
         latency_from_send_s=s_send,
         lag_s=s_lag,
@@ -324,8 +366,11 @@ def summarize_columns(
         per_shape=per_shape or {},
         server_stages_s=server_stages_s or {},
         server_peak_memory_bytes=server_peak_memory_bytes,
+        server_service_time_s=server_service_time_s,
         divergence=divergence,
         unstable=divergence.unstable,
+        saturation=saturation,
+        saturated=saturated,
         warnings=warnings,
     )
 
@@ -385,28 +430,38 @@ def summarize_rate(
     stage_sum: dict[str, float] = {}
     stage_n: dict[str, int] = {}
     peak: int | None = None
+    service: list[float] = []
     for r in records:
         if r.status is not None:
             statuses[str(r.status)] = statuses.get(str(r.status), 0) + 1
         if r.outcome == "ok":
+            if SERVICE_TIME_KEY in r.server_stages_s:
+                service.append(r.server_stages_s[SERVICE_TIME_KEY])
             for name, value in r.server_stages_s.items():
                 stage_sum[name] = stage_sum.get(name, 0.0) + value
                 stage_n[name] = stage_n.get(name, 0) + 1
         if r.server_peak_memory_bytes is not None:
             peak = r.server_peak_memory_bytes if peak is None else max(peak, r.server_peak_memory_bytes)
     stages = {k: stage_sum[k] / stage_n[k] for k in sorted(stage_sum)}
-    return summarize_columns(
+    first_error = next((f"{r.outcome}: {r.error or (f'HTTP {r.status}' if r.status else 'no detail')}"
+                        for r in sorted(records, key=lambda r: r.id) if r.outcome not in ("ok", "cancelled")),
+                       None)
+    summary = summarize_columns(
         intended, sent, done, codes,
         offered_rate=offered_rate, duration_s=duration_s, slo_s=slo_s, mode=mode, users=users,
         client_queue=cq, retry_after=ra, statuses=dict(sorted(statuses.items())),
         per_shape=_per_shape(records), server_stages_s=stages, server_peak_memory_bytes=peak,
+        server_service_time_s=summarize(service) if service else None,
     )
+    return summary.model_copy(update={"first_error": first_error}) if first_error else summary
 
 
 __all__ = [
     "Divergence",
     "RateSummary",
     "ShapeSummary",
+    "FAILED_WARN_FRACTION",
+    "SERVICE_TIME_KEY",
     "UNSTABLE_MESSAGE",
     "detect_divergence",
     "summarize_columns",

@@ -1,8 +1,10 @@
 """Render a :class:`~diffbench.load.knee.SweepResult` (``diffbench load`` / ``diffbench simulate``) with rich.
 
-One row per offered rate (open loop) or user count (closed loop): offered and achieved rate, throughput,
-goodput (req/s); latency from intended arrival p50/p90/p99/p99.9 and p99 from send; client lag p99;
-outcome counts; flags (``KNEE``, ``unstable``, warnings). Stored seconds are shown as ms below 1 s.
+One row per offered rate (open loop) or user count (closed loop): offered rate and sent rate (open loop),
+``ok/s`` (ok completions per second), ``goodput`` (ok within the SLO per second), ``completed/s`` (any
+outcome: secondary), the failed fraction; latency from intended arrival p50/p90/p99/p99.9 (ok requests)
+and p99 from send; client lag p99; outcome counts; flags (``KNEE``, ``UNSTABLE``, ``SATURATED``,
+warnings). Stored seconds are shown as ms below 1 s.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ def _flags(row: RateSummary, is_knee: bool) -> Text:
         out.append("KNEE ", style="bold green")
     if row.unstable:
         out.append("UNSTABLE ", style="bold red")
+    elif row.saturated:
+        out.append("SATURATED ", style="bold red")
     if row.warnings:
         out.append(f"{len(row.warnings)} warning(s)", style="yellow")
     return out
@@ -52,29 +56,29 @@ def sweep_table(result: SweepResult, title: str | None = None) -> Table:
     """The per-rate table of a sweep (rates or users as rows, knee marked)."""
     closed = result.mode == "closed"
     table = Table(title=title or f"{result.source} · {result.mode} loop", title_justify="left",
-                  box=box.SIMPLE_HEAD, caption="rates in req/s; p50..p99.9: latency from intended arrival (ok "
-                  "requests); p99 send: from actual send", caption_justify="left")
+                  box=box.SIMPLE_HEAD, caption="rates per second: ok/s counts ok requests only, goodput ok "
+                  "requests within the SLO, completed/s any outcome" + ("" if closed else ", sent/s the "
+                  "client's sends") + "; p50..p99.9: latency from intended arrival (ok requests); p99 send: "
+                  "from actual send", caption_justify="left")
     table.add_column("users" if closed else "offered", justify="right", no_wrap=True)
-    for name in ("achieved", "thruput", "goodput", "p50", "p90", "p99", "p99.9", "p99 send", "lag p99", "n"):
+    names = ([] if closed else ["sent/s"]) + ["ok/s", "goodput", "completed/s", "failed", "p50", "p90", "p99",
+                                              "p99.9", "p99 send", "lag p99", "n ok"]
+    for name in names:
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("outcomes")
     table.add_column("flags")
     for i, row in enumerate(result.rates):
         lat = row.latency_from_arrival_s
         is_knee = result.knee.index == i
-        table.add_row(
-            str(row.users) if closed else _rate(row.offered_rate),
-            _rate(row.achieved_rate),
-            _rate(row.throughput),
-            _rate(row.goodput),
+        cells = [str(row.users) if closed else _rate(row.offered_rate)]
+        if not closed:
+            cells.append(_rate(row.sent_rate))
+        cells += [
+            _rate(row.ok_rate), _rate(row.goodput), _rate(row.completed_rate), f"{row.failed_fraction:.0%}",
             fmt_seconds(lat.p50), fmt_seconds(lat.p90), fmt_seconds(lat.p99), fmt_seconds(lat.p999),
-            fmt_seconds(row.latency_from_send_s.p99),
-            fmt_seconds(row.lag_s.p99),
-            str(lat.n),
-            _outcomes(row),
-            _flags(row, is_knee),
-            style="bold" if is_knee else None,
-        )
+            fmt_seconds(row.latency_from_send_s.p99), fmt_seconds(row.lag_s.p99), str(row.n_ok),
+        ]
+        table.add_row(*cells, _outcomes(row), _flags(row, is_knee), style="bold" if is_knee else None)
     return table
 
 
@@ -95,6 +99,24 @@ def per_shape_table(result: SweepResult) -> Table | None:
             table.add_row(_row_label(row), shape, str(s.n), str(s.outcomes.get("ok", 0)), fmt_seconds(lat.p50),
                           fmt_seconds(lat.p90), fmt_seconds(lat.p99))
     return table
+
+
+def summary_line(result: SweepResult) -> str:
+    """One line: requests, ok, failed fraction (called out above 5 %) and the capacity in ok/s."""
+    from diffbench.load.summary import FAILED_WARN_FRACTION
+
+    parts = [f"{result.n} requests, {result.n_ok} ok"]
+    if result.failed_fraction > FAILED_WARN_FRACTION:
+        parts.append(f"{result.failed_fraction:.0%} of requests failed")
+    elif result.failed_fraction > 0:
+        parts.append(f"{result.failed_fraction:.1%} failed")
+    if result.capacity_rps is None:
+        parts.append("capacity: none (no request succeeded)" if result.n_ok == 0 else "capacity: none")
+    else:
+        how = "saturated" if result.capacity_saturated else "lower bound"
+        src = f"; from {result.capacity_source}" if result.capacity_source else ""
+        parts.append(f"capacity: {result.capacity_rps:.4g} ok/s ({how}{src})")
+    return " · ".join(parts)
 
 
 def print_sweep(result: SweepResult, console: Console | None = None, title: str | None = None,
@@ -126,9 +148,7 @@ def _print_sweep(result: SweepResult, console: Console, title: str | None) -> No
             stages = " · ".join(f"{k} {fmt_seconds(v)}" for k, v in row.server_stages_s.items())
             console.print(f"{_row_label(row)}: server stages (mean) {stages}", style="dim")
     console.print(f"knee: {result.knee.reason}")
-    if result.capacity_rps is not None:
-        how = "saturated" if result.capacity_saturated else "lower bound"
-        console.print(f"capacity: {result.capacity_rps:.4g} req/s ({how})")
+    console.print(summary_line(result))
     if result.slo_s is not None:
         console.print(f"SLO: p99 latency from arrival <= {fmt_seconds(result.slo_s)}")
     for w in result.warnings:
@@ -138,4 +158,4 @@ def _print_sweep(result: SweepResult, console: Console, title: str | None) -> No
             console.print(f"  {_row_label(row)}: {w}", style="yellow")
 
 
-__all__ = ["fmt_seconds", "per_shape_table", "print_sweep", "sweep_table"]
+__all__ = ["fmt_seconds", "per_shape_table", "print_sweep", "summary_line", "sweep_table"]

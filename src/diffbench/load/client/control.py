@@ -58,8 +58,7 @@ class JsonlSink:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:  # the parent directory is checked (and created with --mkdir) by the command, not here
             self._fh: IO[str] | None = self.path.open("w", encoding="utf-8")
         except OSError as exc:
             raise InputError(f"cannot write --jsonl {self.path}: {exc.strerror or exc}") from exc

@@ -14,7 +14,8 @@ Dialects:
 Server-reported timings read when present (any dialect): ``stage_durations`` (a mapping of stage name to
 seconds; keys ending in ``_ms`` and a ``stage_durations_ms`` mapping are milliseconds), ``stages`` as a
 list of ``{name, duration_ms}`` (SGLang perf dump), ``peak_memory_mb`` (MiB, as torch reports it) or
-``peak_memory_bytes``. A client cannot tell whether a server ignored a parameter (vLLM-Omni warns that
+``peak_memory_bytes``, and the total service time ``service_time_s`` (or ``inference_time_s``), kept
+as the pseudo-stage ``service_time``. A client cannot tell whether a server ignored a parameter (vLLM-Omni warns that
 unsupported ones may be ignored silently), so the payload check compares the decoded image size with the
 requested one.
 """
@@ -124,6 +125,11 @@ def server_timings(obj: Mapping[str, object]) -> tuple[dict[str, float], int | N
                 f = _num(item.get("duration_ms"))
                 if f is not None:
                     stages[str(item["name"])] = f / 1e3
+    for key in ("service_time_s", "inference_time_s"):  # the total, under the key SGLang/AIPerf read too
+        f = _num(obj.get(key))
+        if f is not None:
+            stages["service_time"] = f
+            break
     peak: int | None = None
     pb = _num(obj.get("peak_memory_bytes"))
     pm = _num(obj.get("peak_memory_mb"))

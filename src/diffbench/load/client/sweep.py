@@ -2,9 +2,10 @@
 
 - Open loop, given rates: one run per rate on a schedule from :func:`diffbench.load.schedules.build_schedule`
   (seeded per rate), summarized by :func:`diffbench.load.summary.summarize_rate`.
-- Open loop, ``rates="auto"``: first a closed-loop capacity probe (users 1, 2, 4, … until throughput grows
-  by less than ``PROBE_GAIN`` (5 %) or ``auto_max_users``), capacity = best probe throughput; then rates at
-  ``AUTO_FRACTIONS`` of capacity (0.25 … 1.2×).
+- Open loop, ``rates="auto"``: first a closed-loop capacity probe (users 1, 2, 4, … until the ok rate
+  grows by less than ``PROBE_GAIN`` (5 %) or ``auto_max_users``), capacity = best probe ok rate (failed
+  requests never count); then rates at ``AUTO_FRACTIONS`` of capacity (0.25 … 1.2×). A probe in which no
+  request succeeded ends the sweep (the caller reports it as a failed run).
 - Closed loop: one run per user count.
 
 Before measuring, every distinct shape of the workload is warmed up (``warmup_per_shape`` sequential
@@ -22,14 +23,21 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from diffbench.errors import UsageError
+from diffbench.errors import DiffbenchError, UsageError
 from diffbench.load.client.base import Attempt, Backend
 from diffbench.load.client.control import JsonlSink, RunControl
 from diffbench.load.client.runners import RunResult, run_closed_loop, run_open_loop
 from diffbench.load.client.workload import RequestPlanner
-from diffbench.load.knee import SweepResult, analyze_sweep
+from diffbench.load.knee import SweepResult, analyze_sweep, merge_probe_capacity
 from diffbench.load.schedules import ScheduleSpec, build_schedule
 from diffbench.load.summary import RateSummary, summarize_rate
+
+
+class NoSuccessError(DiffbenchError):
+    """A run in which no request succeeded: there is no throughput, capacity or knee to report (exit 1)."""
+
+    exit_code = 1
+
 
 AUTO_FRACTIONS: tuple[float, ...] = (0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.2)
 PROBE_GAIN = 1.05
@@ -52,6 +60,7 @@ class SweepConfig(BaseModel):
     warmup_per_shape: int = Field(default=1, ge=0)
     auto_max_users: int = Field(default=16, ge=1)
     seed: int = 0
+    max_requests: int = Field(default=200_000, ge=1)
 
 
 class WarmupReport(BaseModel):
@@ -63,12 +72,16 @@ class WarmupReport(BaseModel):
 
 
 class SweepRun(BaseModel):
-    """A finished (or interrupted) sweep: the result, the capacity probe (auto rates) and the warm-up."""
+    """A finished (or interrupted) sweep: the result, the capacity probe (auto rates) and the warm-up.
+
+    ``failed_in`` names the stage in which no request succeeded (``"capacity probe"``: the sweep stopped
+    there and ``result`` holds the probe's rows), else None."""
 
     result: SweepResult
     probe: SweepResult | None = None
     warmup: WarmupReport = WarmupReport()
     interrupted: bool = False
+    failed_in: str | None = None
 
 
 Progress = Callable[[str], None]
@@ -82,7 +95,8 @@ async def warmup(backend: Backend, planner: RequestPlanner, per_shape: int) -> W
     """Send ``per_shape`` requests of every distinct shape, one at a time; nothing is recorded.
 
     Raises:
-        UsageError: every warm-up request failed with a connection error (the URL is unreachable).
+        NoSuccessError: every warm-up request failed with a connection error (refused, reset, TLS): nothing
+            is measured against a service that cannot be reached.
     """
     rep = WarmupReport()
     if per_shape == 0:
@@ -102,16 +116,17 @@ async def warmup(backend: Backend, planner: RequestPlanner, per_shape: int) -> W
             if a.error and a.error not in rep.errors and len(rep.errors) < 5:
                 rep.errors.append(a.error)
     if rep.outcomes.get("connection_error", 0) == rep.n:
-        raise UsageError(f"cannot reach the service: {rep.errors[0] if rep.errors else 'connection error'}; "
-                         "check --url (or start the server)")
+        raise NoSuccessError(f"no warm-up request succeeded (connection_error {rep.n}): "
+                             f"{rep.errors[0] if rep.errors else 'connection error'}; nothing was measured. "
+                             "Check --url and that the server is up")
     return rep
 
 
 def auto_rates(capacity_rps: float) -> list[float]:
-    """Rates at :data:`AUTO_FRACTIONS` of the capacity, rounded to 3 significant digits (req/s)."""
+    """Rates at :data:`AUTO_FRACTIONS` of the capacity (ok req/s), rounded to 3 significant digits (req/s)."""
     if not capacity_rps > 0:
-        raise UsageError("the capacity probe measured no throughput; cannot choose rates automatically "
-                         "(give --rates R1,R2,...)")
+        raise NoSuccessError("the capacity probe measured no ok request; cannot choose rates automatically "
+                             "(give --rates R1,R2,...)")
     out = []
     for f in AUTO_FRACTIONS:
         r = capacity_rps * f
@@ -142,9 +157,9 @@ async def _closed_rows(cfg: SweepConfig, users_list: list[int], backend: Backend
         row = _summarize(run, cfg)
         rows.append(row)
         if probe:
-            if row.throughput < PROBE_GAIN * best:
+            if row.ok_rate <= 0 or row.ok_rate < PROBE_GAIN * best:
                 break
-            best = max(best, row.throughput)
+            best = max(best, row.ok_rate)
     return rows
 
 
@@ -191,11 +206,14 @@ async def run_sweep(
             if probe_rows:
                 probe_result = analyze_sweep(probe_rows, slo_s=cfg.slo_s, source="load",
                                              conditions={"purpose": "capacity probe"})
+            capacity = max((r.ok_rate for r in probe_rows), default=0.0)
+            if probe_result is not None and capacity <= 0:
+                return SweepRun(result=probe_result, probe=probe_result, warmup=wu,
+                                interrupted=control.stopped, failed_in="capacity probe")
             if not control.stopped:
-                capacity = max((r.throughput for r in probe_rows), default=0.0)
                 rates = auto_rates(capacity)
                 conditions["capacity_probe_rps"] = f"{capacity:.4g}"
-                progress(f"capacity ~{capacity:.3g} req/s; rates: {', '.join(f'{r:g}' for r in rates)}")
+                progress(f"capacity ~{capacity:.3g} ok/s; rates: {', '.join(f'{r:g}' for r in rates)}")
             else:
                 rates = []
         for k, rate in enumerate(rates):
@@ -203,6 +221,10 @@ async def run_sweep(
                 raise UsageError(f"--rates: rate must be > 0, got {rate}")
             if control.stopped:
                 break
+            if rate * cfg.duration_s > cfg.max_requests:
+                raise UsageError(f"rate {rate:g} req/s x --duration {cfg.duration_s:g} s schedules "
+                                 f"~{rate * cfg.duration_s:.3g} requests, above --max-requests "
+                                 f"{cfg.max_requests:,}; lower the duration or raise --max-requests")
             spec = cfg.schedule.with_rate(rate).model_copy(update={"duration_s": cfg.duration_s})
             times = build_schedule(spec, seed=np.random.default_rng([cfg.seed, k]))
             specs = planner.take(len(times))
@@ -215,11 +237,17 @@ async def run_sweep(
             elif not control.stopped:
                 skipped.append(f"{rate:g} req/s: the schedule drew no arrival in {cfg.duration_s:g} s "
                                "(no row); use a longer --duration")
+    if not rows and probe_result is not None and control.stopped:
+        partial = probe_result.model_copy(update={"partial": True, "interrupted": True})
+        return SweepRun(result=partial, probe=probe_result, warmup=wu, interrupted=True)
     if not rows:
         raise UsageError("the run stopped before any request finished; nothing to summarize")
-    result = analyze_sweep(rows, slo_s=cfg.slo_s, source="load", conditions=conditions)
+    result = merge_probe_capacity(analyze_sweep(rows, slo_s=cfg.slo_s, source="load", conditions=conditions),
+                                  probe_result)
     extra = skipped + ([f"run stopped early ({control.reason})"] if control.stopped else [])
     if extra:
         result = result.model_copy(update={"warnings": [*result.warnings, *extra]})
+    if control.stopped:
+        result = result.model_copy(update={"partial": True, "interrupted": True})
     return SweepRun(result=result, probe=probe_result, warmup=wu, interrupted=control.stopped)
 
