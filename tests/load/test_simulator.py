@@ -124,7 +124,7 @@ def test_service_expression_moments() -> None:
 @pytest.mark.parametrize("text, match", [
     ("", "empty"), ("3*Q(1)", "unknown factor"), ("N(1)", "takes 2"), ("B(1.5)", r"p in \[0, 1\]"),
     ("N(1,-1)", "sd >= 0"), ("3 +", "expected a number"), ("3 3", "unexpected"), ("exp(0)", "mean m > 0"),
-    ("0", "must be > 0"), ("N(1,0.1", "missing"), ("3$", "unexpected"),
+    ("0", "finite number > 0"), ("N(1,0.1", "missing"), ("3$", "unexpected"),
 ])
 def test_service_expression_errors(text: str, match: str) -> None:
     with pytest.raises(UsageError, match=match):

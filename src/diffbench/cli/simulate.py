@@ -56,16 +56,26 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed", help="Seed for arrivals and service times."),
         json_path: Path | None = typer.Option(None, "--json", help="Write the sweep result (JSON)."),
         jsonl_path: Path | None = typer.Option(None, "--jsonl", help="Write every simulated request (JSONL)."),
+        mkdir: bool = typer.Option(False, "--mkdir", help="Create missing parent directories of --json and "
+                                   "--jsonl (default: a missing directory is an error)."),
+        max_requests: int = typer.Option(1_000_000, "--max-requests", min=1,
+                                         help="Refuse a rate / user count that would simulate more requests "
+                                              "than this (checked before anything is drawn)."),
     ) -> None:
         """Simulate c devices with a FCFS queue under open- or closed-loop load; print the per-rate table."""
         from rich.console import Console
 
         from diffbench.core.jsonio import write_json_atomic
+        from diffbench.core.outpath import check_output_file
         from diffbench.errors import UsageError
         from diffbench.load.schedules import parse_int_list, parse_rate_list, spec_from_cli
         from diffbench.load.simulator import SimConfig, simulate_sweep
         from diffbench.report.load_table import print_sweep
 
+        if json_path is not None:
+            check_output_file(json_path, "--json", mkdir=mkdir)
+        if jsonl_path is not None:
+            check_output_file(jsonl_path, "--jsonl", mkdir=mkdir)
         m = mode.strip().lower()
         if m not in ("open", "closed"):
             raise UsageError(f"--mode {mode!r}: use open or closed")
@@ -103,11 +113,10 @@ def register(app: typer.Typer) -> None:
         config = SimConfig(
             devices=devices, service=service, service_from=None if service_from is None else str(service_from),
             mode=m, rates=rate_list, users=user_list, schedule=schedule, duration_s=duration, think=think,
-            slo_s=slo, seed=seed,
+            slo_s=slo, seed=seed, max_requests=max_requests,
         )
         console = Console()
         if jsonl_path is not None:
-            jsonl_path.parent.mkdir(parents=True, exist_ok=True)
             with jsonl_path.open("w") as handle:
                 result = simulate_sweep(config, on_run=_jsonl_writer(handle))
         else:

@@ -20,8 +20,9 @@ factor              meaning                                                mean
 ==================  =====================================================  ===========
 
 Example: ``"3.0*N(1,0.02)+0.8*B(0.1)"`` is 3.0 s × Normal(1, 0.02) plus 0.8 s with probability 0.1
-(mean 3.08 s). A drawn total below 0 (possible with a wide normal) is clipped to 0; :attr:`mean` is the
-unclipped analytic mean, so keep ``sd`` well below ``m``.
+(mean 3.08 s). A drawn total below 0 (possible with a wide normal) is clipped to 0 and counted
+(:attr:`ExpressionService.clipped_fraction`; ``simulate`` reports it as a warning and in the JSON);
+:attr:`mean` is the unclipped analytic mean, so keep ``sd`` well below ``m``.
 
 A measured run (``--service-from FILE``) gives an empirical distribution, resampled with replacement:
 
@@ -93,10 +94,22 @@ class _Factor:
 
 
 class ExpressionService(ServiceTime):
-    """A parsed service-time expression (see the module docstring); build it with :func:`parse_service`."""
+    """A parsed service-time expression (see the module docstring); build it with :func:`parse_service`.
+
+    ``drawn`` and ``clipped`` count the draws so far and those below 0 that were clipped to 0 s, so a
+    caller can report :attr:`clipped_fraction` (the clipped draws make the real mean differ from
+    :attr:`mean`).
+    """
 
     def __init__(self, text: str, terms: list[list[_Factor]]) -> None:
         self.text, self._terms = text, terms
+        self.drawn = 0
+        self.clipped = 0
+
+    @property
+    def clipped_fraction(self) -> float:
+        """Fraction of draws so far that were negative and clipped to 0 (0.0 before any draw)."""
+        return self.clipped / self.drawn if self.drawn else 0.0
 
     @property
     def mean(self) -> float:
@@ -114,6 +127,8 @@ class ExpressionService(ServiceTime):
             for f in term:
                 value = value * f.sample(n, rng)
             total += value
+        self.drawn += n
+        self.clipped += int(np.count_nonzero(total < 0))
         return np.maximum(total, 0.0, out=total)
 
 
@@ -132,30 +147,35 @@ class EmpiricalService(ServiceTime):
         return rng.choice(self.samples, size=n, replace=True)
 
 
-def _tokens(text: str) -> Iterator[tuple[str, str]]:
+def _tokens(text: str, option: str = "--service") -> Iterator[tuple[str, str]]:
     pos = 0
     text = text.rstrip()
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if not m or m.end() == pos:
-            raise UsageError(f"--service {text!r}: unexpected {text[pos:].strip()[:10]!r} at position {pos}; "
+            raise UsageError(f"{option} {text!r}: unexpected {text[pos:].strip()[:10]!r} at position {pos}; "
                              "use e.g. \"3.0*N(1,0.02)+0.8*B(0.1)\"")
         kind = m.lastgroup or ""
         yield kind, m.group(kind)
         pos = m.end()
 
 
-def parse_service(text: str) -> ExpressionService:
+def parse_service(text: str, option: str = "--service") -> ExpressionService:
     """Parse a service-time expression (syntax in the module docstring).
 
+    Args:
+        text: the expression.
+        option: the option it came from, named in every error (``--service`` or ``--think``).
+
     Raises:
-        UsageError: a syntax error, an unknown factor, a wrong number of arguments or an invalid parameter
-            (sd < 0, p outside [0, 1], b < a, exp mean <= 0), or a mean that is not > 0.
+        UsageError: a syntax error, an unknown factor, a wrong number of arguments, a number that is not
+            finite (``1e400``), an invalid parameter (sd < 0, p outside [0, 1], b < a, exp mean <= 0), or a
+            mean that is not > 0 and finite.
     """
     hint = "use e.g. \"3.0*N(1,0.02)+0.8*B(0.1)\", \"const(2.5)\", \"exp(3.0)\" or \"2.5\""
-    toks = list(_tokens(text))
+    toks = list(_tokens(text, option))
     if not toks:
-        raise UsageError(f"--service is empty; {hint}")
+        raise UsageError(f"{option} is empty; {hint}")
     i = 0
 
     def peek() -> tuple[str, str]:
@@ -168,35 +188,40 @@ def parse_service(text: str) -> ExpressionService:
             sign, i = -1.0, i + 1
         kind, value = peek()
         if kind != "num":
-            raise UsageError(f"--service {text!r}: expected a number, got {value or 'the end'!r}; {hint}")
+            raise UsageError(f"{option} {text!r}: expected a number, got {value or 'the end'!r}; {hint}")
         i += 1
-        return sign * float(value)
+        f = sign * float(value)
+        if not math.isfinite(f):
+            raise UsageError(f"{option} {text!r}: {value} is not a finite number of seconds; {hint}")
+        return f
 
     def factor() -> _Factor:
         nonlocal i
         kind, value = peek()
         if kind == "num":
             i += 1
+            if not math.isfinite(float(value)):
+                raise UsageError(f"{option} {text!r}: {value} is not a finite number of seconds; {hint}")
             return _Factor("num", (float(value),))
         if kind != "name":
-            raise UsageError(f"--service {text!r}: expected a number or a factor, got {value or 'the end'!r}; {hint}")
+            raise UsageError(f"{option} {text!r}: expected a number or a factor, got {value or 'the end'!r}; {hint}")
         name = {"n": "N", "b": "B", "u": "U"}.get(value, value)
         if name not in _ARITY:
-            raise UsageError(f"--service {text!r}: unknown factor {value!r}; known: {', '.join(_ARITY)}")
+            raise UsageError(f"{option} {text!r}: unknown factor {value!r}; known: {', '.join(_ARITY)}")
         i += 1
         if peek() != ("op", "("):
-            raise UsageError(f"--service {text!r}: {value} needs arguments in parentheses; {hint}")
+            raise UsageError(f"{option} {text!r}: {value} needs arguments in parentheses; {hint}")
         i += 1
         args = [number()]
         while peek() == ("op", ","):
             i += 1
             args.append(number())
         if peek() != ("op", ")"):
-            raise UsageError(f"--service {text!r}: missing ')' after the arguments of {value}")
+            raise UsageError(f"{option} {text!r}: missing ')' after the arguments of {value}")
         i += 1
         if len(args) != _ARITY[name]:
-            raise UsageError(f"--service {text!r}: {name}() takes {_ARITY[name]} argument(s), got {len(args)}")
-        _check(name, tuple(args), text)
+            raise UsageError(f"{option} {text!r}: {name}() takes {_ARITY[name]} argument(s), got {len(args)}")
+        _check(name, tuple(args), text, option)
         return _Factor(name, tuple(args))
 
     terms: list[list[_Factor]] = []
@@ -210,15 +235,15 @@ def parse_service(text: str) -> ExpressionService:
             i += 1
             continue
         if peek()[0] != "end":
-            raise UsageError(f"--service {text!r}: unexpected {peek()[1]!r}; {hint}")
+            raise UsageError(f"{option} {text!r}: unexpected {peek()[1]!r}; {hint}")
         break
     svc = ExpressionService(text.strip(), terms)
-    if not svc.mean > 0:
-        raise UsageError(f"--service {text!r}: the mean service time must be > 0 s, got {svc.mean:g}")
+    if not (svc.mean > 0 and math.isfinite(svc.mean)):
+        raise UsageError(f"{option} {text!r}: the mean time must be a finite number > 0 s, got {svc.mean:g}")
     return svc
 
 
-def _check(name: str, a: tuple[float, ...], text: str) -> None:
+def _check(name: str, a: tuple[float, ...], text: str, option: str = "--service") -> None:
     bad = None
     if name == "N" and a[1] < 0:
         bad = f"N(m, sd) needs sd >= 0, got {a[1]:g}"
@@ -231,7 +256,7 @@ def _check(name: str, a: tuple[float, ...], text: str) -> None:
     elif name == "const" and a[0] < 0:
         bad = f"const(x) needs x >= 0, got {a[0]:g}"
     if bad:
-        raise UsageError(f"--service {text!r}: {bad}")
+        raise UsageError(f"{option} {text!r}: {bad}")
 
 
 def _latency_lists(obj: object, out: list[float], under_key: bool = False) -> None:

@@ -33,6 +33,31 @@ from diffbench.load.schedules import ScheduleSpec, build_schedule
 from diffbench.load.service_time import ServiceTime, load_service_samples, parse_service
 from diffbench.load.summary import RateSummary, summarize_columns
 
+MAX_REQUESTS = 1_000_000
+"""Default cap on the requests of one simulated row (``--max-requests``): ~40 bytes per request in
+columns, so 1,000,000 hold ~40 MB and simulate in about a second."""
+MAX_DEVICES = 100_000
+
+
+def expected_requests(config: SimConfig, service: ServiceTime, think: ServiceTime | None) -> list[tuple[str, float]]:
+    """(row label, mean request count) of every row of ``config``, computed before anything is drawn.
+
+    Open loop: ``rate x duration`` (a ramp: its mean rate). Closed loop: each of ``N`` users cycles in
+    ``E[S] + E[Z]`` seconds, and ``c`` devices complete at most ``c / E[S]`` per second, so
+    ``duration x min(N / (E[S] + E[Z]), c / E[S]) + N``.
+    """
+    d = config.duration_s
+    if config.mode == "closed":
+        z = think.mean if think is not None else 0.0
+        s = service.mean
+        return [(f"--users {u}", d * min(u / (s + z), config.devices / s) + u) for u in config.users]
+    spec = config.schedule
+    if spec.kind == "ramp":
+        return [(f"--ramp {spec.ramp_start:g}:{spec.ramp_end:g}", (spec.offered_rate or 0.0) * d)]
+    if spec.kind == "trace":
+        return []
+    return [(f"--rates {r:g}", r * d) for r in config.rates]
+
 
 def fcfs_completions(arrivals: np.ndarray, service: np.ndarray, devices: int) -> np.ndarray:
     """Completion times of FCFS service on ``devices`` identical servers.
@@ -206,6 +231,7 @@ class SimConfig(BaseModel):
     think: str | None = None
     slo_s: float | None = None
     seed: int = 0
+    max_requests: int = Field(default=MAX_REQUESTS, ge=1)
 
 
 def service_of(config: SimConfig) -> ServiceTime:
@@ -236,7 +262,14 @@ def simulate_sweep(config: SimConfig, on_run: Callable[[SimRun], None] | None = 
         UsageError: no rates / users for the mode, or an invalid option (see :func:`service_of`).
     """
     service = service_of(config)
-    think = parse_service(config.think) if config.think else None
+    think = parse_service(config.think, option="--think") if config.think else None
+    if config.devices > MAX_DEVICES:
+        raise UsageError(f"--devices {config.devices:,} is above {MAX_DEVICES:,}; simulate fewer devices")
+    for label, expected in expected_requests(config, service, think):
+        if not expected <= config.max_requests:
+            raise UsageError(f"{label} x --duration {config.duration_s:g} s makes ~{expected:.3g} requests, above "
+                             f"--max-requests {config.max_requests:,}; shorten --duration, lower the load, or "
+                             "raise --max-requests if you mean it")
     rows: list[RateSummary] = []
     runs: list[tuple[int, float | None, int | None]] = []
     spec = config.schedule.model_copy(update={"duration_s": config.duration_s})
@@ -277,13 +310,24 @@ def simulate_sweep(config: SimConfig, on_run: Callable[[SimRun], None] | None = 
         "duration_s": f"{config.duration_s:g}",
         "seed": str(config.seed),
     }
+    warnings: list[str] = []
+    for name, dist in (("service", service), ("think", think)):
+        clipped = getattr(dist, "clipped_fraction", 0.0)
+        if dist is not None and clipped > 0:
+            conditions[f"{name}_clipped_fraction"] = f"{clipped:.6g}"
+            warnings.append(f"--{name} {dist.text!r}: {clipped:.2%} of the draws were negative and clipped to "
+                            f"0 s, so the real mean differs from the stated {dist.mean:.4g} s; use a narrower "
+                            "distribution")
     if config.mode == "open":
         conditions["arrival"] = config.schedule.kind
         if config.schedule.kind == "gamma":
             conditions["burstiness"] = f"{config.schedule.burstiness:g}"
     elif think is not None:
         conditions["think"] = think.text
-    return analyze_sweep(rows, slo_s=config.slo_s, source="simulate", conditions=conditions)
+    result = analyze_sweep(rows, slo_s=config.slo_s, source="simulate", conditions=conditions)
+    if warnings:
+        result = result.model_copy(update={"warnings": [*warnings, *result.warnings]})
+    return result
 
 
 def _trace_rate(arrivals: np.ndarray, duration: float) -> float | None:
@@ -291,7 +335,9 @@ def _trace_rate(arrivals: np.ndarray, duration: float) -> float | None:
 
 
 __all__ = [
+    "MAX_REQUESTS",
     "SimConfig",
+    "expected_requests",
     "SimRun",
     "fcfs_completions",
     "service_of",

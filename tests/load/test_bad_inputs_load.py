@@ -1,0 +1,66 @@
+"""Every bad input of ``diffbench load``: one row each (arguments -> exit code -> message fragment).
+
+All of them must fail before a request is sent (the URL is a closed port: a row that reached the network
+would fail differently) with a one-line ``error:`` that names the option — never a traceback, pydantic's
+multi-line dump, or an out-of-memory kill (``--rates 1e9`` once tried to allocate tens of TiB).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from diffbench.cli.main import main
+
+URL = ["load", "--url", "http://127.0.0.1:9"]
+
+ROWS = [
+    (["--rates", "1,0"], 2, "--rates: rate must be > 0, got 0"),
+    (["--rates", "1", "--duration", "-1"], 2, "--duration must be > 0"),
+    (["--rates", "x"], 2, "--rates: 'x' is not a number"),
+    (["--mode", "sideways"], 2, "--mode must be open or closed"),
+    (["--dialect", "grpc"], 2, "--dialect must be openai, vllm-omni or sglang"),
+    (["--rates", "1", "--max-inflight", "0"], 2, "--max-inflight must be >= 1"),
+    (["--mode", "closed", "--users", "0"], 2, "--users: must be >= 1"),
+    (["--rates", "1", "--header", "nocolon"], 2, "--header 'nocolon' must look like 'Name: value'"),
+    (["--rates", "1", "--timeout", "0"], 2, "--timeout must be > 0"),
+    # issue 9 §4
+    (["--rates", "1e9"], 2, "--rates 1e+09 x --duration 30 s schedules ~3e+10 requests, above --max-requests"),
+    (["--rates", "100", "--duration", "1e9"], 2, "above --max-requests 200,000"),
+    (["--rates", "1", "--max-requests", "0"], 2, "--max-requests must be >= 1"),
+    (["--rates", "1", "--size", "0x0"], 2, "--size 0x0: width input should be greater than 0"),
+    (["--rates", "1", "--size", "64x99999"], 2, "--size 64x99999: height input should be less than or equal"),
+    (["--rates", "1", "--size", "big"], 2, "--size: size must look like WIDTHxHEIGHT"),
+    (["--rates", "1", "--steps", "0"], 2, "--steps 0: steps input should be greater than 0"),
+    (["--rates", "1", "--frames", "0"], 2, "--frames 0: frames input should be greater than 0"),
+    (["--rates", "1", "--json", "no/such/dir/r.json"], 2, "--json no/such/dir/r.json: directory no/such/dir does "
+                                                          "not exist; create it first or pass --mkdir"),
+    (["--rates", "1", "--jsonl", "no/such/dir/r.jsonl"], 2, "--jsonl no/such/dir/r.jsonl: directory"),
+    (["--rates", "1", "--json", "."], 2, "--json . is a directory"),
+    (["--rates", "1", "--url", "ftp://x"], 2, "--url: "),
+]
+
+
+@pytest.mark.parametrize("argv, code, fragment", ROWS, ids=[" ".join(r[0]) for r in ROWS])
+def test_bad_input_is_a_clear_error(argv, code, fragment, capsys, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(URL + argv) == code
+    err = capsys.readouterr().err
+    assert fragment in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "no").exists()  # a mistyped directory is never created
+
+
+def test_workload_unknown_field(tmp_path, capsys) -> None:
+    wl = tmp_path / "w.yaml"
+    wl.write_text("shapes: [{size: 64x64, steps: 2, stpes: 3}]\n")
+    assert main(URL + ["--rates", "1", "--workload", str(wl)]) == 2
+    assert "shapes.0.stpes: unknown field" in capsys.readouterr().err
+
+
+def test_mkdir_creates_the_parent_directories(fake, tmp_path) -> None:
+    out, jl = tmp_path / "a" / "r.json", tmp_path / "b" / "c" / "r.jsonl"
+    assert main(["load", "--url", fake.url("ok"), "--rates", "4", "--duration", "0.5", "--warmup", "0",
+                 "--timeout", "5", "--size", "64x64", "--json", str(out), "--jsonl", str(jl), "--mkdir"]) == 0
+    assert json.loads(out.read_text())["n_ok"] == len(jl.read_text().splitlines()) >= 1

@@ -1,0 +1,74 @@
+"""Every bad input of ``diffbench simulate``: one row each (arguments -> exit code -> message fragment).
+
+Each must fail before anything is drawn: a one-line ``error:``, never a traceback, a hang or an
+out-of-memory kill (``--rates 1e9`` once tried to allocate tens of TiB).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from diffbench.cli.main import main
+
+BASE = ["simulate", "--devices", "2", "--duration", "60"]
+
+ROWS = [
+    (["--rates", "0,1"], 2, "rate must be > 0, got 0"),
+    (["--rates", "-1"], 2, "rate must be > 0"),
+    (["--rates", "1", "--duration", "0"], 2, "--duration must be a positive"),
+    (["--rates", "1", "--service", "3*Q(1)"], 2, "unknown factor"),
+    (["--rates", "1", "--burstiness", "2"], 2, "--arrival gamma"),
+    (["--users", "2"], 2, "--users is for --mode closed"),
+    (["--mode", "closed", "--users", "2", "--arrival", "gamma"], 2, "are for --mode open"),
+    (["--mode", "closed"], 2, "closed loop needs --users"),
+    (["--mode", "sideways", "--rates", "1"], 2, "use open or closed"),
+    (["--rates", "1", "--think", "1"], 2, "--think applies to --mode closed"),
+    # issue 9 §4
+    (["--rates", "1e9"], 2, "above --max-requests 1,000,000"),
+    (["--rates", "1", "--duration", "1e12"], 2, "above --max-requests"),
+    (["--mode", "closed", "--users", "4", "--duration", "1e12"], 2, "above --max-requests"),
+    (["--mode", "closed", "--users", "1000000000"], 2, "above --max-requests"),
+    (["--devices", "1000000000", "--rates", "1"], 2, "--devices 1,000,000,000 is above"),
+    (["--rates", "1", "--service", "1e400"], 2, "1e400 is not a finite number"),
+    (["--rates", "1", "--service", "N(1e400,1)"], 2, "is not a finite number"),
+    (["--mode", "closed", "--users", "2", "--think", "N(1,-1)"], 2, "--think 'N(1,-1)': N(m, sd) needs sd >= 0"),
+    (["--mode", "closed", "--users", "2", "--think", "Q(1)"], 2, "--think 'Q(1)': unknown factor"),
+    (["--rates", "1", "--json", "no/such/dir/r.json"], 2, "--json no/such/dir/r.json: directory no/such/dir does"),
+    (["--rates", "1", "--jsonl", "no/such/dir/r.jsonl"], 2, "or pass --mkdir"),
+    (["--rates", "1", "--max-requests", "0"], 2, "--max-requests"),
+]
+
+
+@pytest.mark.parametrize("argv, code, fragment", ROWS, ids=[" ".join(r[0]) for r in ROWS])
+def test_bad_input_is_a_clear_error(argv, code, fragment, capsys, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    base = BASE + ([] if "--service" in argv else ["--service", "1.0"])
+    assert main(base + argv) == code
+    err = capsys.readouterr().err
+    assert fragment in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) <= 4  # click usage errors take 4
+
+
+def test_max_requests_can_be_raised_and_mkdir_creates_the_directory(tmp_path) -> None:
+    out = tmp_path / "new" / "r.json"
+    assert main(BASE + ["--service", "1", "--rates", "400", "--duration", "3000", "--max-requests", "1300000",
+                        "--json", str(out), "--mkdir"]) == 0
+    assert json.loads(out.read_text())["rates"][0]["n"] > 1_000_000
+
+
+def test_negative_draws_are_counted_and_reported(tmp_path, capsys) -> None:
+    # N(1, 1) is negative with probability Phi(-1) = 0.1587: those draws are clipped to 0 s and reported.
+    out = tmp_path / "r.json"
+    assert main(BASE + ["--service", "N(1,1)", "--rates", "0.5", "--duration", "4000", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    n = res["rates"][0]["n"]
+    frac = float(res["conditions"]["service_clipped_fraction"])
+    p = 0.5 * math.erfc(1 / math.sqrt(2))
+    assert abs(frac - p) <= 4 * math.sqrt(p * (1 - p) / n)  # binomial noise of n draws
+    assert any("clipped to 0 s" in w for w in res["warnings"])
+    assert "clipped to 0 s" in capsys.readouterr().out
+    assert main(BASE + ["--service", "N(1,0.02)", "--rates", "0.5", "--json", str(out)]) == 0
+    assert "service_clipped_fraction" not in json.loads(out.read_text())["conditions"]
