@@ -9,7 +9,9 @@ Modes: ``ok`` (PNG of the requested size after ``delay_s``, honouring a pause wi
 base64 that is not an image), ``wrongsize`` (an image 8 px wider than asked), ``reset`` (closes the
 connection without answering), ``stall`` (never answers), ``noise`` / ``noisewrong`` (an incompressible PNG, of the requested size /
 8 px wider: large bodies checked in the worker pool), ``mix`` (cycles through ``MIX_CYCLE``),
-``mix60`` (cycles through ``MIX60_CYCLE``: 60 % failures), ``vid`` (video jobs finishing after ``video_s``) and ``vidstuck`` (jobs that never finish).
+``mix60`` (cycles through ``MIX60_CYCLE``: 60 % failures), ``vid`` (video jobs finishing after ``video_s``), ``vidstuck`` (jobs that never finish), ``vidmp4`` (a real
+MP4 with the requested frame count, reported in the job), ``vidmp4short`` (one frame missing from the MP4)
+and ``vidjobwrong`` (the job reports 4 frames more than requested).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import base64
 import io
 import itertools
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -30,6 +33,13 @@ MIX_CYCLE = ("ok", "r429", "r500", "badjson", "badimg", "wrongsize", "reset", "s
 MIX60_CYCLE = ("ok", "r429", "ok", "r500", "badjson", "ok", "r429", "badimg", "ok", "r500")
 """``mix60``: 4 ok in every 10 requests (60 % fail: 429, 500, malformed JSON, an undecodable image)."""
 MP4_BYTES = b"\x00\x00\x00\x18ftypmp42\x00\x00\x00\x00mp42isom" + b"\x00" * 64
+
+
+def _mp4(frames: int) -> bytes:
+    """A real H.264/MPEG-4 MP4 of ``frames`` black 64x48 frames (PyAV, via the reference encoder)."""
+    from diffbench.server.mp4 import encode_mp4
+
+    return encode_mp4(np.zeros((frames, 48, 64, 3), dtype=np.uint8), 8)
 
 
 class FakeServer:
@@ -153,7 +163,7 @@ class FakeServer:
         elif mode == "mix60":
             mode = MIX60_CYCLE[next(self._mix) % len(MIX60_CYCLE)]
         if mode.startswith("vid"):
-            return await self._video(mode, method, path, writer)
+            return await self._video(mode, method, path, writer, body)
         if mode == "reset":
             writer.transport.abort()
             return False
@@ -188,12 +198,15 @@ class FakeServer:
                "service_time_s": time.perf_counter() - t_in}  # measured: what this server really held it
         return await self._send(writer, 200, json.dumps(out).encode())
 
-    async def _video(self, mode: str, method: str, path: str, writer: asyncio.StreamWriter) -> bool:
+    async def _video(self, mode: str, method: str, path: str, writer: asyncio.StreamWriter,
+                     body: bytes = b"") -> bool:
         now = time.monotonic()
         parts = path.strip("/").split("/")  # v1 videos [id] [content]
         if method == "POST" and parts == ["v1", "videos"]:
             jid = f"video_{next(self._ids)}"
-            self._jobs[jid] = (None if mode == "vidstuck" else now + self.video_s, 0, 0)
+            m = re.search(rb'num_frames"\s*(?:\r\n\r\n|:\s*)(\d+)', body)  # multipart form or JSON
+            frames = int(m.group(1)) if m else 0
+            self._jobs[jid] = (None if mode == "vidstuck" else now + self.video_s, frames, 0)
             return await self._send(writer, 200, json.dumps({"id": jid, "status": "queued"}).encode())
         if len(parts) >= 3 and parts[2] in self._jobs:
             jid = parts[2]
@@ -202,14 +215,19 @@ class FakeServer:
             if method == "DELETE":
                 self.deleted.append(jid)
                 return await self._send(writer, 200, json.dumps({"id": jid, "deleted": True}).encode())
+            frames = self._jobs[jid][1]
             if len(parts) == 4 and parts[3] == "content":
                 if not finished:
                     return await self._send(writer, 404, b'{"error":"not ready"}')
+                if mode in ("vidmp4", "vidmp4short"):  # a real MP4, with one frame missing for "short"
+                    return await self._send(writer, 200, _mp4(frames - (mode == "vidmp4short")), ctype="video/mp4")
                 return await self._send(writer, 200, MP4_BYTES, ctype="video/mp4")
             self.polls += 1
             status = "completed" if finished else "in_progress"
-            return await self._send(writer, 200, json.dumps(
-                {"id": jid, "status": status, "stage_durations": {"denoise": 0.2}}).encode())
+            job = {"id": jid, "status": status, "stage_durations": {"denoise": 0.2}}
+            if mode.startswith("vidmp4") or mode == "vidjobwrong":
+                job["num_frames"] = frames + (4 if mode == "vidjobwrong" else 0)  # e.g. rounded to 4k+1
+            return await self._send(writer, 200, json.dumps(job).encode())
         return await self._send(writer, 404, b'{"error":"no such route"}')
 
 

@@ -152,3 +152,29 @@ def test_importing_the_client_and_command_does_not_import_httpx_or_torch():
             "print(sorted(m for m in ('httpx', 'torch', 'diffusers', 'PIL') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_shape_label_names_only_what_the_dialect_sends():
+    from diffbench.load.client.dialects import shape_label
+    from diffbench.load.client.workload import RequestSpec, ShapeMix
+
+    img = RequestSpec(index=0, kind="image", prompt="p", seed=0, shape=ShapeMix(width=64, height=48, steps=2))
+    vid = RequestSpec(index=0, kind="video", prompt="p", seed=0,
+                      shape=ShapeMix(width=832, height=480, steps=30, frames=33, fps=8))
+    assert shape_label(img, "vllm-omni") == "64x48 s2" and shape_label(img, "sglang") == "64x48 s2"
+    assert shape_label(img, "openai") == "64x48"
+    assert shape_label(vid, "vllm-omni") == "832x480 f33 s30"
+    assert shape_label(vid, "openai") == "832x480 4s"  # what it sends: seconds = round(33 / 8)
+
+
+def test_mp4_frame_count_reads_the_sample_table():
+    pytest.importorskip("av")
+    from diffbench.load.client.payload import check_video, mp4_frame_count
+    from diffbench.server.mp4 import encode_mp4
+
+    for frames in (1, 5, 17):
+        data = encode_mp4(np.zeros((frames, 16, 16, 3), dtype=np.uint8), 8)
+        assert mp4_frame_count(data) == frames
+        assert check_video(data, frames).ok and not check_video(data, frames + 1).ok
+    header_only = b"\x00\x00\x00\x18ftypmp42\x00\x00\x00\x00mp42isom"
+    assert mp4_frame_count(header_only) is None and check_video(header_only, 5).ok  # unknown, not zero

@@ -54,3 +54,25 @@ def test_delete_abandoned_deletes_only_when_asked(fake):
     run, backend = _video(fake.url("vidstuck"), timeout=0.5, delete_abandoned=True)
     assert [r.outcome for r in run.records] == ["timeout", "timeout"]
     assert sorted(fake.deleted) == sorted(backend.deleted_jobs) and len(fake.deleted) == 2
+
+
+@pytest.mark.parametrize("mode, outcome, error", [
+    ("vidmp4", "ok", None),
+    ("vidmp4short", "invalid_payload", "video has 4 frames, requested 5"),
+    ("vidjobwrong", "invalid_payload", "video job reports 9 frames, requested 5"),
+])
+def test_video_with_another_frame_count_is_invalid_payload(fake, mode, outcome, error):
+    pytest.importorskip("av")
+    fake.video_s = 0.05
+    run, _ = _video(fake.url(mode), timeout=10.0)
+    assert [r.outcome for r in run.records] == [outcome, outcome]
+    if error:
+        assert all(error in r.error for r in run.records)
+
+
+def test_openai_dialect_labels_do_not_claim_steps_or_frames(fake):
+    run, _ = _video(fake.url("vid"), timeout=5.0, dialect="openai")
+    # openai sends neither steps nor frames (no fps given: no seconds either): the label is the size only
+    assert {r.shape for r in run.records} == {"64x48"}
+    run, _ = _video(fake.url("vid"), timeout=5.0, dialect="vllm-omni")
+    assert {r.shape for r in run.records} == {"64x48 f5 s2"}

@@ -247,9 +247,10 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
 
     from diffbench.core.jsonio import write_json_atomic
     from diffbench.load.client.control import JsonlSink, RunControl
+    from diffbench.load.client.dialects import sends_steps_and_frames, shape_label
     from diffbench.load.client.http import HttpBackend, Target
     from diffbench.load.client.sweep import NoSuccessError, SweepConfig, run_sweep
-    from diffbench.load.client.workload import RequestPlanner, Workload, resolve_prompts
+    from diffbench.load.client.workload import RequestPlanner, RequestSpec, Workload, resolve_prompts
 
     assert isinstance(cfg, SweepConfig) and isinstance(wl, Workload) and isinstance(target, Target)
     prompts, prompt_source = resolve_prompts(wl, o.prompts)
@@ -262,9 +263,14 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
                                         if cfg.schedule.kind == "gamma" else ""),
         "duration_s": f"{cfg.duration_s:g}", "seed": str(cfg.seed),
         "max_inflight": str(cfg.max_inflight) if cfg.max_inflight else "none",
-        "shapes": "; ".join(f"{s.label()} w={s.weight:g}" for s in wl.shapes),
+        "shapes": "; ".join(f"{shape_label(RequestSpec(index=0, kind=wl.kind, prompt='-', shape=s, seed=0), target.dialect)} "
+                            f"w={s.weight:g}" for s in wl.shapes),
         "prompts": f"{len(prompts)} from {prompt_source}", "warmup_per_shape": str(cfg.warmup_per_shape),
     }
+    if not sends_steps_and_frames(target.dialect):
+        conditions["not_sent"] = "steps, frames, seed, guidance (openai dialect: the server's defaults apply)"
+        console.print("[yellow]--dialect openai sends neither steps nor frames: the server's defaults apply, "
+                      "and rows are labelled by size only[/yellow]")
     if wl.kind == "video":
         conditions["poll_interval_s"] = f"{target.poll_interval_s:g} (latency quantized by it)"
         conditions["delete_abandoned"] = str(target.delete_abandoned).lower()

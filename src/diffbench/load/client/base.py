@@ -38,6 +38,7 @@ class Attempt:
     stages_s: dict[str, float] = field(default_factory=dict)
     peak_memory_bytes: int | None = None
     job_id: str | None = None
+    reported_frames: int | None = None
 
     def to_record(self, *, id: int, rate: float | None, shape: str, intended_s: float,
                   client_queue_s: float) -> RequestRecord:

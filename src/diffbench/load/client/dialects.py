@@ -81,6 +81,28 @@ def video_fields(spec: RequestSpec, dialect: Dialect) -> dict[str, JsonScalar]:
     return fields
 
 
+def sends_steps_and_frames(dialect: Dialect) -> bool:
+    """True when the dialect sends ``num_inference_steps`` (and ``num_frames`` for video)."""
+    return dialect != "openai"
+
+
+def shape_label(spec: RequestSpec, dialect: Dialect) -> str:
+    """The breakdown key of a request, naming only what the dialect sends.
+
+    ``vllm-omni``/``sglang``: :meth:`ShapeMix.label` (``512x384 s8``, ``832x480 f33 s30``). ``openai``
+    sends neither steps nor frames (the server's defaults apply), so its label is the size, plus the
+    ``seconds`` it sends for a video: ``512x384``, ``832x480 4s``.
+    """
+    if sends_steps_and_frames(dialect):
+        return spec.shape.label()
+    label = spec.shape.size
+    if spec.kind == "video":
+        seconds = video_fields(spec, dialect).get("seconds")
+        if seconds is not None:
+            label += f" {seconds}s"
+    return label
+
+
 def video_uses_form(dialect: Dialect) -> bool:
     """True when the dialect creates video jobs with a multipart form (else JSON)."""
     return dialect != "sglang"

@@ -24,7 +24,9 @@ from diffbench.load.client.dialects import (
     VIDEOS_PATH,
     Dialect,
     image_body,
+    sends_steps_and_frames,
     server_timings,
+    shape_label,
     video_fields,
     video_uses_form,
 )
@@ -185,6 +187,10 @@ class HttpBackend:
         self._next = (self._next + 1) % len(self._clients)
         return self._clients[self._next]
 
+    def label(self, spec: RequestSpec) -> str:
+        """The breakdown key of ``spec`` for this dialect (see :func:`~diffbench.load.client.dialects.shape_label`)."""
+        return shape_label(spec, self.target.dialect)
+
     async def execute(self, spec: RequestSpec, attempt: Attempt, now: Now) -> None:
         body = self._image if spec.kind == "image" else self._video
         client = self._pick()
@@ -263,6 +269,8 @@ class HttpBackend:
             status = str(obj.get("status", ""))
         if obj is not None:
             a.stages_s, a.peak_memory_bytes = server_timings(obj)
+            nf = obj.get("num_frames")
+            a.reported_frames = nf if isinstance(nf, int) and not isinstance(nf, bool) else None
         resp = await client.send(client.build_request("GET", f"{VIDEOS_PATH}/{a.job_id}/content"),
                                  stream=True)
         try:
@@ -318,7 +326,12 @@ class HttpBackend:
                     verdict = await loop.run_in_executor(self._pool(), check_images, *args)
                 attempt.stages_s, attempt.peak_memory_bytes = verdict.stages_s, verdict.peak_memory_bytes
             else:
-                verdict = check_video(body)
+                frames = s.frames if sends_steps_and_frames(self.target.dialect) else None
+                if frames is not None and attempt.reported_frames not in (None, frames):
+                    verdict = Verdict(False, f"video job reports {attempt.reported_frames} frames, requested "
+                                             f"{frames}")
+                else:
+                    verdict = check_video(body, frames)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a checker failure is counted, never dropped

@@ -2,8 +2,9 @@
 
 An image response is valid when it is JSON with ``data`` holding ``n`` items whose ``b64_json`` decodes
 (strict base64) to an image Pillow can fully decode, of the requested width and height. A video download
-is valid when it is non-empty and starts like an ISO-BMFF/MP4 file (an ``ftyp`` box at byte 4) — the
-client does not decode video frames.
+is valid when it is non-empty, starts like an ISO-BMFF/MP4 file (an ``ftyp`` box at byte 4) and holds the
+requested number of frames (read from the MP4 sample table and from the job's ``num_frames``; the client
+does not decode video frames).
 
 These functions are pure and CPU-bound: the runners call them in a worker thread so a large payload does
 not stall the dispatch clock.
@@ -93,10 +94,71 @@ def check_images(body: bytes, width: int, height: int, n: int, decode: bool = Tr
     return Verdict(True, None, stages, peak)
 
 
-def check_video(content: bytes) -> Verdict:
-    """Check a downloaded video: non-empty and an MP4 (``ftyp`` box) header."""
+_CONTAINERS = frozenset({b"moov", b"trak", b"mdia", b"minf", b"stbl", b"moof", b"traf", b"edts", b"mvex"})
+
+
+def _boxes(data: bytes, start: int, end: int) -> list[tuple[bytes, int, int]]:
+    """(type, payload start, payload end) of the ISO-BMFF boxes in ``data[start:end]``."""
+    out = []
+    pos = start
+    while pos + 8 <= end:
+        size = int.from_bytes(data[pos:pos + 4], "big")
+        kind = data[pos + 4:pos + 8]
+        head = 8
+        if size == 1:
+            if pos + 16 > end:
+                break
+            size, head = int.from_bytes(data[pos + 8:pos + 16], "big"), 16
+        elif size == 0:
+            size = end - pos
+        if size < head or pos + size > end:
+            break
+        out.append((kind, pos + head, pos + size))
+        pos += size
+    return out
+
+
+def mp4_frame_count(content: bytes) -> int | None:
+    """Frames of the first video track of an MP4, from its sample tables (no decoding), or None.
+
+    ISO/IEC 14496-12: the track whose ``hdlr`` handler type is ``vide``; its sample count is ``stsz`` (or
+    ``stz2``) ``sample_count``; a fragmented file adds the ``trun`` sample counts of its fragments. None
+    when the file has no such table (the count is then unknown, not zero).
+    """
+    def walk(start: int, end: int, track: dict[str, object]) -> None:
+        for kind, a, b in _boxes(content, start, end):
+            if kind == b"trak":
+                sub: dict[str, object] = {}
+                walk(a, b, sub)
+                if sub.get("handler") == b"vide" and "samples" not in found:
+                    found["samples"] = sub.get("samples")
+            elif kind in _CONTAINERS:
+                walk(a, b, track)
+            elif kind == b"hdlr" and b - a >= 12:
+                track["handler"] = content[a + 8:a + 12]
+            elif kind in (b"stsz", b"stz2") and b - a >= 12:  # both: version/flags, 4 bytes, sample_count
+                track["samples"] = int.from_bytes(content[a + 8:a + 12], "big")
+            elif kind == b"trun" and b - a >= 8:
+                found["fragments"] = int(found.get("fragments") or 0) + int.from_bytes(content[a + 4:a + 8], "big")
+
+    found: dict[str, object] = {}
+    walk(0, len(content), {})
+    samples = found.get("samples")
+    total = (int(samples) if isinstance(samples, int) else 0) + int(found.get("fragments") or 0)
+    if samples is None and "fragments" not in found:
+        return None
+    return total
+
+
+def check_video(content: bytes, frames: int | None = None) -> Verdict:
+    """Check a downloaded video: non-empty, an MP4 (``ftyp`` box) header, and — when ``frames`` is given
+    and the file's sample table tells — exactly ``frames`` video frames."""
     if not content:
         return Verdict(False, "video content is empty")
     if len(content) < 12 or content[4:8] != b"ftyp":
         return Verdict(False, "video content is not an MP4 (no ftyp box at byte 4)")
+    if frames is not None:
+        got = mp4_frame_count(content)
+        if got is not None and got != frames:
+            return Verdict(False, f"video has {got} frames, requested {frames}")
     return Verdict(True)

@@ -125,7 +125,9 @@ async def _one_request(backend: Backend, spec: RequestSpec, intended: float, now
             if abandon is not None and a.job_id is not None:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await asyncio.shield(abandon(a))
-    recorder.add(a.to_record(id=spec.index, rate=recorder.rate, shape=spec.shape.label(), intended_s=intended,
+    label = getattr(backend, "label", None)  # the backend knows what its dialect really sends
+    shape = label(spec) if label is not None else spec.shape.label()
+    recorder.add(a.to_record(id=spec.index, rate=recorder.rate, shape=shape, intended_s=intended,
                              client_queue_s=queue_s))
 
 
