@@ -29,6 +29,7 @@ ROWS = [
     (["--rates", "1e9"], 2, "--rates 1e+09 x --duration 30 s schedules ~3e+10 requests, above --max-requests"),
     (["--rates", "100", "--duration", "1e9"], 2, "above --max-requests 200,000"),
     (["--rates", "1", "--max-requests", "0"], 2, "--max-requests must be >= 1"),
+    (["--mode", "closed", "--users", "1000000000"], 2, "--users 1,000,000,000 is above --max-requests"),
     (["--rates", "1", "--size", "0x0"], 2, "--size 0x0: width input should be greater than 0"),
     (["--rates", "1", "--size", "64x99999"], 2, "--size 64x99999: height input should be less than or equal"),
     (["--rates", "1", "--size", "big"], 2, "--size: size must look like WIDTHxHEIGHT"),

@@ -198,6 +198,9 @@ def run_load_command(o: LoadOptions) -> None:
         raise UsageError("--max-inflight applies to the open loop; a closed loop is capped by --users")
     if o.max_requests < 1:
         raise UsageError(f"--max-requests must be >= 1, got {o.max_requests}")
+    if o.mode == "closed" and max(users) > o.max_requests:
+        raise UsageError(f"--users {max(users):,} is above --max-requests {o.max_requests:,} (each user sends "
+                         "at least one request); use fewer users or raise --max-requests")
     for rate in rates or []:
         check_request_count(rate * o.duration, f"--rates {rate:g} x --duration {o.duration:g} s",
                             o.max_requests)

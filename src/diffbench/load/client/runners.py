@@ -198,10 +198,11 @@ async def run_open_loop(
         nonlocal dispatched
         loop = asyncio.get_running_loop()
         for i, t in enumerate(times):
+            spec = specs[i]  # drawn before the wait (specs may be planned lazily), never on the send path
             delay = t0 + t - perf()
             if delay > 0:
                 await asyncio.sleep(delay)
-            task = loop.create_task(_one_request(backend, specs[i], t, now, sem, recorder))
+            task = loop.create_task(_one_request(backend, spec, t, now, sem, recorder))
             inflight.add(task)
             task.add_done_callback(inflight.discard)
             dispatched = i + 1

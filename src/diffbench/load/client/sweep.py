@@ -227,7 +227,7 @@ async def run_sweep(
                                  f"{cfg.max_requests:,}; lower the duration or raise --max-requests")
             spec = cfg.schedule.with_rate(rate).model_copy(update={"duration_s": cfg.duration_s})
             times = build_schedule(spec, seed=np.random.default_rng([cfg.seed, k]))
-            specs = planner.take(len(times))
+            specs = planner.stream(len(times))
             progress(f"open loop, {rate:g} req/s for {cfg.duration_s:g} s ({len(times)} requests)")
             run = await run_open_loop(times, specs, backend, offered_rate=rate, duration_s=cfg.duration_s,
                                       max_inflight=cfg.max_inflight, drain_s=cfg.drain_s, control=control,

@@ -244,3 +244,28 @@ class RequestPlanner:
     def take(self, n: int) -> list[RequestSpec]:
         """The next ``n`` specs."""
         return [self.next() for _ in range(n)]
+
+    def stream(self, n: int) -> PlannedSpecs:
+        """The next ``n`` specs, drawn one by one as a runner reads them in order (nothing materialized)."""
+        return PlannedSpecs(self, n)
+
+
+class PlannedSpecs(Sequence[RequestSpec]):
+    """``n`` specs of a :class:`RequestPlanner`, drawn lazily; must be read in order, each index once
+    (the open-loop dispatcher does), so a long schedule never holds every spec in memory.
+
+    Raises:
+        IndexError: an index read out of order or beyond ``n``.
+    """
+
+    def __init__(self, planner: RequestPlanner, n: int) -> None:
+        self._planner, self._n, self._next = planner, n, 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: int) -> RequestSpec:  # type: ignore[override]
+        if i != self._next or i >= self._n:
+            raise IndexError(f"planned specs are read in order: expected index {self._next}, got {i}")
+        self._next += 1
+        return self._planner.next()
