@@ -150,5 +150,7 @@ def test_reference_service_open_and_closed(tmp_path, capsys):
         lat = r["latency_from_arrival_s"]
         assert r["ok_rate"] >= r["users"] / lat["mean"] * (1 - 3.0 * lat["std"] / lat["mean"] / lat["n"] ** 0.5
                                                           - 2.0 * lat["mean"] / 3.0)
-    lat = [r["latency_from_arrival_s"]["p50"] for r in rows]
-    assert lat[2] > 2 * lat[0]
+    # Queueing: with one worker, 4 users wait for each other, so latency in units of the row's own service
+    # time (the machine's speed changes between rows on a busy host) grows: ~1 at 1 user, ~4 at 4 users.
+    ratio = [r["latency_from_arrival_s"]["mean"] / r["server_service_time_s"]["mean"] for r in rows]
+    assert ratio[2] > 2 * ratio[0]
