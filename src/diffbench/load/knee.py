@@ -23,7 +23,8 @@ The knee's ``reason`` always starts with the knee row's label (or "none"), the r
 
 Capacity estimate (ok requests per second): the highest ok rate of any row, None when no request
 succeeded. It is marked ``capacity_saturated`` when that row is a closed-loop row at the plateau (another
-row within 5 %) or when an open-loop row is flagged unstable or saturated; otherwise it is only a lower
+row within 5 %) or when an open-loop row is flagged unstable or saturated without more than 5 % of
+failures other than ``rejected`` (a broken server is not a saturated one); otherwise it is only a lower
 bound. With ``--rates auto`` the closed-loop probe of the same run is folded in
 (:func:`merge_probe_capacity`): the capacity is the higher of both and says where it came from, so the
 capacity line never contradicts the probe printed above it.
@@ -205,7 +206,17 @@ def estimate_capacity(rows: Sequence[RateSummary]) -> tuple[float | None, bool]:
     if best.mode == "closed":
         plateau = sum(1 for r in rows if r.ok_rate >= SATURATION_FRACTION * best.ok_rate) >= 2
         return best.ok_rate, plateau
-    return best.ok_rate, any(r.unstable or r.saturated for r in rows)
+    return best.ok_rate, any(_saturation_evidence(r) for r in rows)
+
+
+def _saturation_evidence(row: RateSummary) -> bool:
+    """An open-loop row shows the service's limit: flagged unstable or saturated, and not failing for other
+    reasons (errors other than ``rejected`` above 5 %: a broken server is not a saturated one)."""
+    if not (row.unstable or row.saturated):
+        return False
+    ended = row.n - row.outcomes.get("cancelled", 0)
+    broken = ended - row.n_ok - row.outcomes.get("rejected", 0)
+    return not (ended and broken / ended > FAILED_WARN_FRACTION)
 
 
 def _totals(rows: Sequence[RateSummary]) -> dict[str, object]:
