@@ -170,3 +170,22 @@ def test_large_payloads_are_checked_in_worker_processes(fake, mode, outcome):
     assert [r.outcome for r in run.records] == [outcome, outcome]
     if outcome != "ok":
         assert "image is 408x400, requested 400x400" in run.records[0].error
+
+
+def test_stop_before_anything_is_measured_exits_130(fake):
+    from diffbench.load.client.sweep import StoppedBeforeMeasuring, SweepConfig, run_sweep
+
+    async def go():
+        backend = HttpBackend(Target(base_url=fake.url("ok"), timeout_s=5.0))
+        await backend.start()
+        control = RunControl()
+        control.request_stop("Ctrl-C")
+        try:
+            planner = RequestPlanner(default_workload(64, 64, 2), ["x"], seed=0)
+            await run_sweep(SweepConfig(rates=[1.0], duration_s=1.0), backend, planner, control=control)
+        finally:
+            await backend.close()
+
+    with pytest.raises(StoppedBeforeMeasuring, match="nothing was measured") as info:
+        asyncio.run(go())
+    assert info.value.exit_code == 130  # as bench: an interrupted run exits 130

@@ -39,6 +39,12 @@ class NoSuccessError(DiffbenchError):
     exit_code = 1
 
 
+class StoppedBeforeMeasuring(DiffbenchError):
+    """Ctrl-C before any measured request finished: nothing to summarize or write (exit 130, as bench)."""
+
+    exit_code = 130
+
+
 AUTO_FRACTIONS: tuple[float, ...] = (0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.2)
 PROBE_GAIN = 1.05
 
@@ -179,7 +185,9 @@ async def run_sweep(
     included, over its shortened window) are summarized and returned with ``interrupted=True``.
 
     Raises:
-        UsageError: bad rates (<= 0), an unreachable service, or a stop before any request finished.
+        UsageError: bad rates (<= 0) or a schedule above ``max_requests``.
+        NoSuccessError: no warm-up request reached the service.
+        StoppedBeforeMeasuring: a stop before any request finished (exit 130).
     """
     control = control or RunControl()
     conditions = dict(conditions or {})
@@ -190,7 +198,7 @@ async def run_sweep(
         wu_box.append(await warmup(backend, planner, cfg.warmup_per_shape))
 
     if not await control.interruptible(_warm()):
-        raise UsageError("stopped during the warm-up; nothing was measured")
+        raise StoppedBeforeMeasuring("interrupted during the warm-up; nothing was measured or written")
     wu = wu_box[0]
     probe_result: SweepResult | None = None
     rows: list[RateSummary] = []
@@ -241,7 +249,7 @@ async def run_sweep(
         partial = probe_result.model_copy(update={"partial": True, "interrupted": True})
         return SweepRun(result=partial, probe=probe_result, warmup=wu, interrupted=True)
     if not rows:
-        raise UsageError("the run stopped before any request finished; nothing to summarize")
+        raise StoppedBeforeMeasuring("interrupted before any request finished; nothing was measured or written")
     result = merge_probe_capacity(analyze_sweep(rows, slo_s=cfg.slo_s, source="load", conditions=conditions),
                                   probe_result)
     extra = skipped + ([f"run stopped early ({control.reason})"] if control.stopped else [])
