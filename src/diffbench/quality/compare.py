@@ -21,7 +21,7 @@ from diffbench.quality import video as vid
 from diffbench.quality.distribution import ClipScorer, FeatureExtractor, FeatureStats, fid_from_stats, kid
 from diffbench.quality.gates import Gate, evaluate_gates
 from diffbench.quality.io import Loaded, load_any
-from diffbench.quality.kernels import ms_ssim, psnr, ssim
+from diffbench.quality.kernels import SSIM_RADIUS, ms_ssim, psnr, ssim, ssim_border_difference
 from diffbench.quality.models import (
     DistributionResult,
     FrameRow,
@@ -56,7 +56,8 @@ def _err(spec: PairSpec, problem: str) -> _Outcome:
 
 def _mismatch(a: Loaded, b: Loaded) -> str | None:
     if a.is_video != b.is_video:
-        return "kind mismatch: baseline is " + ("a video" if a.is_video else "an image") + ", candidate is not"
+        return (f"kind mismatch: baseline is {a.describe()}, candidate is {b.describe()} "
+                "(not compared frame by frame)")
     if a.channels != b.channels:
         names = {1: "grayscale", 3: "RGB"}
         return (f"channel mismatch: baseline {names.get(a.channels, a.channels)}, candidate "
@@ -64,7 +65,8 @@ def _mismatch(a: Loaded, b: Loaded) -> str | None:
     if a.data_range != b.data_range:
         return f"range mismatch: baseline data range {a.data_range:g}, candidate {b.data_range:g} (uint8 vs float)"
     if a.is_video and a.array.shape[0] != b.array.shape[0]:
-        return f"frame count mismatch: baseline {a.array.shape[0]}, candidate {b.array.shape[0]} (not truncated)"
+        return (f"frame count mismatch: baseline {a.describe()}, candidate {b.describe()} "
+                "(not truncated or padded)")
     if a.array.shape != b.array.shape:
         ha, wa = a.array.shape[-3:-1]
         hb, wb = b.array.shape[-3:-1]
@@ -84,8 +86,15 @@ def _score(spec: PairSpec, opt: QualityOptions, lp: Callable | None, fx: Feature
         return _err(spec, bad)
     r = a.data_range
     notes = sorted({f"baseline: {n}" for n in a.notes} | {f"candidate: {n}" for n in b.notes})
+    border, interior = ssim_border_difference(a.array, b.array)
+    border_only = border > 0 and interior == 0
+    if border_only:
+        notes.append(f"border_only_difference: {border} pixel(s) differ, all within the {SSIM_RADIUS}-px border "
+                     "SSIM ignores (SSIM ~ 1 by construction; PSNR counts them); not identical")
     common = dict(key=spec.key, baseline=str(spec.baseline), candidate=str(spec.candidate),
-                  height=int(a.array.shape[-3]), width=int(a.array.shape[-2]), channels=a.channels, notes=notes)
+                  height=int(a.array.shape[-3]), width=int(a.array.shape[-2]), channels=a.channels, notes=notes,
+                  animated=a.animated, border_diff_pixels=border, interior_diff_pixels=interior,
+                  border_only_difference=border_only)
     try:
         if not a.is_video:
             m: dict[str, float | None] = {"psnr": psnr(a.array, b.array, r), "ssim": ssim(a.array, b.array, r)}
@@ -144,11 +153,12 @@ def _score_video(spec: PairSpec, a: Loaded, b: Loaded, lp: Callable | None, comm
     m: dict[str, float | None] = {"psnr": psnr_pair, "ssim": stats.ssim_mean}
     if lps is not None:
         m["lpips"] = stats.lpips_mean
-    frames = [
-        FrameRow(key=spec.key, frame=i, psnr=float(p[i]), ssim=float(s[i]),
-                 lpips=float(lps[i]) if lps is not None else None)
-        for i in range(len(p))
-    ]
+    frames = []
+    for i in range(len(p)):
+        fb, fi = ssim_border_difference(a.array[i], b.array[i])
+        frames.append(FrameRow(key=spec.key, frame=i, psnr=float(p[i]), ssim=float(s[i]),
+                               lpips=float(lps[i]) if lps is not None else None,
+                               identical=bool(fb == 0 and fi == 0), border_only_difference=fb > 0 and fi == 0))
     pr = PairResult(kind="video", frames=stats.frames, identical=bool(np.array_equal(a.array, b.array)),
                     metrics=m, video=stats, **common)
     return _Outcome(pair=pr, frames=frames)
@@ -174,22 +184,23 @@ def _stream(specs: Sequence[PairSpec], fn: Callable[[PairSpec], _Outcome], worke
 def _summaries(report: QualityReport, worst_n: int) -> None:
     samples: dict[str, list[Sample]] = {}
 
-    def add(metric: str, v: float | None, pr: PairResult, frame: int | None = None) -> None:
+    def add(metric: str, v: float | None, pr: PairResult, frame: int | None = None, same: bool = False) -> None:
         if v is not None:
-            samples.setdefault(metric, []).append(Sample(v, pr.key, pr.baseline, pr.candidate, frame))
+            samples.setdefault(metric, []).append(Sample(v, pr.key, pr.baseline, pr.candidate, frame, same))
 
+    # Identical pairs are flagged in every metric's sample (not only PSNR's +inf), so each row counts them.
     by_key = {p.key: p for p in report.pairs}
     for pr in report.pairs:
         for k, v in pr.metrics.items():
-            add(k, v, pr)
+            add(k, v, pr, same=pr.identical and not k.startswith("clip_"))
         if pr.video is not None:
             add("flicker_delta", pr.video.flicker_delta, pr)
             add("motion_ratio", pr.video.motion_ratio, pr)
     for fr in report.frames:
         pr = by_key[fr.key]
-        add("frame_psnr", fr.psnr, pr, fr.frame)
-        add("frame_ssim", fr.ssim, pr, fr.frame)
-        add("frame_lpips", fr.lpips, pr, fr.frame)
+        add("frame_psnr", fr.psnr, pr, fr.frame, fr.identical)
+        add("frame_ssim", fr.ssim, pr, fr.frame, fr.identical)
+        add("frame_lpips", fr.lpips, pr, fr.frame, fr.identical)
     for k, ss in samples.items():
         summ = summarize_metric(k, ss, worst_n)
         if summ is not None:
@@ -253,7 +264,7 @@ def compare_dirs(
         settings.clip = clip.name
     report = QualityReport(baseline=str(baseline), candidate=str(candidate), pairing=pairing.mode,  # type: ignore[arg-type]
                            settings=settings, errors=list(pairing.errors), warnings=list(pairing.warnings),
-                           noise_floor=noise_floor)
+                           noise_floor=noise_floor, settings_diff=list(pairing.settings_diff))
     st_b = FeatureStats(fx.dim) if fx is not None else None
     st_c = FeatureStats(fx.dim) if fx is not None else None
     total = len(pairing.pairs)
@@ -275,6 +286,13 @@ def compare_dirs(
                                    f"(EOS kept): {', '.join(report.clip_truncated[:5])}")
     report.n_pairs = len(report.pairs)
     report.n_identical = sum(p.identical for p in report.pairs)
+    report.n_border_only = sum(p.border_only_difference for p in report.pairs)
+    if report.n_border_only:
+        keys = [p.key for p in report.pairs if p.border_only_difference]
+        report.warnings.append(
+            f"{report.n_border_only} pair(s) differ only in the {SSIM_RADIUS}-px border SSIM ignores (SSIM ~ 1 "
+            f"there; judge them by PSNR, they are not identical): {', '.join(keys[:5])}"
+            + (f" (+{len(keys) - 5} more)" if len(keys) > 5 else ""))
     _summaries(report, opt.worst)
     if fx is not None and st_b is not None and st_c is not None:
         report.distribution = _distribution(fx, st_b, st_c)

@@ -1,8 +1,10 @@
 """Quality gates: parse ``"psnr.p10>=30"`` and evaluate it against a report's summaries.
 
-Grammar: ``METRIC.STAT OP NUMBER`` with STAT in ``n, mean, p10, p50, p90, min, max, worst`` (``worst`` is
-the minimum when higher is better, the maximum otherwise) and OP in ``>=, <=, >, <``. A gate on a metric
-that was not computed fails (never passes silently).
+Grammar: ``METRIC.STAT OP NUMBER`` with METRIC one of :data:`METRICS` (the metrics ``quality`` can
+compute), STAT in ``n, mean, p10, p50, p90, min, max, worst`` (``worst`` is the minimum when higher is
+better, the maximum otherwise) and OP in ``>=, <=, >, <``. An unknown metric or statistic is a usage
+error (exit 2, before any work); a gate on a known metric that was not computed in this run fails
+(never passes silently).
 
 Presets are *starting points that need per-model calibration* (quality-metrics.md §9):
 
@@ -24,8 +26,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pydantic import BaseModel
 
 from diffbench.errors import UsageError
-from diffbench.quality.models import GateResult, MetricSummary
+from diffbench.quality.models import HIGHER_IS_BETTER, GateResult, MetricSummary
 
+METRICS: tuple[str, ...] = tuple(sorted(HIGHER_IS_BETTER))
 STATS = ("n", "mean", "p10", "p50", "p90", "min", "max", "worst")
 _OPS: dict[str, Callable[[float, float], bool]] = {
     ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt,
@@ -47,16 +50,24 @@ class Gate(BaseModel):
     threshold: float
 
 
-def parse_gate(expr: str) -> Gate:
+def parse_gate(expr: str, metrics: Sequence[str] | None = None) -> Gate:
     """Parse one gate expression.
 
+    Args:
+        expr: ``METRIC.STAT OP NUMBER``.
+        metrics: the metric names accepted (default :data:`METRICS`).
+
     Raises:
-        UsageError: malformed expression or unknown statistic (the message shows the grammar).
+        UsageError: malformed expression, unknown metric or unknown statistic (the message names the
+            known ones). Exit code 2.
     """
     m = _GATE.match(expr)
     if not m:
         raise UsageError(f"bad gate {expr!r}; expected METRIC.STAT OP NUMBER, e.g. 'psnr.p10>=30'")
     metric, stat, op, num = m.groups()
+    known = tuple(metrics) if metrics is not None else METRICS
+    if metric not in known:
+        raise UsageError(f"bad gate {expr!r}: unknown metric {metric!r}; use one of {', '.join(known)}")
     if stat not in STATS:
         raise UsageError(f"bad gate {expr!r}: unknown statistic {stat!r}; use one of {', '.join(STATS)}")
     try:
