@@ -255,3 +255,23 @@ def test_settings_diff_per_entry_steps_and_missing_conditions(tmp_path: Path) ->
     rep = compare_dirs(a, b, QualityOptions(workers=1, ms_ssim=False))
     assert [(d.field, d.source, d.baseline, d.candidate) for d in rep.settings_diff] == [("steps", "entries", 4, 3)]
     assert any("records no conditions" in w for w in rep.warnings)
+
+
+@pytest.mark.slow
+def test_bench_batch_1_vs_2_settings_diff_end_to_end(tmp_path: Path, capsys) -> None:
+    # Reproduction: batch 1 vs batch 2 of the same seed differ in pixels (86 dB on a 256² tiny-flux run)
+    # and nothing said why. The manifests written by `bench --save-outputs` now name the difference.
+    common = ["--model", "tiny-flux", "--height", "64", "--width", "64", "--steps", "2", "--warmup", "0",
+              "--runs", "1", "--num-prompts", "1"]
+    assert main(["bench", *common, "--batch", "1", "--save-outputs", str(tmp_path / "b1")]) == 0
+    assert main(["bench", *common, "--batch", "2", "--save-outputs", str(tmp_path / "b2")]) == 0
+    capsys.readouterr()
+    qj = tmp_path / "q.json"
+    rc = main(["quality", str(tmp_path / "b1"), str(tmp_path / "b2"), "--allow-missing", "--no-ms-ssim",
+               "--json", str(qj)])
+    out = capsys.readouterr().out
+    q = json.loads(qj.read_text())
+    assert rc == 0 and q["n_pairs"] == 1 and [e["key"] for e in q["errors"]] == ["p00/seed0/1"]
+    diff = {d["field"]: (d["baseline"], d["candidate"]) for d in q["settings_diff"]}
+    assert diff["batch"] == (1, 2) and "torch" not in diff and "model" not in diff
+    assert "batch composition changes pixels" in " ".join(out.split())

@@ -45,6 +45,8 @@ def per_frame(a: np.ndarray, b: np.ndarray, data_range: float) -> tuple[np.ndarr
     Raises:
         ShapeError: frame count or frame size differs (never truncated or padded).
     """
+    if a.ndim != 4 or b.ndim != 4:
+        raise ShapeError(f"per_frame takes (T, H, W, C) videos, got {a.shape} and {b.shape}")
     if a.shape[0] != b.shape[0]:
         raise ShapeError(f"frame count mismatch: baseline {a.shape[0]}, candidate {b.shape[0]}")
     if a.shape != b.shape:
