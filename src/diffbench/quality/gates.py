@@ -84,8 +84,21 @@ def preset_gates(name: str) -> list[Gate]:
     return [parse_gate(e) for e in PRESETS[name]]
 
 
+# The value of a metric on an identical pair: the mean of a summary whose pairs are all identical is None
+# (identical pairs stay out of means), and a gate on it is judged with this value instead of failing.
+IDENTICAL_VALUE: dict[str, float] = {
+    "psnr": math.inf, "frame_psnr": math.inf, "ssim": 1.0, "frame_ssim": 1.0, "ms_ssim": 1.0,
+    "lpips": 0.0, "frame_lpips": 0.0,
+}
+
+
 def _stat(s: MetricSummary, stat: str) -> float | None:
-    return float(s.n) if stat == "n" else getattr(s, stat)
+    if stat == "n":
+        return float(s.n)
+    v = getattr(s, stat)
+    if v is None and stat == "mean" and s.n > 0 and s.n_identical == s.n:
+        return IDENTICAL_VALUE.get(s.metric)
+    return v
 
 
 def evaluate_gates(summary: Mapping[str, MetricSummary], gates: Sequence[Gate | str]) -> list[GateResult]:
@@ -116,6 +129,13 @@ def evaluate_gates(summary: Mapping[str, MetricSummary], gates: Sequence[Gate | 
         margin = value - gate.threshold if gate.op in (">=", ">") else gate.threshold - value
         word = "PASS" if passed else "FAIL"
         by = "by" if passed else "short by"
+        if s is not None and s.mean is None and gate.stat == "mean":
+            out.append(GateResult(
+                expr=gate.expr, metric=gate.metric, stat=gate.stat, op=gate.op, threshold=gate.threshold,
+                value=value, passed=passed, margin=margin,
+                message=f"{word} {gate.expr}: all {s.n} pairs identical ({gate.metric} = {value:g} each)",
+            ))
+            continue
         out.append(GateResult(
             expr=gate.expr, metric=gate.metric, stat=gate.stat, op=gate.op, threshold=gate.threshold,
             value=value, passed=passed, margin=margin,

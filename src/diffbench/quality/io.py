@@ -158,6 +158,8 @@ def load_image(path: Path, alpha: str = "reject") -> Loaded:
             arr = np.asarray(im)
     except InputError:
         raise
+    except Image.DecompressionBombError as exc:
+        raise InputError(f"{path}: {exc}") from exc
     except (UnidentifiedImageError, OSError, EOFError, SyntaxError, ValueError) as exc:
         raise InputError(f"{path}: cannot decode image (truncated, corrupt or not an image: {exc})") from exc
     if arr.dtype != np.uint8:

@@ -21,8 +21,15 @@ def mean_abs_frame_diff(video: np.ndarray, data_range: float = 255.0) -> float |
     """Mean over consecutive frame pairs of mean|f_t − f_{t+1}|, in 8-bit levels; None for T < 2.
 
     Args:
-        video: ``(T, H, W[, C])`` uint8, or float in [0, data_range] (rescaled to 8-bit levels).
+        video: ``(T, H, W, C)`` with C in {1, 3}, uint8, or float in [0, data_range] (rescaled to 8-bit
+            levels). A 3-D array is refused: ``(H, W, 3)`` and ``(T, H, W)`` cannot be told apart.
+
+    Raises:
+        ShapeError: not ``(T, H, W, C)`` with C in {1, 3}.
     """
+    if video.ndim != 4 or video.shape[-1] not in (1, 3):
+        raise ShapeError(f"expected a (T, H, W, C) video with C in {{1, 3}}, got shape {video.shape}; "
+                         "add a channel axis to a grayscale (T, H, W) video")
     if video.shape[0] < 2:
         return None
     scale = 255.0 / data_range
