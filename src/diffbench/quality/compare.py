@@ -90,7 +90,8 @@ def _score(spec: PairSpec, opt: QualityOptions, lp: Callable | None, fx: Feature
     border_only = border > 0 and interior == 0
     if border_only:
         notes.append(f"border_only_difference: {border} pixel(s) differ, all within the {SSIM_RADIUS}-px border "
-                     "SSIM ignores (SSIM ~ 1 by construction; PSNR counts them); not identical")
+                     "SSIM crops (it sees them only through window tails and stays near 1; PSNR counts them); "
+                     "not identical")
     common = dict(key=spec.key, baseline=str(spec.baseline), candidate=str(spec.candidate),
                   height=int(a.array.shape[-3]), width=int(a.array.shape[-2]), channels=a.channels, notes=notes,
                   animated=a.animated, border_diff_pixels=border, interior_diff_pixels=interior,
@@ -290,8 +291,8 @@ def compare_dirs(
     if report.n_border_only:
         keys = [p.key for p in report.pairs if p.border_only_difference]
         report.warnings.append(
-            f"{report.n_border_only} pair(s) differ only in the {SSIM_RADIUS}-px border SSIM ignores (SSIM ~ 1 "
-            f"there; judge them by PSNR, they are not identical): {', '.join(keys[:5])}"
+            f"{report.n_border_only} pair(s) differ only in the {SSIM_RADIUS}-px border SSIM crops (SSIM stays "
+            f"near 1 there; judge them by PSNR, they are not identical): {', '.join(keys[:5])}"
             + (f" (+{len(keys) - 5} more)" if len(keys) > 5 else ""))
     _summaries(report, opt.worst)
     if fx is not None and st_b is not None and st_c is not None:

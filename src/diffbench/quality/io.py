@@ -12,7 +12,8 @@ Policies (reported in :attr:`Loaded.notes` and in the report settings):
 - **EXIF orientation** is applied (``ImageOps.exif_transpose``) and noted.
 - **Grayscale** stays single-channel; a grayscale/RGB pair is a per-pair error (no silent conversion).
 - ``.npy`` arrays: uint8 ``(H, W[, C])`` (range 255) or float in [0, 1] (range 1.0); NaN/Inf rejected.
-- **Animated images** (GIF, APNG, animated WebP: any image whose Pillow ``n_frames`` > 1) are read as
+- **Animated images** (GIF, APNG, animated WebP; any image whose Pillow ``n_frames`` > 1, so a
+  multi-page TIFF or a multi-picture MPO JPEG too) are read as
   video: every frame, composited by Pillow's ``seek`` (GIF disposal, APNG dispose/blend ops), as
   ``(T, H, W, C)`` uint8 with ``is_video`` and ``animated`` set; never truncated to the first frame.
   Palette frames are expanded; an alpha channel that is fully opaque in every frame (animated WebP

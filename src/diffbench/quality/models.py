@@ -97,7 +97,7 @@ class PairResult(BaseModel):
     # Differing pixel positions in the 5-px ring that SSIM's valid region excludes, and inside it.
     border_diff_pixels: int = 0
     interior_diff_pixels: int = 0
-    # True when the pair differs only in that ring: SSIM ~ 1 by construction, PSNR still counts it.
+    # True when the pair differs only in that ring: SSIM stays near 1 (window tails only), PSNR counts it.
     border_only_difference: bool = False
 
 
@@ -198,7 +198,7 @@ class MetricSettings(BaseModel):
     )
     border: str = (
         "SSIM averages only window centres >= 5 px from every edge (scikit-image crop); a pair whose pixels "
-        "differ only in that 5-px ring is flagged border_only_difference (SSIM ~ 1 there; PSNR counts it)"
+        "differ only in that 5-px ring is flagged border_only_difference (SSIM stays near 1; PSNR counts it)"
     )
     animated: str = (
         "animated GIF/APNG/WebP are read as video: every frame (Pillow seek, disposal applied), per-frame "
