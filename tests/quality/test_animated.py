@@ -100,6 +100,8 @@ def test_later_frames_differ_is_not_identical(tmp_path: Path, ext: str, kw: dict
     flick = lambda x: 1 - np.mean([np.abs(x[t + 1].astype(float) - x[t]).mean() for t in range(3)]) / 255  # noqa: E731
     assert v.flicker_delta == pytest.approx(flick(fb) - flick(fa), abs=1e-9)
     assert pr.metrics["psnr"] == pytest.approx(np.mean(ref_p[1:]), abs=1e-6)  # mean of the non-identical frames
+    assert pr.metrics["ssim"] == pytest.approx(np.mean(ref_s[1:]), abs=1e-4)  # the same frames, as frame_ssim
+    assert rep.summaries["frame_ssim"].mean == pytest.approx(np.mean(ref_s[1:]), abs=1e-4)
     assert rep.summaries["frame_psnr"].n == 4 and rep.summaries["frame_psnr"].n_identical == 1
 
 

@@ -137,13 +137,18 @@ def _score_video(spec: PairSpec, a: Loaded, b: Loaded, lp: Callable | None, comm
         lps = np.concatenate([lp(a.array[i : i + 8], b.array[i : i + 8], r) for i in range(0, len(a.array), 8)])
     if np.isnan(p).any() or np.isnan(s).any():
         return _err(spec, "per-frame metric produced NaN")
+    # Per-pair means over the video's non-identical frames for every metric (PSNR's +inf cannot be
+    # averaged; SSIM and LPIPS follow the same rule so a video's metrics describe the same frames);
+    # identical_frames counts the rest. An all-identical video keeps the identical values (SSIM 1, LPIPS 0).
+    changed = ~np.isinf(p)
+    pick = changed if changed.any() else np.ones_like(changed)
     mb, mc = vid.mean_abs_frame_diff(a.array, r), vid.mean_abs_frame_diff(b.array, r)
     fb, fc = vid.temporal_flicker(a.array, r), vid.temporal_flicker(b.array, r)
     stats = VideoStats(
         frames=int(a.array.shape[0]), psnr_mean=vid.finite_mean(p), psnr_worst=float(p.min()),
         psnr_worst_frame=vid.worst_index(p), identical_frames=int(np.isinf(p).sum()),
-        ssim_mean=float(s.mean()), ssim_worst=float(s.min()), ssim_worst_frame=vid.worst_index(s),
-        lpips_mean=float(lps.mean()) if lps is not None else None,
+        ssim_mean=float(s[pick].mean()), ssim_worst=float(s.min()), ssim_worst_frame=vid.worst_index(s),
+        lpips_mean=float(lps[pick].mean()) if lps is not None else None,
         lpips_worst=float(lps.max()) if lps is not None else None,
         lpips_worst_frame=vid.worst_index(lps, False) if lps is not None else None,
         flicker_baseline=fb, flicker_candidate=fc,

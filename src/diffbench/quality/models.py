@@ -64,10 +64,10 @@ class VideoStats(BaseModel):
     psnr_worst: float
     psnr_worst_frame: int
     identical_frames: int
-    ssim_mean: float
+    ssim_mean: float  # mean over the non-identical frames, as psnr_mean (all identical: 1.0)
     ssim_worst: float
     ssim_worst_frame: int
-    lpips_mean: float | None = None
+    lpips_mean: float | None = None  # mean over the non-identical frames, as psnr_mean
     lpips_worst: float | None = None
     lpips_worst_frame: int | None = None
     flicker_baseline: float | None = None
@@ -79,7 +79,8 @@ class VideoStats(BaseModel):
 
 
 class PairResult(BaseModel):
-    """One compared pair. For a video, ``metrics`` hold the mean over frames (PSNR: mean of finite ones)."""
+    """One compared pair. For a video, ``metrics`` hold means over its non-identical frames (PSNR, SSIM and
+    LPIPS alike; ``video.identical_frames`` counts the others), so they agree with the frame_* summaries."""
 
     key: str
     baseline: str
@@ -205,7 +206,7 @@ class MetricSettings(BaseModel):
         "PSNR/SSIM, worst frame; animated vs still and frame-count mismatches are pair errors"
     )
     video: str = (
-        "per-frame PSNR/SSIM; flicker = 1 - mean|f_t - f_t+1|/255 (VBench temporal flickering); motion = mean "
+        "per-frame PSNR/SSIM; a video's PSNR/SSIM/LPIPS = mean over its non-identical frames; flicker = 1 - mean|f_t - f_t+1|/255 (VBench temporal flickering); motion = mean "
         "absolute difference of consecutive frames in 8-bit levels; frame-count mismatch is an error"
     )
 
