@@ -86,7 +86,11 @@ def _score(spec: PairSpec, opt: QualityOptions, lp: Callable | None, fx: Feature
         return _err(spec, bad)
     r = a.data_range
     notes = sorted({f"baseline: {n}" for n in a.notes} | {f"candidate: {n}" for n in b.notes})
-    border, interior = ssim_border_difference(a.array, b.array)
+    # one pass over the pixels: per frame for a video (its rows need it), summed for the pair
+    per_frame_diff = ([ssim_border_difference(a.array[i], b.array[i]) for i in range(a.array.shape[0])]
+                      if a.is_video else [ssim_border_difference(a.array, b.array)])
+    border = sum(d[0] for d in per_frame_diff)
+    interior = sum(d[1] for d in per_frame_diff)
     border_only = border > 0 and interior == 0
     if border_only:
         notes.append(f"border_only_difference: {border} pixel(s) differ, all within the {SSIM_RADIUS}-px border "
@@ -120,14 +124,15 @@ def _score(spec: PairSpec, opt: QualityOptions, lp: Callable | None, fx: Feature
                     notes.append("CLIP score not computed: needs 8-bit RGB and a manifest prompt")
             if any(v is not None and math.isnan(v) for v in m.values()):
                 return _err(spec, f"metric produced NaN ({m})")
-            pr = PairResult(kind="image", identical=bool(np.array_equal(a.array, b.array)), metrics=m, **common)
+            pr = PairResult(kind="image", identical=border == 0 and interior == 0, metrics=m, **common)
             return _Outcome(pair=pr, feats=feats)
-        return _score_video(spec, a, b, lp, common)
+        return _score_video(spec, a, b, lp, common, per_frame_diff)
     except DiffbenchError as exc:
         return _err(spec, str(exc))
 
 
-def _score_video(spec: PairSpec, a: Loaded, b: Loaded, lp: Callable | None, common: dict) -> _Outcome:
+def _score_video(spec: PairSpec, a: Loaded, b: Loaded, lp: Callable | None, common: dict,
+                 diffs: list[tuple[int, int]]) -> _Outcome:
     r = a.data_range
     p, s = vid.per_frame(a.array, b.array, r)
     lps = None
@@ -160,12 +165,11 @@ def _score_video(spec: PairSpec, a: Loaded, b: Loaded, lp: Callable | None, comm
     if lps is not None:
         m["lpips"] = stats.lpips_mean
     frames = []
-    for i in range(len(p)):
-        fb, fi = ssim_border_difference(a.array[i], b.array[i])
+    for i, (fb, fi) in enumerate(diffs):
         frames.append(FrameRow(key=spec.key, frame=i, psnr=float(p[i]), ssim=float(s[i]),
                                lpips=float(lps[i]) if lps is not None else None,
                                identical=bool(fb == 0 and fi == 0), border_only_difference=fb > 0 and fi == 0))
-    pr = PairResult(kind="video", frames=stats.frames, identical=bool(np.array_equal(a.array, b.array)),
+    pr = PairResult(kind="video", frames=stats.frames, identical=not any(fb or fi for fb, fi in diffs),
                     metrics=m, video=stats, **common)
     return _Outcome(pair=pr, frames=frames)
 
