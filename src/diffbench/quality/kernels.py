@@ -138,7 +138,7 @@ def ssim_border_difference(a: np.ndarray, b: np.ndarray) -> tuple[int, int]:
     """
     if a.shape != b.shape:
         raise ShapeError(f"shape mismatch: {a.shape} vs {b.shape}; pairs must have identical shapes")
-    if a.ndim >= 3:  # OR over channels slice by slice: ~10x faster than .any(axis=-1) on a short axis
+    if a.ndim >= 3:  # OR over channels slice by slice (cheaper than .any(axis=-1) over a 3-long axis)
         diff = np.not_equal(a[..., 0], b[..., 0])
         for c in range(1, a.shape[-1]):
             diff |= np.not_equal(a[..., c], b[..., c])
