@@ -112,7 +112,7 @@ def render_console(report: QualityReport, console: Console | None = None) -> Non
         for p in vids:
             v = p.video
             assert v is not None
-            vt.add_row(p.key, str(v.frames), f"{_f(v.psnr_worst, 2)} ({v.psnr_worst_frame})",
+            vt.add_row(p.key + (" (animated image)" if p.animated else ""), str(v.frames), f"{_f(v.psnr_worst, 2)} ({v.psnr_worst_frame})",
                        f"{_f(v.ssim_worst)} ({v.ssim_worst_frame})", _f(v.flicker_delta, 5), _f(v.motion_ratio))
         c.print(vt)
     if report.distribution is not None:
