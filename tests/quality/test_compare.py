@@ -148,3 +148,130 @@ def test_lpips_with_weights_and_gate(runs, tmp_path: Path, monkeypatch, random_a
     assert rc == 0 and s["n"] == 5 and s["higher_is_better"] is False and s["worst"] == s["max"]
     assert q["settings"]["lpips"].startswith("LPIPS v0.1 alex")
     assert all(math.isfinite(p["metrics"]["lpips"]) and p["metrics"]["lpips"] > 0 for p in q["pairs"])
+
+
+def _sk_ssim(a: np.ndarray, b: np.ndarray) -> float:
+    from skimage.metrics import structural_similarity
+
+    return float(structural_similarity(a, b, gaussian_weights=True, sigma=1.5, use_sample_covariance=False,
+                                       data_range=255, channel_axis=-1))
+
+
+def test_identical_pairs_counted_in_every_row(tmp_path: Path, capsys) -> None:
+    # Reproduction: with identical pairs, the PSNR row said "identical 2" and the SSIM/MS-SSIM rows "0",
+    # and SSIM's mean mixed the identical pairs' 1.0 in while PSNR's mean left them out.
+    a, b = tmp_path / "A", tmp_path / "B"
+    ia = _save_run(a, 0, 0)
+    ib = _save_run(b, 2.0, 1)
+    for i in (1, 3):  # two candidates are bit-identical to their baseline
+        (b / f"p{i}_s{100 + i}.png").write_bytes((a / f"p{i}_s{100 + i}.png").read_bytes())
+        ib[i] = ia[i]
+    mb = Manifest.model_validate_json((b / "manifest.json").read_text())
+    write_manifest(b, Manifest(entries=[e.model_copy(update={"sha256": hashlib.sha256((b / e.file).read_bytes())
+                                                             .hexdigest()}) for e in mb.entries]))
+    qj = tmp_path / "q.json"
+    assert main(["quality", str(a), str(b), "--json", str(qj)]) == 0
+    out = capsys.readouterr().out
+    q = json.loads(qj.read_text())
+    s = q["summaries"]
+    changed = [i for i in range(5) if i not in (1, 3)]
+    for m in ("psnr", "ssim", "ms_ssim"):
+        assert s[m]["n"] == 5 and s[m]["n_identical"] == 2, m
+    assert s["psnr"]["n_inf"] == 2 and s["ssim"]["n_inf"] == 0
+    assert s["psnr"]["mean"] == pytest.approx(np.mean([sk_psnr(ia[i], ib[i], data_range=255) for i in changed]))
+    assert s["ssim"]["mean"] == pytest.approx(np.mean([_sk_ssim(ia[i], ib[i]) for i in changed]), abs=1e-4)
+    rows = {line.split("│")[1].strip(): line.split("│")[3].strip() for line in out.splitlines()
+            if line.count("│") > 4 and line.split("│")[1].strip() in ("psnr", "ssim", "ms_ssim")}
+    assert rows == {"psnr": "2", "ssim": "2", "ms_ssim": "2"}  # the console's identical column
+
+
+def test_border_only_difference_is_flagged_not_identical(tmp_path: Path, capsys) -> None:
+    # Reproduction: a pair differing only in the 5-px border SSIM crops scored SSIM ~ 1.0 with nothing said.
+    a, b = tmp_path / "A", tmp_path / "B"
+    a.mkdir()
+    b.mkdir()
+    img = PHOTOS[0]
+    art = img.copy()
+    art[:2] = 0  # a 2-px black bar along the top edge: a real artifact
+    art[:, -3:] = 255  # and a 3-px white bar on the right
+    Image.fromarray(img).save(a / "x.png")
+    Image.fromarray(art).save(b / "x.png")
+    inner = img.copy()
+    inner[5, 40] = 0  # one pixel at the first row SSIM averages: an interior difference
+    Image.fromarray(img).save(a / "y.png")
+    Image.fromarray(inner).save(b / "y.png")
+    assert _sk_ssim(img, art) > 0.99  # the reference's blind spot that makes the flag necessary
+    qj, qc = tmp_path / "q.json", tmp_path / "q.csv"
+    assert main(["quality", str(a), str(b), "--no-ms-ssim", "--json", str(qj), "--csv", str(qc)]) == 0
+    out = capsys.readouterr().out
+    q = json.loads(qj.read_text())
+    x, y = sorted(q["pairs"], key=lambda p: p["key"])
+    assert x["identical"] is False and x["border_only_difference"] is True
+    ring = int((img != art).any(-1).sum())
+    assert x["border_diff_pixels"] == ring and x["interior_diff_pixels"] == 0
+    assert x["metrics"]["psnr"] == pytest.approx(sk_psnr(img, art, data_range=255))  # finite
+    assert x["metrics"]["ssim"] == pytest.approx(_sk_ssim(img, art), abs=1e-4)
+    assert any("border_only_difference" in n for n in x["notes"])
+    assert y["border_only_difference"] is False and y["interior_diff_pixels"] == 1
+    assert q["n_identical"] == 0 and q["n_border_only"] == 1
+    assert q["summaries"]["psnr"]["n_identical"] == 0 and q["summaries"]["ssim"]["n_identical"] == 0
+    assert "1 differ only in SSIM's 5-px border" in out.replace("\n", " ")
+    assert [r["border_only_difference"] for r in csv.DictReader(qc.open())] == ["True", "False"]
+
+
+def _manifest_run(root: Path, conditions: dict, fingerprint: dict, steps: int = 4) -> None:
+    root.mkdir()
+    Image.fromarray(PHOTOS[0]).save(root / "p0.png")
+    e = ManifestEntry(prompt_id="p0", prompt="a", seed=0, height=192, width=192, steps=steps, file="p0.png",
+                      sha256=hashlib.sha256((root / "p0.png").read_bytes()).hexdigest())
+    write_manifest(root, Manifest(conditions=conditions, fingerprint=fingerprint, entries=[e]))
+
+
+def test_generation_settings_diff_printed_not_failed(tmp_path: Path, capsys) -> None:
+    cond = {"model": "tiny-flux", "steps": 4, "batch": 1, "guidance": None, "shape": "192x192", "cache": "none"}
+    fp = {"model": "tiny-flux", "precision": "float32", "torch": "2.5.1", "cache": "none"}
+    a, b = tmp_path / "A", tmp_path / "B"
+    _manifest_run(a, cond, fp)
+    _manifest_run(b, {**cond, "batch": 2, "cache": "fbc"}, {**fp, "torch": "2.6.0", "cache": "fbc"})
+    rep = compare_dirs(a, b, QualityOptions(workers=1, ms_ssim=False))
+    got = [(d.field, d.source, d.baseline, d.candidate) for d in rep.settings_diff]
+    assert got == [("batch", "conditions", 1, 2), ("cache", "conditions", "none", "fbc"),
+                   ("torch", "fingerprint", "2.5.1", "2.6.0")]  # fingerprint's cache not repeated
+    assert "batch composition changes pixels" in rep.settings_diff[0].note
+    qj = tmp_path / "q.json"
+    assert main(["quality", str(a), str(b), "--no-ms-ssim", "--json", str(qj)]) == 0  # reported, not failed
+    out = capsys.readouterr().out
+    assert "generation setting(s) differ" in out and "batch" in out and "2.6.0" in out
+    assert [d["field"] for d in json.loads(qj.read_text())["settings_diff"]] == ["batch", "cache", "torch"]
+    c2 = tmp_path / "C"
+    _manifest_run(c2, cond, fp)
+    assert compare_dirs(a, c2, QualityOptions(workers=1, ms_ssim=False)).settings_diff == []
+
+
+def test_settings_diff_per_entry_steps_and_missing_conditions(tmp_path: Path) -> None:
+    a, b = tmp_path / "A", tmp_path / "B"
+    _manifest_run(a, {}, {}, steps=4)
+    _manifest_run(b, {}, {}, steps=3)
+    rep = compare_dirs(a, b, QualityOptions(workers=1, ms_ssim=False))
+    assert [(d.field, d.source, d.baseline, d.candidate) for d in rep.settings_diff] == [("steps", "entries", 4, 3)]
+    assert any("records no conditions" in w for w in rep.warnings)
+
+
+@pytest.mark.slow
+def test_bench_batch_1_vs_2_settings_diff_end_to_end(tmp_path: Path, capsys) -> None:
+    # Reproduction: batch 1 vs batch 2 of the same seed differ in pixels (86 dB on a 256² tiny-flux run)
+    # and nothing said why. The manifests written by `bench --save-outputs` now name the difference.
+    common = ["--model", "tiny-flux", "--height", "64", "--width", "64", "--steps", "2", "--warmup", "0",
+              "--runs", "1", "--num-prompts", "1"]
+    assert main(["bench", *common, "--batch", "1", "--save-outputs", str(tmp_path / "b1")]) == 0
+    assert main(["bench", *common, "--batch", "2", "--save-outputs", str(tmp_path / "b2")]) == 0
+    capsys.readouterr()
+    qj = tmp_path / "q.json"
+    rc = main(["quality", str(tmp_path / "b1"), str(tmp_path / "b2"), "--allow-missing", "--no-ms-ssim",
+               "--json", str(qj)])
+    out = capsys.readouterr().out
+    q = json.loads(qj.read_text())
+    assert rc == 0 and q["n_pairs"] == 1 and [e["key"] for e in q["errors"]] == ["p00/seed0/1"]
+    diff = {d["field"]: (d["baseline"], d["candidate"]) for d in q["settings_diff"]}
+    assert diff["batch"] == (1, 2) and "torch" not in diff and "model" not in diff
+    assert "batch composition changes pixels" in " ".join(out.split())

@@ -65,3 +65,23 @@ def test_parse_errors_and_presets() -> None:
         preset_gates("nope")
     inf = {"psnr": summarize_metric("psnr", _samples([math.inf]))}
     assert evaluate_gates(inf, preset_gates("equivalent"))[0].passed
+
+
+def test_mean_gate_on_all_identical_pairs_uses_the_identical_value() -> None:
+    # identical pairs stay out of every mean, so an all-identical run has mean None in each row; a mean
+    # gate must then judge the identical value (PSNR +inf, SSIM 1, LPIPS 0), not fail as "not computed"
+    def same(metric: str, v: float) -> object:
+        return summarize_metric(metric, [Sample(v, f"k{i}", "a", "b", None, True) for i in range(3)])
+
+    summ = {"psnr": same("psnr", math.inf), "ssim": same("ssim", 1.0), "lpips": same("lpips", 0.0)}
+    assert all(s.mean is None and s.n_identical == 3 for s in summ.values())
+    r = evaluate_gates(summ, ["psnr.mean>=40", "ssim.mean>=0.99", "lpips.mean<=0.01", "ssim.mean>1"])
+    assert [g.passed for g in r] == [True, True, True, False]
+    assert r[1].value == 1.0 and "all 3 pairs identical" in r[1].message
+
+
+def test_mean_excludes_identical_pairs_in_every_metric() -> None:
+    vals = [0.9, 0.8, 1.0, 1.0]
+    s = summarize_metric("ssim", [Sample(v, f"k{i}", "a", "b", None, v == 1.0) for i, v in enumerate(vals)])
+    assert s is not None and s.n == 4 and s.n_identical == 2 and s.n_inf == 0
+    assert s.mean == pytest.approx(0.85) and s.p50 == pytest.approx(np.percentile(vals, 50))

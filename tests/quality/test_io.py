@@ -141,3 +141,10 @@ def test_empty_directory(tmp_path: Path) -> None:
         compare_dirs(a, b, QualityOptions(workers=1))
     with pytest.raises(InputError, match="not a directory"):
         compare_dirs(a, tmp_path / "missing", QualityOptions(workers=1))
+
+
+def test_decompression_bomb_is_an_input_error(tmp_path: Path, monkeypatch) -> None:
+    Image.fromarray(data.camera()).save(tmp_path / "x.png")  # 512² > 2 × 1000 px: Pillow refuses it
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
+    with pytest.raises(InputError, match="x.png"):
+        load_any(tmp_path / "x.png")

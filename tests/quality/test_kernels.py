@@ -140,3 +140,38 @@ def test_ms_ssim_size_limit_and_reference() -> None:
     t = lambda x: torch.from_numpy(np.array(x)).permute(2, 0, 1)[None].float()  # noqa: E731
     ref = float(tm(t(b), t(a), data_range=255.0))
     assert abs(ms_ssim(a, b, 255) - ref) < 1e-6
+
+
+def test_batch_of_grayscale_images_is_refused_not_read_as_channels() -> None:
+    # Reproduction: (B, H, W) uint8 with B = 5 returned 0.888 (W read as channels) where the per-image
+    # mean SSIM is 0.328. Every kernel now refuses the ambiguous shape and names the accepted ones.
+    cam = data.camera()
+    a = np.stack([cam[32 * i : 32 * i + 64, 32 * i : 32 * i + 64] for i in range(12)])  # (12, 64, 64)
+    b = np.clip(a + np.random.default_rng(0).normal(0, 20, a.shape), 0, 255).astype(np.uint8)
+    per_image = np.mean([_sk_ssim(a[i], b[i], 255) for i in range(12)])
+    as_channels = _sk_ssim(a, b, 255)  # what reading W as the channel axis computes
+    assert per_image < 0.5 and as_channels > 0.9  # the silent answer was far from the per-image mean
+    for fn in (ssim, psnr, ms_ssim):
+        with pytest.raises(ShapeError, match=r"ambiguous image shape \(12, 64, 64\).*\(H, W, C\) with C in \{1, 3\}"):
+            fn(a, b, 255)
+    with pytest.raises(ShapeError, match="channel-last"):
+        ssim(np.moveaxis(data.astronaut(), -1, 0), np.moveaxis(data.astronaut(), -1, 0))  # (3, H, W)
+    with pytest.raises(ShapeError, match="one image"):
+        psnr(a[None], b[None])  # 4-D
+    # the accepted forms still equal the reference, image by image
+    assert np.mean([ssim(a[i], b[i]) for i in range(12)]) == pytest.approx(per_image, abs=1e-4)
+    assert ssim(a[0][..., None], b[0][..., None]) == pytest.approx(_sk_ssim(a[0], b[0], 255), abs=1e-4)
+    assert psnr(a[0][..., None], b[0][..., None]) == pytest.approx(sk_psnr(a[0], b[0], data_range=255))
+
+
+def test_ssim_border_difference_counts_the_cropped_ring() -> None:
+    from diffbench.quality.kernels import SSIM_RADIUS, ssim_border_difference
+
+    a = np.zeros((32, 40, 3), np.uint8)
+    b = a.copy()
+    b[SSIM_RADIUS - 1, 20, 0] = 9  # row 4: inside the 5-px ring SSIM crops
+    b[20, 40 - SSIM_RADIUS, 2] = 9  # column 35 = W - 5: in the ring too
+    assert ssim_border_difference(a, b) == (2, 0)
+    b[SSIM_RADIUS, 20, 1] = 9  # row 5 is the first window centre SSIM averages
+    assert ssim_border_difference(a, b) == (2, 1)
+    assert ssim_border_difference(a[..., 0], b[..., 0]) == (1, 0)  # (H, W): only channel 0 counted

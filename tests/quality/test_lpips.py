@@ -90,3 +90,14 @@ def test_missing_weights_names_file_and_location(monkeypatch, tmp_path: Path) ->
     assert BACKBONE_FILE in msg and str(tmp_path / "empty" / "hub" / "checkpoints") in msg
     with pytest.raises(MissingWeightsError, match=BACKBONE_FILE):
         load_lpips(tmp_path / "nope.pth")
+
+
+
+def test_lpips_refuses_non_channel_last_rgb() -> None:
+    from diffbench.errors import ShapeError
+
+    lp = LPIPS.uncalibrated(seed=0)
+    for shape in ((4, 64, 64), (3, 64, 64), (64, 64, 1), (64, 64)):  # batch, channel-first, gray, 2-D
+        x = np.zeros(shape, np.uint8)
+        with pytest.raises(ShapeError, match="channel-last RGB"):
+            lp(x, x)

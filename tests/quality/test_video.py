@@ -134,3 +134,11 @@ def test_truncated_mp4_is_an_input_error(tmp_path: Path) -> None:
     for bad in ("cut.mp4", "junk.webm"):
         with pytest.raises(InputError, match=bad):
             load_any(tmp_path / bad)
+
+
+def test_temporal_metrics_refuse_a_still_image() -> None:
+    img = _clip([5])[0]  # (H, W, 3): would otherwise be read as H frames of (W, 3)
+    with pytest.raises(ShapeError, match=r"\(T, H, W, C\)"):
+        temporal_flicker(img)
+    with pytest.raises(ShapeError, match="per_frame takes"):
+        per_frame(img, img, 255.0)

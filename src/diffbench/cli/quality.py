@@ -1,7 +1,10 @@
 """``diffbench quality``: compare a candidate run's outputs with a fixed-seed baseline, then gate.
 
 Exit codes: 0 ok; 1 a gate failed (outputs written first); 2 pair errors without ``--allow-missing``
-or bad input; 3 missing weights (LPIPS / Inception). Heavy imports happen inside the command.
+or bad input (unknown gate metric/statistic, missing directories, unwritable ``--json``/``--csv``: all
+checked before any pair is decoded); 3 missing weights (LPIPS / Inception). Heavy imports happen
+inside the command. Generation settings that differ between the two manifests are printed (and in
+the JSON as ``settings_diff``) without failing the run.
 """
 
 from __future__ import annotations
@@ -38,10 +41,13 @@ def register(app: typer.Typer) -> None:
         workers: int = typer.Option(2, "--workers", help="Threads decoding and scoring pairs."),
         noise_floor: bool = typer.Option(False, "--noise-floor", help="The two dirs are two baseline runs "
                                          "of one configuration: report the floor gates must sit below."),
+        mkdir: bool = typer.Option(False, "--mkdir", help="Create missing parent directories of --json/--csv "
+                                   "(otherwise a missing directory is an error before any work)."),
     ) -> None:
         """Quality against a fixed-seed baseline: PSNR/SSIM/MS-SSIM/LPIPS per pair, video, FID/KID, gates."""
         from rich.console import Console
 
+        from diffbench.core.outpath import check_output_file
         from diffbench.errors import GateFailed, InputError, UsageError
         from diffbench.quality.compare import compare_dirs
         from diffbench.quality.gates import parse_gate, preset_gates
@@ -54,6 +60,17 @@ def register(app: typer.Typer) -> None:
         if workers < 1 or worst < 0:
             raise UsageError("--workers must be >= 1 and --worst >= 0")
         gates = [parse_gate(g) for g in gate] + (preset_gates(preset) if preset else [])
+        if json_out is not None:
+            json_out = check_output_file(json_out, "--json", mkdir=mkdir)
+        if csv_out is not None:
+            csv_out = check_output_file(csv_out, "--csv", mkdir=mkdir)
+        if json_out is not None and csv_out is not None and json_out.resolve() == csv_out.resolve():
+            raise UsageError(f"--json and --csv both name {json_out}; give two different files")
+        for side, d in (("BASELINE", baseline), ("CANDIDATE", candidate)):
+            if not d.is_dir():
+                what = "does not exist" if not d.exists() else "is not a directory"
+                raise InputError(f"{side} {d} {what}; give a run's output directory (bench --save-outputs DIR) "
+                                 "or a folder of images")
         opts = QualityOptions(alpha=alpha, allow_missing=allow_missing, ms_ssim=ms_ssim, lpips=lpips,  # type: ignore[arg-type]
                               lpips_backbone=lpips_backbone, fid=fid, inception=inception, clip=clip, worst=worst,
                               workers=workers)

@@ -4,7 +4,9 @@ Importing this package is light (no torch, scipy or PIL): names resolve lazily o
 
 Public API:
     compare_dirs(baseline, candidate, options) -> QualityReport
-    psnr(a, b, data_range), ssim(a, b, data_range), ms_ssim(a, b, data_range)
+    psnr(a, b, data_range), ssim(a, b, data_range), ms_ssim(a, b, data_range): one image each,
+        (H, W) or (H, W, C) with C in {1, 3} channel-last (other shapes raise ShapeError)
+    ssim_border_difference(a, b) -> (border, interior) differing pixels outside/inside SSIM's valid region
     evaluate_gates(summary, gates) -> list[GateResult], parse_gate, PRESETS
     load_lpips(backbone), LPIPS; distribution_metrics, fid_from_stats, kid, FeatureStats, clip_score
     temporal_flicker, mean_abs_frame_diff
@@ -27,6 +29,7 @@ _EXPORTS = {
     "QualityOptions": "models",
     "QualityReport": "models",
     "SKIMAGE_SSIM_ARGS": "kernels",
+    "SettingDiff": "models",
     "clip_score": "distribution",
     "compare_dirs": "compare",
     "distribution_metrics": "distribution",
@@ -39,6 +42,7 @@ _EXPORTS = {
     "parse_gate": "gates",
     "psnr": "kernels",
     "ssim": "kernels",
+    "ssim_border_difference": "kernels",
     "temporal_flicker": "video",
 }
 __all__ = sorted(_EXPORTS)

@@ -21,7 +21,7 @@ from diffbench.quality import video as vid
 from diffbench.quality.distribution import ClipScorer, FeatureExtractor, FeatureStats, fid_from_stats, kid
 from diffbench.quality.gates import Gate, evaluate_gates
 from diffbench.quality.io import Loaded, load_any
-from diffbench.quality.kernels import ms_ssim, psnr, ssim
+from diffbench.quality.kernels import SSIM_RADIUS, ms_ssim, psnr, ssim, ssim_border_difference
 from diffbench.quality.models import (
     DistributionResult,
     FrameRow,
@@ -56,7 +56,8 @@ def _err(spec: PairSpec, problem: str) -> _Outcome:
 
 def _mismatch(a: Loaded, b: Loaded) -> str | None:
     if a.is_video != b.is_video:
-        return "kind mismatch: baseline is " + ("a video" if a.is_video else "an image") + ", candidate is not"
+        return (f"kind mismatch: baseline is {a.describe()}, candidate is {b.describe()} "
+                "(not compared frame by frame)")
     if a.channels != b.channels:
         names = {1: "grayscale", 3: "RGB"}
         return (f"channel mismatch: baseline {names.get(a.channels, a.channels)}, candidate "
@@ -64,7 +65,8 @@ def _mismatch(a: Loaded, b: Loaded) -> str | None:
     if a.data_range != b.data_range:
         return f"range mismatch: baseline data range {a.data_range:g}, candidate {b.data_range:g} (uint8 vs float)"
     if a.is_video and a.array.shape[0] != b.array.shape[0]:
-        return f"frame count mismatch: baseline {a.array.shape[0]}, candidate {b.array.shape[0]} (not truncated)"
+        return (f"frame count mismatch: baseline {a.describe()}, candidate {b.describe()} "
+                "(not truncated or padded)")
     if a.array.shape != b.array.shape:
         ha, wa = a.array.shape[-3:-1]
         hb, wb = b.array.shape[-3:-1]
@@ -84,8 +86,20 @@ def _score(spec: PairSpec, opt: QualityOptions, lp: Callable | None, fx: Feature
         return _err(spec, bad)
     r = a.data_range
     notes = sorted({f"baseline: {n}" for n in a.notes} | {f"candidate: {n}" for n in b.notes})
+    # one pass over the pixels: per frame for a video (its rows need it), summed for the pair
+    per_frame_diff = ([ssim_border_difference(a.array[i], b.array[i]) for i in range(a.array.shape[0])]
+                      if a.is_video else [ssim_border_difference(a.array, b.array)])
+    border = sum(d[0] for d in per_frame_diff)
+    interior = sum(d[1] for d in per_frame_diff)
+    border_only = border > 0 and interior == 0
+    if border_only:
+        notes.append(f"border_only_difference: {border} pixel(s) differ, all within the {SSIM_RADIUS}-px border "
+                     "SSIM crops (it sees them only through window tails and stays near 1; PSNR counts them); "
+                     "not identical")
     common = dict(key=spec.key, baseline=str(spec.baseline), candidate=str(spec.candidate),
-                  height=int(a.array.shape[-3]), width=int(a.array.shape[-2]), channels=a.channels, notes=notes)
+                  height=int(a.array.shape[-3]), width=int(a.array.shape[-2]), channels=a.channels, notes=notes,
+                  animated=a.animated, border_diff_pixels=border, interior_diff_pixels=interior,
+                  border_only_difference=border_only)
     try:
         if not a.is_video:
             m: dict[str, float | None] = {"psnr": psnr(a.array, b.array, r), "ssim": ssim(a.array, b.array, r)}
@@ -110,14 +124,15 @@ def _score(spec: PairSpec, opt: QualityOptions, lp: Callable | None, fx: Feature
                     notes.append("CLIP score not computed: needs 8-bit RGB and a manifest prompt")
             if any(v is not None and math.isnan(v) for v in m.values()):
                 return _err(spec, f"metric produced NaN ({m})")
-            pr = PairResult(kind="image", identical=bool(np.array_equal(a.array, b.array)), metrics=m, **common)
+            pr = PairResult(kind="image", identical=border == 0 and interior == 0, metrics=m, **common)
             return _Outcome(pair=pr, feats=feats)
-        return _score_video(spec, a, b, lp, common)
+        return _score_video(spec, a, b, lp, common, per_frame_diff)
     except DiffbenchError as exc:
         return _err(spec, str(exc))
 
 
-def _score_video(spec: PairSpec, a: Loaded, b: Loaded, lp: Callable | None, common: dict) -> _Outcome:
+def _score_video(spec: PairSpec, a: Loaded, b: Loaded, lp: Callable | None, common: dict,
+                 diffs: list[tuple[int, int]]) -> _Outcome:
     r = a.data_range
     p, s = vid.per_frame(a.array, b.array, r)
     lps = None
@@ -127,13 +142,18 @@ def _score_video(spec: PairSpec, a: Loaded, b: Loaded, lp: Callable | None, comm
         lps = np.concatenate([lp(a.array[i : i + 8], b.array[i : i + 8], r) for i in range(0, len(a.array), 8)])
     if np.isnan(p).any() or np.isnan(s).any():
         return _err(spec, "per-frame metric produced NaN")
+    # Per-pair means over the video's non-identical frames for every metric (PSNR's +inf cannot be
+    # averaged; SSIM and LPIPS follow the same rule so a video's metrics describe the same frames);
+    # identical_frames counts the rest. An all-identical video keeps the identical values (SSIM 1, LPIPS 0).
+    changed = ~np.isinf(p)
+    pick = changed if changed.any() else np.ones_like(changed)
     mb, mc = vid.mean_abs_frame_diff(a.array, r), vid.mean_abs_frame_diff(b.array, r)
     fb, fc = vid.temporal_flicker(a.array, r), vid.temporal_flicker(b.array, r)
     stats = VideoStats(
         frames=int(a.array.shape[0]), psnr_mean=vid.finite_mean(p), psnr_worst=float(p.min()),
         psnr_worst_frame=vid.worst_index(p), identical_frames=int(np.isinf(p).sum()),
-        ssim_mean=float(s.mean()), ssim_worst=float(s.min()), ssim_worst_frame=vid.worst_index(s),
-        lpips_mean=float(lps.mean()) if lps is not None else None,
+        ssim_mean=float(s[pick].mean()), ssim_worst=float(s.min()), ssim_worst_frame=vid.worst_index(s),
+        lpips_mean=float(lps[pick].mean()) if lps is not None else None,
         lpips_worst=float(lps.max()) if lps is not None else None,
         lpips_worst_frame=vid.worst_index(lps, False) if lps is not None else None,
         flicker_baseline=fb, flicker_candidate=fc,
@@ -144,12 +164,12 @@ def _score_video(spec: PairSpec, a: Loaded, b: Loaded, lp: Callable | None, comm
     m: dict[str, float | None] = {"psnr": psnr_pair, "ssim": stats.ssim_mean}
     if lps is not None:
         m["lpips"] = stats.lpips_mean
-    frames = [
-        FrameRow(key=spec.key, frame=i, psnr=float(p[i]), ssim=float(s[i]),
-                 lpips=float(lps[i]) if lps is not None else None)
-        for i in range(len(p))
-    ]
-    pr = PairResult(kind="video", frames=stats.frames, identical=bool(np.array_equal(a.array, b.array)),
+    frames = []
+    for i, (fb, fi) in enumerate(diffs):
+        frames.append(FrameRow(key=spec.key, frame=i, psnr=float(p[i]), ssim=float(s[i]),
+                               lpips=float(lps[i]) if lps is not None else None,
+                               identical=bool(fb == 0 and fi == 0), border_only_difference=fb > 0 and fi == 0))
+    pr = PairResult(kind="video", frames=stats.frames, identical=not any(fb or fi for fb, fi in diffs),
                     metrics=m, video=stats, **common)
     return _Outcome(pair=pr, frames=frames)
 
@@ -174,22 +194,23 @@ def _stream(specs: Sequence[PairSpec], fn: Callable[[PairSpec], _Outcome], worke
 def _summaries(report: QualityReport, worst_n: int) -> None:
     samples: dict[str, list[Sample]] = {}
 
-    def add(metric: str, v: float | None, pr: PairResult, frame: int | None = None) -> None:
+    def add(metric: str, v: float | None, pr: PairResult, frame: int | None = None, same: bool = False) -> None:
         if v is not None:
-            samples.setdefault(metric, []).append(Sample(v, pr.key, pr.baseline, pr.candidate, frame))
+            samples.setdefault(metric, []).append(Sample(v, pr.key, pr.baseline, pr.candidate, frame, same))
 
+    # Identical pairs are flagged in every metric's sample (not only PSNR's +inf), so each row counts them.
     by_key = {p.key: p for p in report.pairs}
     for pr in report.pairs:
         for k, v in pr.metrics.items():
-            add(k, v, pr)
+            add(k, v, pr, same=pr.identical and not k.startswith("clip_"))
         if pr.video is not None:
             add("flicker_delta", pr.video.flicker_delta, pr)
             add("motion_ratio", pr.video.motion_ratio, pr)
     for fr in report.frames:
         pr = by_key[fr.key]
-        add("frame_psnr", fr.psnr, pr, fr.frame)
-        add("frame_ssim", fr.ssim, pr, fr.frame)
-        add("frame_lpips", fr.lpips, pr, fr.frame)
+        add("frame_psnr", fr.psnr, pr, fr.frame, fr.identical)
+        add("frame_ssim", fr.ssim, pr, fr.frame, fr.identical)
+        add("frame_lpips", fr.lpips, pr, fr.frame, fr.identical)
     for k, ss in samples.items():
         summ = summarize_metric(k, ss, worst_n)
         if summ is not None:
@@ -253,7 +274,7 @@ def compare_dirs(
         settings.clip = clip.name
     report = QualityReport(baseline=str(baseline), candidate=str(candidate), pairing=pairing.mode,  # type: ignore[arg-type]
                            settings=settings, errors=list(pairing.errors), warnings=list(pairing.warnings),
-                           noise_floor=noise_floor)
+                           noise_floor=noise_floor, settings_diff=list(pairing.settings_diff))
     st_b = FeatureStats(fx.dim) if fx is not None else None
     st_c = FeatureStats(fx.dim) if fx is not None else None
     total = len(pairing.pairs)
@@ -275,6 +296,13 @@ def compare_dirs(
                                    f"(EOS kept): {', '.join(report.clip_truncated[:5])}")
     report.n_pairs = len(report.pairs)
     report.n_identical = sum(p.identical for p in report.pairs)
+    report.n_border_only = sum(p.border_only_difference for p in report.pairs)
+    if report.n_border_only:
+        keys = [p.key for p in report.pairs if p.border_only_difference]
+        report.warnings.append(
+            f"{report.n_border_only} pair(s) differ only in the {SSIM_RADIUS}-px border SSIM crops (SSIM stays "
+            f"near 1 there; judge them by PSNR, they are not identical): {', '.join(keys[:5])}"
+            + (f" (+{len(keys) - 5} more)" if len(keys) > 5 else ""))
     _summaries(report, opt.worst)
     if fx is not None and st_b is not None and st_c is not None:
         report.distribution = _distribution(fx, st_b, st_c)

@@ -1,8 +1,10 @@
 """Quality gates: parse ``"psnr.p10>=30"`` and evaluate it against a report's summaries.
 
-Grammar: ``METRIC.STAT OP NUMBER`` with STAT in ``n, mean, p10, p50, p90, min, max, worst`` (``worst`` is
-the minimum when higher is better, the maximum otherwise) and OP in ``>=, <=, >, <``. A gate on a metric
-that was not computed fails (never passes silently).
+Grammar: ``METRIC.STAT OP NUMBER`` with METRIC one of :data:`METRICS` (the metrics ``quality`` can
+compute), STAT in ``n, mean, p10, p50, p90, min, max, worst`` (``worst`` is the minimum when higher is
+better, the maximum otherwise) and OP in ``>=, <=, >, <``. An unknown metric or statistic is a usage
+error (exit 2, before any work); a gate on a known metric that was not computed in this run fails
+(never passes silently).
 
 Presets are *starting points that need per-model calibration* (quality-metrics.md §9):
 
@@ -24,8 +26,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pydantic import BaseModel
 
 from diffbench.errors import UsageError
-from diffbench.quality.models import GateResult, MetricSummary
+from diffbench.quality.models import HIGHER_IS_BETTER, GateResult, MetricSummary
 
+METRICS: tuple[str, ...] = tuple(sorted(HIGHER_IS_BETTER))
 STATS = ("n", "mean", "p10", "p50", "p90", "min", "max", "worst")
 _OPS: dict[str, Callable[[float, float], bool]] = {
     ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt,
@@ -47,16 +50,24 @@ class Gate(BaseModel):
     threshold: float
 
 
-def parse_gate(expr: str) -> Gate:
+def parse_gate(expr: str, metrics: Sequence[str] | None = None) -> Gate:
     """Parse one gate expression.
 
+    Args:
+        expr: ``METRIC.STAT OP NUMBER``.
+        metrics: the metric names accepted (default :data:`METRICS`).
+
     Raises:
-        UsageError: malformed expression or unknown statistic (the message shows the grammar).
+        UsageError: malformed expression, unknown metric or unknown statistic (the message names the
+            known ones). Exit code 2.
     """
     m = _GATE.match(expr)
     if not m:
         raise UsageError(f"bad gate {expr!r}; expected METRIC.STAT OP NUMBER, e.g. 'psnr.p10>=30'")
     metric, stat, op, num = m.groups()
+    known = tuple(metrics) if metrics is not None else METRICS
+    if metric not in known:
+        raise UsageError(f"bad gate {expr!r}: unknown metric {metric!r}; use one of {', '.join(known)}")
     if stat not in STATS:
         raise UsageError(f"bad gate {expr!r}: unknown statistic {stat!r}; use one of {', '.join(STATS)}")
     try:
@@ -73,8 +84,21 @@ def preset_gates(name: str) -> list[Gate]:
     return [parse_gate(e) for e in PRESETS[name]]
 
 
+# The value of a metric on an identical pair: the mean of a summary whose pairs are all identical is None
+# (identical pairs stay out of means), and a gate on it is judged with this value instead of failing.
+IDENTICAL_VALUE: dict[str, float] = {
+    "psnr": math.inf, "frame_psnr": math.inf, "ssim": 1.0, "frame_ssim": 1.0, "ms_ssim": 1.0,
+    "lpips": 0.0, "frame_lpips": 0.0,
+}
+
+
 def _stat(s: MetricSummary, stat: str) -> float | None:
-    return float(s.n) if stat == "n" else getattr(s, stat)
+    if stat == "n":
+        return float(s.n)
+    v = getattr(s, stat)
+    if v is None and stat == "mean" and s.n > 0 and s.n_identical == s.n:
+        return IDENTICAL_VALUE.get(s.metric)
+    return v
 
 
 def evaluate_gates(summary: Mapping[str, MetricSummary], gates: Sequence[Gate | str]) -> list[GateResult]:
@@ -105,6 +129,13 @@ def evaluate_gates(summary: Mapping[str, MetricSummary], gates: Sequence[Gate | 
         margin = value - gate.threshold if gate.op in (">=", ">") else gate.threshold - value
         word = "PASS" if passed else "FAIL"
         by = "by" if passed else "short by"
+        if s is not None and s.mean is None and gate.stat == "mean":
+            out.append(GateResult(
+                expr=gate.expr, metric=gate.metric, stat=gate.stat, op=gate.op, threshold=gate.threshold,
+                value=value, passed=passed, margin=margin,
+                message=f"{word} {gate.expr}: all {s.n} pairs identical ({gate.metric} = {value:g} each)",
+            ))
+            continue
         out.append(GateResult(
             expr=gate.expr, metric=gate.metric, stat=gate.stat, op=gate.op, threshold=gate.threshold,
             value=value, passed=passed, margin=margin,

@@ -12,8 +12,16 @@ Policies (reported in :attr:`Loaded.notes` and in the report settings):
 - **EXIF orientation** is applied (``ImageOps.exif_transpose``) and noted.
 - **Grayscale** stays single-channel; a grayscale/RGB pair is a per-pair error (no silent conversion).
 - ``.npy`` arrays: uint8 ``(H, W[, C])`` (range 255) or float in [0, 1] (range 1.0); NaN/Inf rejected.
-- Videos: ``.mp4``, ``.webm``, ``.gif``, ``.mov``, ``.mkv`` decoded with PyAV to RGB uint8 frames; or a
+- **Animated images** (GIF, APNG, animated WebP; any image whose Pillow ``n_frames`` > 1, so a
+  multi-page TIFF or a multi-picture MPO JPEG too) are read as
+  video: every frame, composited by Pillow's ``seek`` (GIF disposal, APNG dispose/blend ops), as
+  ``(T, H, W, C)`` uint8 with ``is_video`` and ``animated`` set; never truncated to the first frame.
+  Palette frames are expanded; an alpha channel that is fully opaque in every frame (animated WebP
+  always decodes to RGBA) is dropped and noted, otherwise the alpha policy applies. A one-frame GIF is
+  a still image.
+- Videos: ``.mp4``, ``.webm``, ``.mov``, ``.mkv`` decoded with PyAV to RGB uint8 frames; or a
   *frame folder*: a directory whose entries are all image files with numeric names (``00000.png``).
+- Decoded size is bounded by :data:`MAX_DECODED_BYTES` (an InputError, never an out-of-memory kill).
 """
 
 from __future__ import annotations
@@ -29,9 +37,10 @@ from diffbench.errors import InputError, UsageError
 
 AlphaPolicy = Literal["reject", "drop", "composite-white"]
 ALPHA_POLICIES: tuple[str, ...] = ("reject", "drop", "composite-white")
-IMAGE_EXTS = frozenset({".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff"})
+IMAGE_EXTS = frozenset({".png", ".apng", ".gif", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff"})
 ARRAY_EXTS = frozenset({".npy"})
-VIDEO_EXTS = frozenset({".mp4", ".webm", ".gif", ".mov", ".mkv"})
+VIDEO_EXTS = frozenset({".mp4", ".webm", ".mov", ".mkv"})
+MAX_DECODED_BYTES = 8 << 30  # one decoded file (all frames); beyond this a file is refused, not swapped
 _FRAME_NAME = re.compile(r"^(?:frame[_-]?)?\d+$")
 
 
@@ -44,6 +53,17 @@ class Loaded:
     data_range: float
     is_video: bool = False
     notes: list[str] = field(default_factory=list)
+    animated: bool = False  # an animated image (GIF/APNG/WebP) read as video
+
+    @property
+    def frames(self) -> int | None:
+        return int(self.array.shape[0]) if self.is_video else None
+
+    def describe(self) -> str:
+        """'a still image', 'an animated image (4 frames)', 'a video (9 frames)'."""
+        if not self.is_video:
+            return "a still image"
+        return f"{'an animated image' if self.animated else 'a video'} ({self.frames} frames)"
 
     @property
     def channels(self) -> int:
@@ -97,10 +117,14 @@ def _apply_alpha(rgba: np.ndarray, policy: str, path: Path, notes: list[str]) ->
 
 
 def load_image(path: Path, alpha: str = "reject") -> Loaded:
-    """Decode one image file to uint8 ``(H, W, C)`` with C in {1, 3}.
+    """Decode one image file to uint8 ``(H, W, C)`` with C in {1, 3}; an animated one to ``(T, H, W, C)``.
+
+    An image with more than one frame (animated GIF / APNG / WebP) is returned as a video
+    (``is_video=True, animated=True``) holding every frame; see :func:`_load_animated`.
 
     Raises:
-        InputError: unreadable, truncated or corrupt file; 16-bit; alpha under ``reject``; odd modes.
+        InputError: unreadable, truncated or corrupt file; 16-bit; alpha under ``reject``; odd modes;
+            decoded size above :data:`MAX_DECODED_BYTES`.
     """
     from PIL import Image, ImageOps, UnidentifiedImageError
 
@@ -110,6 +134,8 @@ def load_image(path: Path, alpha: str = "reject") -> Loaded:
         raise InputError(f"{path}: 16-bit PNG is not supported (8-bit expected); convert it to 8-bit explicitly")
     try:
         with Image.open(path) as im:
+            if getattr(im, "n_frames", 1) > 1:
+                return _load_animated(path, im, alpha)
             im.load()
             orientation = im.getexif().get(0x0112, 1)
             if orientation not in (None, 1):
@@ -133,7 +159,9 @@ def load_image(path: Path, alpha: str = "reject") -> Loaded:
             arr = np.asarray(im)
     except InputError:
         raise
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+    except Image.DecompressionBombError as exc:
+        raise InputError(f"{path}: {exc}") from exc
+    except (UnidentifiedImageError, OSError, EOFError, SyntaxError, ValueError) as exc:
         raise InputError(f"{path}: cannot decode image (truncated, corrupt or not an image: {exc})") from exc
     if arr.dtype != np.uint8:
         raise InputError(f"{path}: decoded to {arr.dtype} (mode {mode}); 8-bit images expected")
@@ -144,6 +172,70 @@ def load_image(path: Path, alpha: str = "reject") -> Loaded:
     if arr.shape[-1] not in (1, 3):
         raise InputError(f"{path}: unsupported channel count {arr.shape[-1]} (mode {mode})")
     return Loaded(path=path, array=np.ascontiguousarray(arr), data_range=255.0, notes=notes)
+
+
+_TRANSPOSE = {2: "FLIP_LEFT_RIGHT", 3: "ROTATE_180", 4: "FLIP_TOP_BOTTOM", 5: "TRANSPOSE", 6: "ROTATE_270",
+              7: "TRANSVERSE", 8: "ROTATE_90"}  # EXIF orientation -> PIL.Image.Transpose (as exif_transpose)
+
+
+def _too_large(path: Path, nbytes: int, what: str) -> InputError:
+    return InputError(f"{path}: {what} decode to {nbytes / 2**30:.1f} GiB, above the {MAX_DECODED_BYTES >> 30} GiB "
+                      "limit of one file; split it or compare fewer frames")
+
+
+def _load_animated(path: Path, im: object, alpha: str) -> Loaded:
+    """Every frame of an open multi-frame Pillow image as uint8 ``(T, H, W, C)``.
+
+    Frames come from ``PIL.ImageSequence`` (``seek`` composites each frame onto the canvas with the
+    format's disposal/blend rules), so every frame has the canvas size. The whole sequence is converted
+    to one mode: L when every frame is L, RGBA when any frame carries alpha, else RGB.
+    """
+    from PIL import Image, ImageSequence
+
+    assert isinstance(im, Image.Image)
+    n = int(getattr(im, "n_frames", 1))
+    w, h = im.size
+    if n * h * w * 4 > MAX_DECODED_BYTES:
+        raise _too_large(path, n * h * w * 4, f"{n} frames of {w}x{h}")
+    notes = [f"animated {im.format or 'image'}: {n} frames read as video"]
+    frames: list[Image.Image] = []
+    modes: set[str] = set()
+    has_alpha = False
+    for fr in ImageSequence.Iterator(im):
+        fr.load()
+        m = fr.mode
+        if m in ("I;16", "I;16B", "I;16L", "I", "F", "I;16N"):
+            raise InputError(f"{path}: {m} (16/32-bit) frames are not supported (8-bit expected)")
+        if m in ("CMYK", "YCbCr"):
+            raise InputError(f"{path}: {m} frames; save them as RGB")
+        has_alpha |= m in ("RGBA", "LA", "PA") or (m == "P" and "transparency" in fr.info)
+        modes.add(m)
+        frames.append(fr.copy())
+    if len(frames) != n:
+        raise InputError(f"{path}: {len(frames)} of {n} frames decodable (truncated or corrupt)")
+    target = "L" if modes <= {"L", "1"} else ("RGBA" if has_alpha else "RGB")
+    if "P" in modes or "PA" in modes:
+        notes.append("palette expanded")
+    orientation = im.getexif().get(0x0112, 1)
+    arrs = []
+    for fr in frames:
+        fr = fr.convert(target) if fr.mode != target else fr
+        if orientation in _TRANSPOSE:
+            fr = fr.transpose(getattr(Image.Transpose, _TRANSPOSE[orientation]))
+        arrs.append(np.asarray(fr))
+    if orientation in _TRANSPOSE:
+        notes.append(f"EXIF orientation {orientation} applied")
+    arr = np.stack(arrs)
+    if arr.ndim == 3:
+        arr = arr[..., None]
+    if target == "RGBA":
+        if bool((arr[..., -1] == 255).all()):
+            notes.append("alpha fully opaque in every frame: dropped")
+            arr = np.ascontiguousarray(arr[..., :-1])
+        else:
+            arr = _apply_alpha(arr, alpha, path, notes)
+    return Loaded(path=path, array=np.ascontiguousarray(arr), data_range=255.0, is_video=True, notes=notes,
+                  animated=True)
 
 
 def load_array(path: Path) -> Loaded:
@@ -189,8 +281,12 @@ def load_video(path: Path) -> Loaded:
         with av.open(str(path)) as container:
             if not container.streams.video:
                 raise InputError(f"{path}: no video stream")
+            nbytes = 0
             for frame in container.decode(video=0):
                 frames.append(frame.to_ndarray(format="rgb24"))
+                nbytes += frames[-1].nbytes
+                if nbytes > MAX_DECODED_BYTES:
+                    raise _too_large(path, nbytes, f"the first {len(frames)} frames")
     except InputError:
         raise
     except (av.error.FFmpegError, OSError, ValueError) as exc:
@@ -213,6 +309,9 @@ def load_frame_folder(path: Path, alpha: str = "reject") -> Loaded:
     if not files:
         raise InputError(f"{path}: frame folder holds no image files")
     imgs = [load_image(p, alpha) for p in files]
+    for im in imgs:
+        if im.is_video:
+            raise InputError(f"{path}: frame {im.path.name} is itself {im.describe()}; a frame folder holds stills")
     shapes = {im.array.shape for im in imgs}
     if len(shapes) != 1:
         raise InputError(f"{path}: frames differ in size or channels ({sorted(shapes)})")

@@ -2,7 +2,9 @@
 
 Conventions (see shared reference quality-metrics.md §1-§3):
 
-- Images are ``(H, W)`` or ``(H, W, C)`` arrays; ``C`` is 1 or 3. uint8 images use ``data_range=255``;
+- Images are ``(H, W)`` or ``(H, W, C)`` arrays, channel-last, ``C`` in {1, 3}; any other shape
+  (a ``(B, H, W)`` batch, a channel-first ``(3, H, W)`` image, 4-D input) raises ShapeError rather than
+  being read with the wrong axis as channels. uint8 images use ``data_range=255``;
   float images must pass an explicit ``data_range`` (1.0 for [0, 1], 2.0 for [-1, 1]).
 - PSNR = 10·log10(R² / MSE), MSE accumulated in float64 after a float cast (no uint8 wrap-around).
   Identical images give ``+inf`` (never a capped value); callers count them separately.
@@ -48,11 +50,39 @@ _TAPS64 = _gaussian_taps()
 _TAPS32 = _TAPS64.astype(np.float32)
 
 
+CHANNELS = (1, 3)  # accepted channel counts, channel-last
+
+
+def check_image_shape(shape: tuple[int, ...], what: str = "image") -> None:
+    """Refuse anything but one image: ``(H, W)`` or ``(H, W, C)`` with C in {1, 3}, channel-last.
+
+    A 3-D array whose last axis is not 1 or 3 is ambiguous (a ``(B, H, W)`` batch of grayscale images,
+    or a channel-first ``(C, H, W)`` image) and would otherwise be read as ``H=B, W=H, C=W``: the
+    result is neither the per-image mean nor any image's value. Callers loop over a batch themselves.
+
+    Raises:
+        ShapeError: wrong rank, or an ambiguous channel axis (the message names the accepted shapes).
+    """
+    if len(shape) == 2:
+        return
+    if len(shape) == 3 and shape[-1] in CHANNELS:
+        return
+    if len(shape) == 3:
+        raise ShapeError(
+            f"ambiguous {what} shape {tuple(shape)}: expected (H, W) or (H, W, C) with C in {{1, 3}} "
+            f"channel-last; a (B, H, W) batch or a channel-first (C, H, W) array is refused: "
+            f"score each image separately (or move the channel axis last)"
+        )
+    raise ShapeError(
+        f"expected one {what}: (H, W) or (H, W, C) with C in {{1, 3}} channel-last, got shape {tuple(shape)}; "
+        f"score a batch or video image by image (diffbench.quality.video.per_frame for (T, H, W, C))"
+    )
+
+
 def _check_pair(a: np.ndarray, b: np.ndarray, data_range: float | None) -> float:
     if a.shape != b.shape:
         raise ShapeError(f"shape mismatch: {a.shape} vs {b.shape}; pairs must have identical shapes")
-    if a.ndim not in (2, 3):
-        raise ShapeError(f"expected (H, W) or (H, W, C) arrays, got shape {a.shape}")
+    check_image_shape(a.shape)
     if data_range is None:
         if a.dtype == np.uint8 and b.dtype == np.uint8:
             return 255.0
@@ -68,14 +98,16 @@ def psnr(a: np.ndarray, b: np.ndarray, data_range: float | None = None) -> float
     """PSNR in dB between two same-shape images.
 
     Args:
-        a, b: baseline and candidate, same shape, any real dtype.
+        a, b: baseline and candidate, same shape ``(H, W)`` or ``(H, W, C)`` with C in {1, 3}
+            (channel-last), any real dtype.
         data_range: R in PSNR = 10·log10(R²/MSE); defaults to 255 only when both are uint8.
 
     Returns:
         PSNR in dB; ``math.inf`` for identical images.
 
     Raises:
-        ShapeError: shapes differ. UsageError: missing data_range for non-uint8 input.
+        ShapeError: shapes differ, or a shape other than one image (e.g. a ``(B, H, W)`` batch, whose
+        pooled PSNR is not the per-image mean). UsageError: missing data_range for non-uint8 input.
     """
     r = _check_pair(a, b, data_range)
     if a.dtype == np.uint8 and b.dtype == np.uint8:
@@ -87,6 +119,36 @@ def psnr(a: np.ndarray, b: np.ndarray, data_range: float | None = None) -> float
     if mse == 0.0:
         return math.inf
     return 10.0 * math.log10(r * r / mse)
+
+
+def ssim_border_difference(a: np.ndarray, b: np.ndarray) -> tuple[int, int]:
+    """Differing pixel positions outside and inside SSIM's valid region, as ``(border, interior)``.
+
+    SSIM's map is averaged only over window centres at least :data:`SSIM_RADIUS` (5) px from every
+    edge (the scikit-image crop of (win − 1)/2 px, σ = 1.5); a pixel in that 5-px ring enters only
+    through the tails of the nearest windows, so a pair that differs only there scores SSIM ≈ 1.
+    Callers note such a pair (``border_only_difference``) so it is never read as "identical".
+
+    Args:
+        a, b: same shape, ``(H, W)``, ``(H, W, C)`` or ``(T, H, W, C)``; a position differs when any
+            channel differs.
+
+    Returns:
+        ``(border, interior)`` counts of differing (frame, row, column) positions.
+    """
+    if a.shape != b.shape:
+        raise ShapeError(f"shape mismatch: {a.shape} vs {b.shape}; pairs must have identical shapes")
+    if a.ndim >= 3:  # OR over channels slice by slice (cheaper than .any(axis=-1) over a 3-long axis)
+        diff = np.not_equal(a[..., 0], b[..., 0])
+        for c in range(1, a.shape[-1]):
+            diff |= np.not_equal(a[..., c], b[..., c])
+    else:
+        diff = np.not_equal(a, b)
+    h, w = diff.shape[-2:]
+    r = SSIM_RADIUS
+    total = int(np.count_nonzero(diff))
+    interior = int(np.count_nonzero(diff[..., r : max(r, h - r), r : max(r, w - r)]))
+    return total - interior, interior
 
 
 _ROWS = 16  # output rows per block: the block's inputs stay in cache for both passes
@@ -131,7 +193,8 @@ def ssim(a: np.ndarray, b: np.ndarray, data_range: float | None = None) -> float
     """Mean SSIM (Gaussian σ = 1.5, K1 = 0.01, K2 = 0.03, population covariance) over channels.
 
     Args:
-        a, b: ``(H, W)`` or ``(H, W, C)``, same shape, H and W >= 11.
+        a, b: ``(H, W)`` or ``(H, W, C)`` with C in {1, 3} (channel-last), same shape, H and W >= 11.
+            A ``(B, H, W)`` batch with B not in {1, 3} is refused (it would be read as W channels).
         data_range: R for C1 = (K1·R)², C2 = (K2·R)²; defaults to 255 only when both are uint8.
 
     Returns:
@@ -139,7 +202,8 @@ def ssim(a: np.ndarray, b: np.ndarray, data_range: float | None = None) -> float
         :data:`SKIMAGE_SSIM_ARGS` within 1e-4.
 
     Raises:
-        ShapeError: shapes differ, or a side is below 11 px. UsageError: missing data_range.
+        ShapeError: shapes differ, an ambiguous or non-image shape, or a side is below 11 px.
+        UsageError: missing data_range.
     """
     return float(ssim_channels(a, b, data_range).mean())
 
@@ -197,7 +261,8 @@ def ms_ssim(a: np.ndarray, b: np.ndarray, data_range: float | None = None) -> fl
     """MS-SSIM (torchmetrics functional, 5 scales, Gaussian σ = 1.5, explicit data_range).
 
     Returns None when a side is below :data:`MS_SSIM_MIN_SIDE` (176 px), where torchmetrics cannot
-    compute 5 scales. Inputs: ``(H, W[, C])``; converted once to float32 NCHW in the input's range.
+    compute 5 scales. Inputs: ``(H, W)`` or ``(H, W, C)`` with C in {1, 3} (channel-last; other
+    shapes raise ShapeError as in :func:`ssim`); converted once to float32 NCHW in the input's range.
     """
     r = _check_pair(a, b, data_range)
     if min(a.shape[0], a.shape[1]) < MS_SSIM_MIN_SIDE:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from diffbench.errors import InputError, MissingWeightsError
+from diffbench.errors import InputError, MissingWeightsError, ShapeError
 
 if TYPE_CHECKING:
     import torch
@@ -158,15 +158,20 @@ class LPIPS:
         return f"LPIPS v{LPIPS_VERSION} alex, torchvision-free port, heads from torchmetrics; {cal}; {self.source}"
 
     def __call__(self, a: np.ndarray, b: np.ndarray, data_range: float = 255.0) -> np.ndarray:
-        """LPIPS for (H, W, 3) or (N, H, W, 3) arrays in [0, data_range]; returns (N,) float64."""
+        """LPIPS for (H, W, 3) or (N, H, W, 3) arrays in [0, data_range]; returns (N,) float64.
+
+        Raises:
+            InputError: shapes differ. ShapeError: not channel-last RGB (e.g. (B, H, W) or (3, H, W)).
+        """
         import torch
 
         if a.shape != b.shape:
             raise InputError(f"LPIPS shape mismatch {a.shape} vs {b.shape}")
+        if a.ndim not in (3, 4) or a.shape[-1] != 3:
+            raise ShapeError(f"LPIPS takes (H, W, 3) or (N, H, W, 3) channel-last RGB, got shape {a.shape}; "
+                             "a (B, H, W) or channel-first array is refused")
         if a.ndim == 3:
             a, b = a[None], b[None]
-        if a.shape[-1] != 3:
-            raise InputError(f"LPIPS needs RGB input, got {a.shape[-1]} channel(s)")
 
         def t(x: np.ndarray) -> torch.Tensor:  # the single conversion to [-1, 1]
             x = torch.from_numpy(np.array(x, dtype=np.float32)).permute(0, 3, 1, 2)

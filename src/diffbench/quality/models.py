@@ -64,10 +64,10 @@ class VideoStats(BaseModel):
     psnr_worst: float
     psnr_worst_frame: int
     identical_frames: int
-    ssim_mean: float
+    ssim_mean: float  # mean over the non-identical frames, as psnr_mean (all identical: 1.0)
     ssim_worst: float
     ssim_worst_frame: int
-    lpips_mean: float | None = None
+    lpips_mean: float | None = None  # mean over the non-identical frames, as psnr_mean
     lpips_worst: float | None = None
     lpips_worst_frame: int | None = None
     flicker_baseline: float | None = None
@@ -79,7 +79,8 @@ class VideoStats(BaseModel):
 
 
 class PairResult(BaseModel):
-    """One compared pair. For a video, ``metrics`` hold the mean over frames (PSNR: mean of finite ones)."""
+    """One compared pair. For a video, ``metrics`` hold means over its non-identical frames (PSNR, SSIM and
+    LPIPS alike; ``video.identical_frames`` counts the others), so they agree with the frame_* summaries."""
 
     key: str
     baseline: str
@@ -93,6 +94,12 @@ class PairResult(BaseModel):
     metrics: dict[str, float | None]
     notes: list[str] = []
     video: VideoStats | None = None
+    animated: bool = False  # an animated image (GIF/APNG/WebP) read frame by frame as a video
+    # Differing pixel positions in the 5-px ring that SSIM's valid region excludes, and inside it.
+    border_diff_pixels: int = 0
+    interior_diff_pixels: int = 0
+    # True when the pair differs only in that ring: SSIM stays near 1 (window tails only), PSNR counts it.
+    border_only_difference: bool = False
 
 
 class FrameRow(BaseModel):
@@ -103,6 +110,8 @@ class FrameRow(BaseModel):
     psnr: float
     ssim: float
     lpips: float | None = None
+    identical: bool = False
+    border_only_difference: bool = False
 
 
 class WorstPair(BaseModel):
@@ -116,15 +125,20 @@ class WorstPair(BaseModel):
 class MetricSummary(BaseModel):
     """Direction-aware summary of one metric over pairs (or frames).
 
-    Percentiles by linear interpolation between order statistics (numpy 'linear'); +inf (identical
-    images, PSNR) sorts last and is excluded from ``mean``; ``n_inf`` counts it.
-    ``worst`` is the minimum when higher is better, else the maximum.
+    Every row describes the same pairs: ``n`` counts all of them, identical ones included, and
+    ``n_identical`` counts the identical ones for every metric (PSNR +inf, SSIM 1, LPIPS 0), so the PSNR,
+    SSIM and MS-SSIM rows of one report agree. ``mean`` is over the non-identical pairs in every row
+    (+inf cannot be averaged; the other metrics follow the same rule); None when all are identical.
+    Percentiles by linear interpolation between order statistics (numpy 'linear') over all ``n``
+    values; +inf sorts last; ``n_inf`` counts +inf values. ``worst`` is the minimum when higher is
+    better, else the maximum.
     """
 
     metric: str
     higher_is_better: bool
     n: int
     n_inf: int = 0
+    n_identical: int = 0
     mean: float | None
     p10: float
     p50: float
@@ -180,12 +194,31 @@ class MetricSettings(BaseModel):
     alpha_policy: str = "reject"
     percentile_method: str = ""
     identical_policy: str = (
-        "identical pairs give PSNR=+inf: counted in n_inf, sorted last for percentiles, excluded from means"
+        "identical pairs give PSNR=+inf (SSIM 1): counted in n_identical in every metric's row and in n, sorted "
+        "last (best) for percentiles, excluded from every metric's mean"
+    )
+    border: str = (
+        "SSIM averages only window centres >= 5 px from every edge (scikit-image crop); a pair whose pixels "
+        "differ only in that 5-px ring is flagged border_only_difference (SSIM stays near 1; PSNR counts it)"
+    )
+    animated: str = (
+        "animated GIF/APNG/WebP are read as video: every frame (Pillow seek, disposal applied), per-frame "
+        "PSNR/SSIM, worst frame; animated vs still and frame-count mismatches are pair errors"
     )
     video: str = (
-        "per-frame PSNR/SSIM; flicker = 1 - mean|f_t - f_t+1|/255 (VBench temporal flickering); motion = mean "
+        "per-frame PSNR/SSIM; a video's PSNR/SSIM/LPIPS = mean over its non-identical frames; flicker = 1 - mean|f_t - f_t+1|/255 (VBench temporal flickering); motion = mean "
         "absolute difference of consecutive frames in 8-bit levels; frame-count mismatch is an error"
     )
+
+
+class SettingDiff(BaseModel):
+    """A generation setting recorded differently in the two manifests (``conditions`` / ``fingerprint``)."""
+
+    field: str
+    source: Literal["conditions", "fingerprint", "entries"]
+    baseline: object = None
+    candidate: object = None
+    note: str = ""
 
 
 class QualityReport(BaseModel):
@@ -201,6 +234,8 @@ class QualityReport(BaseModel):
     settings: MetricSettings
     n_pairs: int = 0
     n_identical: int = 0
+    n_border_only: int = 0  # pairs that differ only in SSIM's cropped 5-px border (never counted identical)
+    settings_diff: list[SettingDiff] = []  # generation settings that differ between the two manifests
     pairs: list[PairResult] = []
     frames: list[FrameRow] = []
     errors: list[PairError] = []

@@ -4,6 +4,11 @@
   size / frame count and sha256 are checked against each other and against the file.
 - Otherwise → pairs match by relative path (files with a supported extension, and frame folders).
 - A missing counterpart, a shape mismatch or a changed file is a :class:`PairError`; nothing is dropped.
+- With two manifests, their generation settings (``conditions``: batch, steps, guidance, shape, ...;
+  ``fingerprint``: model, precision, engine, cache, torch/diffusers versions, device, ...) and the paired
+  entries' steps are compared: every field that differs is a :class:`SettingDiff` (reported, never a
+  failure: the option under test is expected to differ, anything else explains a pixel difference,
+  e.g. batch 1 vs 2 of the same seed changes pixels).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from pathlib import Path
 from diffbench.core.manifest import MANIFEST_NAME, Manifest, ManifestEntry, read_manifest
 from diffbench.errors import InputError
 from diffbench.quality.io import ARRAY_EXTS, IMAGE_EXTS, VIDEO_EXTS, is_frame_folder
-from diffbench.quality.models import PairError
+from diffbench.quality.models import PairError, SettingDiff
 
 # Files that may sit next to outputs and are not outputs.
 METADATA_EXTS = frozenset({".json", ".jsonl", ".csv", ".txt", ".md", ".log", ".yaml", ".yml", ".html"})
@@ -35,6 +40,7 @@ class Pairing:
     pairs: list[PairSpec] = field(default_factory=list)
     errors: list[PairError] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    settings_diff: list[SettingDiff] = field(default_factory=list)
 
 
 def sha256_of(path: Path) -> str:
@@ -97,6 +103,60 @@ def _index(m: Manifest, root: Path, side: str, errors: list[PairError]) -> dict[
             continue
         out[k] = e
     return out
+
+
+# Why a difference in these settings changes pixels at the same seed (printed beside the field).
+SETTING_NOTES = {
+    "batch": "batch composition changes pixels even at the same seed (batched kernels round differently)",
+    "steps": "a different number of denoising steps",
+    "shape": "the run's shape label (H x W, steps, batch) differs",
+    "guidance": "a different guidance scale",
+    "cfg": "a different classifier-free guidance setting",
+    "precision": "a different dtype changes every kernel's rounding",
+    "cache": "a different cache configuration (the option under test?)",
+    "compile": "compiled kernels round differently",
+    "attention_backend": "a different attention kernel",
+    "torch": "a different torch version",
+    "diffusers": "a different diffusers version",
+    "hardware": "different hardware",
+    "device": "a different device",
+    "model_hash": "different model weights",
+}
+
+
+def settings_diff(mb: Manifest, mc: Manifest) -> tuple[list[SettingDiff], list[str]]:
+    """Generation settings that differ between two manifests, and warnings where none were recorded.
+
+    Compares every key of ``conditions`` and of ``fingerprint`` (a fingerprint field equal to a
+    conditions field that already differs with the same values is not repeated), then the ``steps`` of
+    entries with the same key. Returns ``(diffs, warnings)``; nothing here fails a run.
+    """
+    out: list[SettingDiff] = []
+    warnings: list[str] = []
+    seen: dict[str, tuple[object, object]] = {}
+    for source in ("conditions", "fingerprint"):
+        db: dict[str, object] = getattr(mb, source) or {}
+        dc: dict[str, object] = getattr(mc, source) or {}
+        if not db or not dc:
+            missing = [side for side, d in (("baseline", db), ("candidate", dc)) if not d]
+            warnings.append(f"{' and '.join(missing)} manifest records no {source}: cannot check that both runs "
+                            f"used the same generation settings ({source})")
+            continue
+        for k in sorted(set(db) | set(dc)):
+            vb, vc = db.get(k), dc.get(k)
+            if vb == vc or seen.get(k) == (vb, vc):
+                continue
+            seen[k] = (vb, vc)
+            out.append(SettingDiff(field=k, source=source, baseline=vb, candidate=vc, note=SETTING_NOTES.get(k, "")))  # type: ignore[arg-type]
+    if "steps" not in seen:
+        steps_b = {_key(e): e.steps for e in mb.entries}
+        steps_c = {_key(e): e.steps for e in mc.entries}
+        diff = sorted(k for k in set(steps_b) & set(steps_c) if steps_b[k] != steps_c[k])
+        if diff:
+            k = diff[0]
+            out.append(SettingDiff(field="steps", source="entries", baseline=steps_b[k], candidate=steps_c[k],
+                                   note=f"{len(diff)} paired output(s) made with different steps, e.g. {k}"))
+    return out, warnings
 
 
 def pair_by_manifest(baseline: Path, candidate: Path, mb: Manifest, mc: Manifest, verify: bool) -> Pairing:
@@ -170,7 +230,10 @@ def pair_outputs(baseline: Path, candidate: Path, verify_sha256: bool = True) ->
             raise InputError(f"{d}: not a directory")
     mb, mc = read_manifest(baseline), read_manifest(candidate)
     if mb is not None and mc is not None:
-        return pair_by_manifest(baseline, candidate, mb, mc, verify_sha256)
+        res = pair_by_manifest(baseline, candidate, mb, mc, verify_sha256)
+        res.settings_diff, warn = settings_diff(mb, mc)
+        res.warnings.extend(warn)
+        return res
     res = pair_by_path(baseline, candidate)
     if (mb is None) != (mc is None):
         res.warnings.append("only one side has manifest.json; paired by relative path")

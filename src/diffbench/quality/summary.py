@@ -2,7 +2,8 @@
 
 Percentiles use diffbench.core.stats' method (numpy 'linear', Hyndman-Fan type 7). PSNR of identical
 images is +inf: it sorts last, so a percentile whose interpolation touches +inf is +inf, one below it is
-finite; +inf never enters a mean (``n_inf`` counts it). NaN is rejected before it reaches a summary.
+finite. Identical pairs (+inf PSNR, or flagged) are counted in ``n_identical`` for every metric and never
+enter a mean (``n_inf`` counts +inf values). NaN is rejected before it reaches a summary.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class Sample:
     baseline: str
     candidate: str
     frame: int | None = None
+    identical: bool = False  # the pair (or frame) is bit-identical; a +inf value counts as identical too
 
 
 def percentile_with_inf(values: Sequence[float], q: float) -> float:
@@ -52,7 +54,11 @@ def percentile_with_inf(values: Sequence[float], q: float) -> float:
 
 
 def summarize_metric(metric: str, samples: Sequence[Sample], worst_n: int = 5) -> MetricSummary | None:
-    """Summary (n, p10, p50, p90, min, max, worst, mean of finite values) and the ``worst_n`` samples.
+    """Summary (n, n_identical, p10, p50, p90, min, max, worst, mean) and the ``worst_n`` samples.
+
+    A sample is identical when flagged (``Sample.identical``) or +inf (PSNR of identical images).
+    ``n`` counts every sample; ``mean`` is over the non-identical finite ones (None when there are
+    none), so the rows of different metrics over the same pairs describe the same population.
 
     Returns None for an empty sample. Raises ValueError on NaN (callers turn NaN into a pair error first).
     """
@@ -60,7 +66,8 @@ def summarize_metric(metric: str, samples: Sequence[Sample], worst_n: int = 5) -
         return None
     hib = HIGHER_IS_BETTER.get(metric, True)
     vals = [s.value for s in samples]
-    finite = [v for v in vals if math.isfinite(v)]
+    same = [s.identical or s.value == math.inf for s in samples]
+    finite = [v for v, i in zip(vals, same, strict=True) if math.isfinite(v) and not i]
     p = {q: percentile_with_inf(vals, q) for q in (10, 50, 90)}
     ordered = sorted(samples, key=lambda s: s.value, reverse=not hib)
     worst = [
@@ -72,7 +79,8 @@ def summarize_metric(metric: str, samples: Sequence[Sample], worst_n: int = 5) -
         metric=metric,
         higher_is_better=hib,
         n=len(vals),
-        n_inf=len(vals) - len(finite),
+        n_inf=sum(1 for v in vals if math.isinf(v)),
+        n_identical=sum(same),
         mean=float(np.mean(finite)) if finite else None,
         p10=p[10],
         p50=p[50],

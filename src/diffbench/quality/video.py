@@ -21,8 +21,15 @@ def mean_abs_frame_diff(video: np.ndarray, data_range: float = 255.0) -> float |
     """Mean over consecutive frame pairs of mean|f_t − f_{t+1}|, in 8-bit levels; None for T < 2.
 
     Args:
-        video: ``(T, H, W[, C])`` uint8, or float in [0, data_range] (rescaled to 8-bit levels).
+        video: ``(T, H, W, C)`` with C in {1, 3}, uint8, or float in [0, data_range] (rescaled to 8-bit
+            levels). A 3-D array is refused: ``(H, W, 3)`` and ``(T, H, W)`` cannot be told apart.
+
+    Raises:
+        ShapeError: not ``(T, H, W, C)`` with C in {1, 3}.
     """
+    if video.ndim != 4 or video.shape[-1] not in (1, 3):
+        raise ShapeError(f"expected a (T, H, W, C) video with C in {{1, 3}}, got shape {video.shape}; "
+                         "add a channel axis to a grayscale (T, H, W) video")
     if video.shape[0] < 2:
         return None
     scale = 255.0 / data_range
@@ -45,6 +52,8 @@ def per_frame(a: np.ndarray, b: np.ndarray, data_range: float) -> tuple[np.ndarr
     Raises:
         ShapeError: frame count or frame size differs (never truncated or padded).
     """
+    if a.ndim != 4 or b.ndim != 4:
+        raise ShapeError(f"per_frame takes (T, H, W, C) videos, got {a.shape} and {b.shape}")
     if a.shape[0] != b.shape[0]:
         raise ShapeError(f"frame count mismatch: baseline {a.shape[0]}, candidate {b.shape[0]}")
     if a.shape != b.shape:

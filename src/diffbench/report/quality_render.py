@@ -15,7 +15,7 @@ from diffbench.quality.models import QualityReport
 _ORDER = ("psnr", "ssim", "ms_ssim", "lpips", "frame_psnr", "frame_ssim", "frame_lpips", "flicker_delta",
           "motion_ratio", "clip_baseline", "clip_candidate", "clip_delta")
 CSV_COLUMNS = ("key", "frame", "kind", "baseline", "candidate", "height", "width", "psnr", "ssim", "ms_ssim",
-               "lpips", "identical", "flicker_delta", "motion_ratio", "notes")
+               "lpips", "identical", "flicker_delta", "motion_ratio", "notes", "border_only_difference")
 
 
 def _f(v: float | None, digits: int = 4) -> str:
@@ -40,8 +40,7 @@ def write_json(report: QualityReport, path: Path) -> Path:
 
 def write_csv(report: QualityReport, path: Path) -> Path:
     """One row per image pair; one row per frame for video pairs (video-level fields on every frame row)."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
+    p = Path(path)  # the parent was checked (diffbench.core.outpath) before the run; nothing is created here
     frames_by_key: dict[str, list] = {}
     for fr in report.frames:
         frames_by_key.setdefault(fr.key, []).append(fr)
@@ -55,12 +54,13 @@ def write_csv(report: QualityReport, path: Path) -> Path:
             if pr.kind == "video" and pr.video is not None:
                 for fr in frames_by_key.get(pr.key, []):
                     w.writerow([pr.key, fr.frame, pr.kind, pr.baseline, pr.candidate, pr.height, pr.width,
-                                _c(fr.psnr), _c(fr.ssim), "", _c(fr.lpips), fr.psnr == math.inf,
-                                _c(pr.video.flicker_delta), _c(pr.video.motion_ratio), notes])
+                                _c(fr.psnr), _c(fr.ssim), "", _c(fr.lpips), fr.identical,
+                                _c(pr.video.flicker_delta), _c(pr.video.motion_ratio), notes,
+                                fr.border_only_difference])
                 continue
             m = pr.metrics
             w.writerow(base + [_c(m.get("psnr")), _c(m.get("ssim")), _c(m.get("ms_ssim")),
-                               _c(m.get("lpips")), pr.identical, "", "", notes])
+                               _c(m.get("lpips")), pr.identical, "", "", notes, pr.border_only_difference])
     tmp.replace(p)
     return p
 
@@ -70,16 +70,28 @@ def render_console(report: QualityReport, console: Console | None = None) -> Non
     c = console or Console()
     title = "noise floor (baseline vs baseline re-run)" if report.noise_floor else "quality vs baseline"
     c.print(f"[bold]{title}[/]: {report.candidate} vs {report.baseline} — paired by {report.pairing}, "
-            f"{report.n_pairs} pairs, {report.n_identical} identical, {len(report.errors)} errors")
+            f"{report.n_pairs} pairs, {report.n_identical} identical, "
+            + (f"{report.n_border_only} differ only in SSIM's 5-px border, " if report.n_border_only else "")
+            + f"{len(report.errors)} errors")
+    if report.settings_diff:
+        st = Table(title=f"{len(report.settings_diff)} generation setting(s) differ between the two manifests "
+                         "(expected only for the option under test)")
+        for col in ("setting", "baseline", "candidate", "why it matters"):
+            st.add_column(col)
+        for d in report.settings_diff:
+            st.add_row(f"{d.field}" + (f" ({d.source})" if d.source != "conditions" else ""), str(d.baseline),
+                       str(d.candidate), d.note)
+        c.print(st)
     t = Table(title="per-pair metrics (worst is direction-aware)")
-    for col in ("metric", "n", "identical", "mean", "p50", "p10", "p90", "worst"):
+    for col in ("metric", "n", "identical", "mean (non-identical)", "p50", "p10", "p90", "worst"):
         t.add_column(col, justify="right" if col != "metric" else "left")
     names = [k for k in _ORDER if k in report.summaries] + sorted(set(report.summaries) - set(_ORDER))
     for k in names:
         s = report.summaries[k]
-        t.add_row(k + ("" if s.higher_is_better else " (lower better)"), str(s.n), str(s.n_inf), _f(s.mean),
+        t.add_row(k + ("" if s.higher_is_better else " (lower better)"), str(s.n), str(s.n_identical), _f(s.mean),
                   _f(s.p50), _f(s.p10), _f(s.p90), _f(s.worst))
     c.print(t)
+    border_only = {p.key for p in report.pairs if p.border_only_difference}
     for k in names:
         s = report.summaries[k]
         if not s.worst_pairs or k.startswith("frame_"):
@@ -89,7 +101,8 @@ def render_console(report: QualityReport, console: Console | None = None) -> Non
         wt.add_column(k, justify="right")
         wt.add_column("candidate")
         for wp in s.worst_pairs:
-            wt.add_row(wp.key, _f(wp.value), wp.candidate)
+            flag = " (differs only in the 5-px border)" if wp.key in border_only else ""
+            wt.add_row(wp.key + flag, _f(wp.value), wp.candidate)
         c.print(wt)
     vids = [p for p in report.pairs if p.video is not None]
     if vids:
@@ -99,7 +112,7 @@ def render_console(report: QualityReport, console: Console | None = None) -> Non
         for p in vids:
             v = p.video
             assert v is not None
-            vt.add_row(p.key, str(v.frames), f"{_f(v.psnr_worst, 2)} ({v.psnr_worst_frame})",
+            vt.add_row(p.key + (" (animated image)" if p.animated else ""), str(v.frames), f"{_f(v.psnr_worst, 2)} ({v.psnr_worst_frame})",
                        f"{_f(v.ssim_worst)} ({v.ssim_worst_frame})", _f(v.flicker_delta, 5), _f(v.motion_ratio))
         c.print(vt)
     if report.distribution is not None:
