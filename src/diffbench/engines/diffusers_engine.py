@@ -187,7 +187,9 @@ class DiffusersEngine:
         cfg = self.config
         if cfg.dtype not in DTYPES:
             raise UsageError(f"--dtype {cfg.dtype} is not supported; choose one of {', '.join(DTYPES)}")
-        _check_device_available(torch, cfg.device)
+        from diffbench.engines.registry import check_device
+
+        _check_device_available(torch, check_device(cfg.device))
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         pipe = self._load()
