@@ -53,6 +53,16 @@ ROWS: list[tuple[list[str], int, list[str]]] = [
     ([*TINY, "--frames", "9"], 2, ["--frames", "image model"]),
     ([*SIM, "--shapes", "64by64"], 2, ["--shapes", "WIDTHxHEIGHT"]),
     ([*SIM, "--shapes", "0x64"], 2, ["--shapes", "WIDTHxHEIGHT"]),
+    # every float option: finite and in range (nan slipped through click's min=/max=, inf overflowed)
+    ([*SIM, "--guidance", "nan"], 2, ["--guidance nan", "finite", "[0, 50]"]),
+    ([*SIM, "--guidance", "-1"], 2, ["--guidance -1", "[0, 50]"]),
+    ([*SIM, "--fps", "nan"], 2, ["--fps nan", "(0, 1000]"]),
+    ([*SIM, "--fps", "0"], 2, ["--fps 0", "(0, 1000]"]),
+    ([*SIM, "--sim-step-s", "nan"], 2, ["--sim-step-s nan", "finite"]),
+    ([*SIM, "--sim-jitter", "inf"], 2, ["--sim-jitter inf", "finite"]),
+    ([*SIM, "--sim-compile-s", "inf"], 2, ["--sim-compile-s inf", "finite"]),
+    ([*SIM, "--sim-tail-prob", "nan"], 2, ["--sim-tail-prob nan", "[0, 1]"]),
+    ([*SIM, "--sim-tail-s", "-1"], 2, ["--sim-tail-s -1", "[0, 3600]"]),
 ]
 if not _has_cuda():
     ROWS.append(([*TINY, "--device", "cuda"], 2, ["--device cuda", "CUDA is not available", "cpu"]))

@@ -68,3 +68,9 @@ def test_mkdir_creates_the_json_parent(tmp_path) -> None:
 @pytest.mark.parametrize("value", ["0", "1", "3.5", "50"])
 def test_cfg_in_range_is_accepted(value, capsys) -> None:
     assert main(["ledger", *BASE, "--cfg", value]) == 0
+
+
+def test_one_gpu_per_node_says_why_there_is_no_multi_gpu_table(capsys) -> None:
+    assert main(["ledger", *BASE, "--gpus-per-node", "1"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "none with --gpus-per-node 1" in out and "no second GPU" in out

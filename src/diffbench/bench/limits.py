@@ -14,6 +14,7 @@ resolution-dependent shift). The limits sit well above what published models sam
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
@@ -75,3 +76,16 @@ def check_limits(
             )
         if s.frames is not None and s.frames > MAX_FRAMES:
             raise _refuse(s.frames_option, f"{MAX_FRAMES} frames")
+
+
+def check_number(flag: str, value: float | None, lo: float, hi: float, what: str) -> None:
+    """Refuse a nan, inf or out-of-range float option (``None`` means not given).
+
+    Raises:
+        UsageError: naming the flag, the closed range [lo, hi] and what the number is.
+    """
+    if value is None:
+        return
+    if not math.isfinite(value) or not lo <= value <= hi:
+        kind = "a finite number" if not math.isfinite(value) else "a number"
+        raise UsageError(f"{flag} {value:g}: must be {kind} in [{lo:g}, {hi:g}] ({what})")

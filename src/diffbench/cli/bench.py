@@ -119,13 +119,11 @@ def register(app: typer.Typer) -> None:
         mkdir: bool = typer.Option(
             False, "--mkdir", help="Create missing parent directories of --json, --markdown, --save-outputs."
         ),
-        sim_compile_s: float = typer.Option(5.0, min=0, help="[sim] first-call compile cost per shape (s)."),
-        sim_step_s: float = typer.Option(0.04, min=0, help="[sim] per-step time at 1024x1024 (s)."),
-        sim_jitter: float = typer.Option(0.02, min=0, help="[sim] relative jitter (log-normal sd)."),
-        sim_tail_prob: float = typer.Option(
-            0.02, min=0, max=1, help="[sim] probability of a tail event per run."
-        ),
-        sim_tail_s: float = typer.Option(0.5, min=0, help="[sim] tail event duration (s)."),
+        sim_compile_s: float = typer.Option(5.0, help="[sim] first-call compile cost per shape (s)."),
+        sim_step_s: float = typer.Option(0.04, help="[sim] per-step time at 1024x1024 (s)."),
+        sim_jitter: float = typer.Option(0.02, help="[sim] relative jitter (log-normal sd)."),
+        sim_tail_prob: float = typer.Option(0.02, help="[sim] probability of a tail event per run."),
+        sim_tail_s: float = typer.Option(0.5, help="[sim] tail event duration (s)."),
         sim_realtime: bool = typer.Option(
             False, "--sim-realtime", help="[sim] sleep for real instead of a virtual clock."
         ),
@@ -135,7 +133,7 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Single-request latency: warmup per shape, synchronized timed runs, stage split, memory, reproducibility."""
-        from diffbench.bench.limits import check_limits
+        from diffbench.bench.limits import check_limits, check_number
         from diffbench.bench.protocol import BenchConfig
         from diffbench.bench.session import BenchOptions, Shape, parse_shapes, run_session
         from diffbench.core.outpath import check_output_dir, check_output_file
@@ -151,6 +149,15 @@ def register(app: typer.Typer) -> None:
         device = check_device(device)
         if fps is not None and not (0 < fps <= 1000):
             raise UsageError(f"--fps {fps:g}: must be a playback rate in (0, 1000] frames per second")
+        for flag, value, lo, hi, what in (
+            ("--guidance", guidance, 0, 50, "guidance / CFG scale"),
+            ("--sim-compile-s", sim_compile_s, 0, 3600, "seconds"),
+            ("--sim-step-s", sim_step_s, 0, 60, "seconds per step at 1024x1024"),
+            ("--sim-jitter", sim_jitter, 0, 2, "log-normal sd"),
+            ("--sim-tail-prob", sim_tail_prob, 0, 1, "a probability"),
+            ("--sim-tail-s", sim_tail_s, 0, 3600, "seconds"),
+        ):
+            check_number(flag, value, lo, hi, what)
         shape_list = parse_shapes(shapes) if shapes else [Shape(height=height, width=width, frames=frames)]
         check_limits(steps=steps, batch=batch, shapes=[_spec(s) for s in shape_list], allow_large=allow_large)
         if json_path is not None:

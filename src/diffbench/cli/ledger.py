@@ -88,7 +88,7 @@ def register(app: typer.Typer) -> None:
                     "even with tiling, offload or fp8; use a smaller size or fewer frames, or split it across "
                     f"GPUs (diffbench plan --model {model} --size {size} ... shows TP/sequence-parallel layouts)")
         parallel = parallel_options(cat, result, gpus_per_node)
-        Console(width=max(Console().width, 150)).print(ledger_renderable(result, suggestions, parallel))
+        Console(width=max(Console().width, 150)).print(ledger_renderable(result, suggestions, parallel, gpus_per_node))
         if json_path is not None:
             data = result.model_dump(mode="json")
             data["fit_suggestions"] = suggestions or []
