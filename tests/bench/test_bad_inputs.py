@@ -66,6 +66,17 @@ ROWS: list[tuple[list[str], int, list[str]]] = [
 ]
 if not _has_cuda():
     ROWS.append(([*TINY, "--device", "cuda"], 2, ["--device cuda", "CUDA is not available", "cpu"]))
+    ROWS.append(([*TINY, "--device", "cuda:1"], 2, ["--device cuda:1", "CUDA is not available"]))
+
+
+def _has_mps() -> bool:
+    import torch
+
+    return bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
+
+
+if not _has_mps():
+    ROWS.append(([*TINY, "--device", "mps"], 2, ["--device mps", "MPS (Apple GPU) is not available"]))
 
 
 @pytest.fixture

@@ -45,3 +45,13 @@ def test_peek_pipeline_class_without_loading(tmp_path) -> None:
     (tmp_path / "model_index.json").write_text(json.dumps({"_class_name": "StableDiffusionXLPipeline"}))
     assert peek_pipeline_class(str(tmp_path)) == "StableDiffusionXLPipeline"
     assert peek_pipeline_class(str(tmp_path / "missing")) is None
+
+
+def test_library_engine_refuses_an_unknown_device() -> None:
+    """Not only the CLI: an EngineConfig with device 'tpu' fails at start with the list of devices."""
+    from diffbench.engines.registry import EngineConfig, create_engine
+    from diffbench.errors import UsageError
+
+    engine = create_engine(EngineConfig(model="tiny-flux", device="tpu"))
+    with pytest.raises(UsageError, match=r"--device tpu: unknown device; valid devices: cpu, cuda, cuda:N, mps"):
+        engine.start()

@@ -43,11 +43,23 @@ ROWS: list[tuple[list[str], int, list[str]]] = [
     (["--model", "flux.1-dev", "--size", "1000x1024", "--gpu", "h100-sxm"], 2, ["--size", "width 1000"]),
     ([*BASE, "--json", "{tmp}/typo/l.json"], 2, ["--json", "does not exist", "--mkdir"]),
     ([*BASE, "--catalog", "{tmp}/nope.yaml"], 2, ["--catalog", "file not found"]),
+    # a partial override (denoiser.blocks only) with a bad value: the user's file and line, not the built-in
+    ([*BASE, "--catalog", "{tmp}/partial_bad.yaml"], 2, ["partial_bad.yaml:5", "denoiser.blocks.0.count"]),
+    ([*BASE, "--catalog", "{tmp}/partial_missing.yaml"], 2, ["partial_missing.yaml:5", "blocks.0.weights_d2"]),
 ]
+
+BLOCKS = "models:\n  flux.1-dev:\n    denoiser:\n      blocks:\n"
+CATALOGS = {
+    "partial_bad.yaml": BLOCKS + "        - {name: double-stream, count: -1, tok_params_d2: 12, weights_d2: 36}\n",
+    "partial_missing.yaml": BLOCKS + "        - {name: double-stream, count: 19, tok_params_d2: 12}\n",
+    "partial_ok.yaml": BLOCKS + "        - {name: double-stream, count: 19, tok_params_d2: 12, weights_d2: 36}\n",
+}
 
 
 @pytest.mark.parametrize(("args", "code", "fragments"), ROWS, ids=[" ".join(r[0][6:]) or r[0][3] for r in ROWS])
 def test_bad_input(args, code, fragments, tmp_path, capsys) -> None:
+    for name, text in CATALOGS.items():
+        (tmp_path / name).write_text(text)
     argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
     rc = main(["ledger", *argv])
     err = capsys.readouterr().err
@@ -56,6 +68,7 @@ def test_bad_input(args, code, fragments, tmp_path, capsys) -> None:
     assert len(lines) == 1 and lines[0].startswith("error: "), err
     for frag in fragments:
         assert frag in err, (frag, err)
+    assert "catalog.yaml:" not in err  # never blames the built-in file for a user's value
     assert not (tmp_path / "typo").exists()
 
 
@@ -74,3 +87,11 @@ def test_one_gpu_per_node_says_why_there_is_no_multi_gpu_table(capsys) -> None:
     assert main(["ledger", *BASE, "--gpus-per-node", "1"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "none with --gpus-per-node 1" in out and "no second GPU" in out
+
+
+def test_partial_override_via_cli_runs(tmp_path, capsys) -> None:
+    """The reproduction itself: `--catalog` with only denoiser.blocks for flux.1-dev now works."""
+    f = tmp_path / "partial_ok.yaml"
+    f.write_text(CATALOGS["partial_ok.yaml"])
+    assert main(["ledger", *BASE, "--catalog", str(f)]) == 0
+    assert "FLUX.1-dev" in capsys.readouterr().out
