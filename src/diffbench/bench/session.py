@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from diffbench.bench.limits import ShapeSpec
 from diffbench.bench.outputs import OutputWriter
 from diffbench.bench.protocol import BenchConfig, run_bench
 from diffbench.bench.result import BenchResult, Conditions, Note, Protocol, ShapeResult
@@ -40,6 +41,16 @@ class Shape(BaseModel):
     width: int | None = Field(default=None, gt=0)
     frames: int | None = Field(default=None, gt=0)
     spec: str | None = None
+
+    def limit_spec(self) -> ShapeSpec:
+        """This shape for :func:`~diffbench.bench.limits.check_limits`, quoting the options it came from."""
+        w, h, f = self.width, self.height, self.frames
+        if self.spec is not None:
+            opt = f"--shapes {self.spec}"
+            return ShapeSpec(size_option=opt, frames_option=f"{opt}: {f} frames", width=w, height=h, frames=f)
+        size = " ".join(f"--{k} {v}" for k, v in (("width", w), ("height", h)) if v is not None)
+        return ShapeSpec(size_option=size or "--width/--height", frames_option=f"--frames {f}",
+                         width=w, height=h, frames=f)
 
 
 def parse_shapes(text: str) -> list[Shape]:

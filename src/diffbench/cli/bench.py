@@ -12,19 +12,6 @@ from diffbench.workload.prompts import parse_seeds
 ENGINE_HELP = "sim (simulated GPU-like device) or diffusers (a real pipeline)."
 
 
-def _spec(shape: object) -> object:
-    """The :class:`~diffbench.bench.limits.ShapeSpec` of a parsed shape, quoting the options it came from."""
-    from diffbench.bench.limits import ShapeSpec
-
-    w, h, f, spec = (getattr(shape, k) for k in ("width", "height", "frames", "spec"))
-    if spec is not None:
-        return ShapeSpec(size_option=f"--shapes {spec}", frames_option=f"--shapes {spec}: {f} frames",
-                         width=w, height=h, frames=f)
-    size = " ".join(f"--{k} {v}" for k, v in (("width", w), ("height", h)) if v is not None)
-    return ShapeSpec(size_option=size or "--width/--height", frames_option=f"--frames {f}",
-                     width=w, height=h, frames=f)
-
-
 def _shape_option(message: str, shapes: str | None) -> str:
     """The option a (neutral) engine shape message is about: ``--shapes SPEC`` or the single-shape flag."""
     if shapes:
@@ -159,7 +146,7 @@ def register(app: typer.Typer) -> None:
         ):
             check_number(flag, value, lo, hi, what)
         shape_list = parse_shapes(shapes) if shapes else [Shape(height=height, width=width, frames=frames)]
-        check_limits(steps=steps, batch=batch, shapes=[_spec(s) for s in shape_list], allow_large=allow_large)
+        check_limits(steps=steps, batch=batch, shapes=[s.limit_spec() for s in shape_list], allow_large=allow_large)
         if json_path is not None:
             check_output_file(json_path, "--json", mkdir=mkdir)
         if markdown_path is not None:
