@@ -108,7 +108,13 @@ def test_cfg_forwards_are_counted(tmp_path: Path) -> None:
         str(out),
     )
     assert rc == 0
-    assert json.loads(out.read_text())["step_s"]["denoiser_calls_per_step"] == 2  # Wan: CFG as two forwards
+    w = json.loads(out.read_text())
+    assert w["step_s"]["denoiser_calls_per_step"] == 2  # Wan: CFG as two forwards
+    # a video model counts videos and seconds of video, not images: batch / mean latency, × frames ÷ fps
+    assert w["throughput_images_per_s"] is None
+    assert w["throughput_videos_per_s"] == pytest.approx(1 / w["latency_s"]["mean"], rel=1e-9)
+    assert w["fps"] == 16 and "sample_fps" in w["shapes"][0]["fps_source"]
+    assert w["video_seconds_per_s"] == pytest.approx(w["throughput_videos_per_s"] * 5 / 16, rel=1e-9)
     out2 = tmp_path / "x.json"
     rc = _bench(
         "--model",
@@ -204,7 +210,7 @@ def test_local_pipeline_directory_loads_offline(tmp_path: Path) -> None:
         (["--model", "tiny-flux", "--frames", "9"], "image model"),
         (["--engine", "nope"], "choose one of"),
         (["--seeds", "a,b"], "comma-separated integers"),
-        (["--shapes", "64by64"], "HEIGHTxWIDTH"),
+        (["--shapes", "64by64"], "WIDTHxHEIGHT"),
         (["--prompts", "/nonexistent.txt"], "cannot read"),
         (["--offload", "model"], "needs --device cuda"),
         (["--offload", "everything"], "choose none, model or sequential"),
@@ -335,7 +341,7 @@ def test_unwritable_json_path_is_a_one_line_error(tmp_path: Path, capsys) -> Non
     blocker.write_text("x")
     assert _bench("--engine", "sim", "--runs", "2", "--warmup", "0", "--json", str(blocker / "r.json")) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error:") and "cannot write" in err
+    assert err.startswith("error:") and "--json" in err and "not a directory" in err
 
 
 def test_missing_optional_dependency_names_the_extra(monkeypatch, capsys) -> None:
@@ -356,3 +362,45 @@ def test_tiny_pipelines_are_in_eval_mode() -> None:
     for name in TINY_MODELS:
         pipe = build_tiny(name)
         assert not any(getattr(c, "training", False) for c in pipe.components.values()), name
+
+
+def test_shapes_are_width_by_height(tmp_path: Path) -> None:
+    """`--shapes 64x32` is 64 wide and 32 high (as --size and the OpenAI size field): the saved image says so."""
+    out, d = tmp_path / "s.json", tmp_path / "S"
+    rc = _bench("--model", "tiny-flux", "--shapes", "64x32", "--steps", "1", "--warmup", "0", "--runs", "1",
+                "--num-prompts", "1", "--no-repro", "--json", str(out), "--save-outputs", str(d))
+    assert rc == 0
+    from PIL import Image
+
+    entry = json.loads((d / "manifest.json").read_text())["entries"][0]
+    assert Image.open(d / entry["file"]).size == (64, 32)  # PIL: (width, height)
+    r = json.loads(out.read_text())
+    assert (r["shapes"][0]["width"], r["shapes"][0]["height"]) == (64, 32)
+    assert r["shapes"][0]["shape"] == "64x32 s1 b1" and r["conditions"]["shape"] == "64x32 s1 b1"
+
+
+def test_multi_shape_summary_at_the_top(tmp_path: Path, capsys) -> None:
+    out, md = tmp_path / "m.json", tmp_path / "m.md"
+    rc = _bench("--engine", "sim", "--shapes", "512x256,256x256x9", "--runs", "4", "--warmup", "1", "--fps", "8",
+                "--json", str(out), "--markdown", str(md))
+    assert rc == 0
+    text = capsys.readouterr().out
+    r = json.loads(out.read_text())
+    labels = ["512x256 s28 b1", "256x256 f9 s28 b1"]
+    assert r["conditions"]["shapes"] == labels and [h["shape"] for h in r["summary"]] == labels
+    assert r["primary_shape"] == labels[0]
+    img, vid = r["shapes"]
+    for h, s in zip(r["summary"], r["shapes"], strict=True):
+        assert h["p50_s"] == s["latency_s"]["p50"] and h["n"] == 4
+    assert r["summary"][0]["throughput"] == pytest.approx(1 / img["latency_s"]["mean"], rel=1e-9)
+    assert r["summary"][1]["throughput_unit"] == "videos/s" and vid["throughput_images_per_s"] is None
+    assert vid["fps"] == 8 and vid["fps_source"] == "--fps"  # the override wins over the engine's 16
+    assert vid["video_seconds_per_s"] == pytest.approx(vid["throughput_videos_per_s"] * 9 / 8, rel=1e-9)
+    head = text[: text.index(labels[0], text.index("summary"))]
+    assert "summary" in head
+    top = text[: text.index("per-step")]  # both shapes appear before the first per-shape table
+    assert all(label.split(" s")[0] in top for label in labels)
+    assert "videos/s" in top and "images/s" in top
+    m = md.read_text()
+    assert m.index("## Summary") < m.index(f"## {labels[0]}")
+    assert all(f"| {label} |" in m for label in labels)

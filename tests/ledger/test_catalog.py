@@ -81,3 +81,45 @@ def test_yaml_syntax_error_and_missing_file(tmp_path):
         load_catalog(f)
     with pytest.raises(InputError, match="file not found"):
         load_catalog(tmp_path / "nope.yaml")
+
+
+def test_partial_override_deep_merges_onto_the_builtin_entry(tmp_path):
+    """Issue 9 §4: an override of only ``denoiser.blocks`` kept nothing else of the denoiser."""
+    f = tmp_path / "blocks.yaml"
+    f.write_text(
+        "models:\n"
+        "  flux.1-dev:\n"
+        "    denoiser:\n"
+        "      blocks:\n"
+        "        - {name: double-stream, count: 10, tok_params_d2: 12, weights_d2: 36}\n"
+    )
+    builtin = load_catalog().models["flux.1-dev"]
+    mine = load_catalog(f).models["flux.1-dev"]
+    assert [(b.name, b.count) for b in mine.denoiser.blocks] == [("double-stream", 10)]  # lists are replaced
+    for field in ("hidden", "heads", "head_dim", "params", "extra_params", "source"):
+        assert getattr(mine.denoiser, field) == getattr(builtin.denoiser, field), field
+    assert mine.vae == builtin.vae and mine.text_encoders == builtin.text_encoders
+    # the override takes effect: 10 of the 57 blocks -> denoise FLOPs per forward drop accordingly
+    cfg = LedgerConfig(model="flux.1-dev", width=1024, height=1024, gpu="h100-sxm")
+    assert evaluate(load_catalog(f), cfg).forward.total < evaluate(load_catalog(), cfg).forward.total
+
+
+def test_error_in_a_partial_override_names_the_user_file(tmp_path):
+    f = tmp_path / "partial.yaml"
+    f.write_text(
+        "models:\n"
+        "  flux.1-dev:\n"
+        "    denoiser:\n"
+        "      blocks:\n"
+        "        - {name: double-stream, count: -1, tok_params_d2: 12, weights_d2: 36}\n"
+        "        - {name: single-stream, count: 38, tok_params_d2: 12}\n"
+    )
+    with pytest.raises(InputError) as exc:
+        load_catalog(f)
+    msg = str(exc.value)
+    assert f"{f}:5" in msg and "denoiser.blocks.0.count" in msg and "catalog.yaml" not in msg
+    f.write_text(f.read_text().replace("count: -1", "count: 19"))
+    with pytest.raises(InputError) as exc:  # a field missing from the user's list entry: the user's line
+        load_catalog(f)
+    msg = str(exc.value)
+    assert f"{f}:6" in msg and "blocks.1.weights_d2" in msg and "catalog.yaml" not in msg

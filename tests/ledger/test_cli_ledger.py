@@ -51,10 +51,10 @@ def test_does_not_fit_prints_what_would(capsys):
     [
         (["--model", "flux-dev", "--size", "1024x1024", "--gpu", "h100-sxm"], "did you mean 'flux.1-dev'"),
         (["--model", "flux.1-dev", "--size", "1024x1024", "--gpu", "h100"], "unknown GPU 'h100'"),
-        (["--model", "flux.1-dev", "--size", "1000x1024", "--gpu", "h100-sxm"], "width 1000 is not a multiple of 16"),
+        (["--model", "flux.1-dev", "--size", "1000x1024", "--gpu", "h100-sxm"], "--size 1000x1024: width 1000 is not a multiple of 16"),
         (["--model", "flux.1-dev", "--size", "1024", "--gpu", "h100-sxm"], "expected WIDTHxHEIGHT"),
         (["--model", "wan2.1-14b", "--size", "1280x720", "--frames", "80", "--gpu", "h100-sxm"],
-         "needs 4k\\+1 frames.*use 77 or 81"),
+         "--frames: frames 80: .*needs 4k\\+1 frames.*nearest valid 77 or 81"),
         (["--model", "flux.1-dev", "--size", "1024x1024", "--gpu", "a100-sxm-80gb", "--attention", "fa3"],
          "needs a hopper GPU"),
         (["--model", "flux.1-dev", "--size", "1024x1024", "--gpu", "h100-sxm", "--precision", "fp4"], "--precision"),

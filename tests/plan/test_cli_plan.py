@@ -40,7 +40,7 @@ def test_unmeetable_slo_exits_zero_and_says_where(capsys):
     [
         ({"--model": "flux1-dev"}, "did you mean 'flux.1-dev'"),
         ({"--gpu": "h10-sxm"}, "did you mean 'h100-sxm'"),
-        ({"--size": "1020x1024"}, "width 1020 is not a multiple of 16.*use 1008 or 1024"),
+        ({"--size": "1020x1024"}, "--size 1020x1024: width 1020 is not a multiple of 16.*nearest valid 1008 or 1024"),
         ({"--qps": "0"}, "--qps"),
         ({"--slo-p99": "-1"}, "--slo-p99"),
     ],

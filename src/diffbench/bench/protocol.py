@@ -55,6 +55,7 @@ class BenchConfig(BaseModel):
     repro: bool = True
     percentiles: tuple[float, ...] = (90, 99)
     generator_device: Literal["cpu", "cuda"] = "cpu"
+    fps: float | None = Field(default=None, gt=0, description="video playback fps; None: the engine's")
 
 
 OutputSink = Callable[[GenerationRequest, np.ndarray], None]
@@ -164,8 +165,13 @@ class _ShapeRun:
             peak_reserved_bytes=self.mem_reserved,
             peak_stage=self.mem_stage,
         )
-        images_per_call = r.batch
-        r.throughput_images_per_s = images_per_call / float(np.mean(samples))
+        per_call = r.batch / float(np.mean(samples))  # outputs per second per device (mean of the runs)
+        if r.frames is None:
+            r.throughput_images_per_s = per_call
+        else:
+            r.throughput_videos_per_s = per_call
+            if r.fps:
+                r.video_seconds_per_s = per_call * r.frames / r.fps
         r.sync_pending_s = max(self.pending) if self.pending else 0.0
         notes = list(r.warnings)
         if cfg.warmup == 0:
@@ -231,11 +237,15 @@ def run_bench(
     """
     for r in requests:
         engine.validate(r)
+    info = engine.info()
+    fps, fps_source = (config.fps, "--fps") if config.fps else (info.fps, info.fps_source)
     if timer is None:
         timer = Timer(sync=engine.sync if config.sync else no_sync, clock=engine.clock)
     done: list[ShapeResult] = []
     for group in group_by_shape(requests):
         run = _ShapeRun(group[0])
+        if run.result.frames is not None:
+            run.result.fps, run.result.fps_source = fps, fps_source
         try:
             _run_shape(
                 engine,

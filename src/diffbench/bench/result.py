@@ -1,7 +1,12 @@
 """Typed, versioned results of ``diffbench bench`` (JSON schema version :data:`SCHEMA_VERSION`).
 
-Durations are seconds, memory is bytes. The top-level ``latency_s``/``stages_s``/... fields describe the
-first shape that ran; ``shapes`` holds every shape (including ones that failed, with their error).
+Durations are seconds, memory is bytes. ``summary`` has one headline row per shape (every shape of a
+multi-shape run, failed ones with their error); the top-level ``latency_s``/``stages_s``/... fields
+describe ``primary_shape``, the first shape that ran; ``shapes`` holds every shape in full.
+
+Throughput is per device and counts what the model produces: ``throughput_images_per_s`` for image
+models, ``throughput_videos_per_s`` and ``video_seconds_per_s`` (seconds of video generated per second
+of wall time: videos/s × frames ÷ fps, with the fps and its source stated) for video models.
 """
 
 from __future__ import annotations
@@ -94,18 +99,59 @@ class ShapeResult(BaseModel):
     step_s: StepSummary | None = None
     memory: MemoryResult | None = None
     throughput_images_per_s: float | None = None
+    throughput_videos_per_s: float | None = None
+    video_seconds_per_s: float | None = None
+    fps: float | None = None
+    fps_source: str | None = None
     repro: ReproResult | None = None
     sync_pending_s: float = 0.0
     warnings: list[Note] = []
 
 
+class ShapeHeadline(BaseModel):
+    """One row of the top-level summary: a shape's headline figures (seconds; throughput per device)."""
+
+    shape: str
+    n: int = 0
+    p50_s: float | None = None
+    p90_s: float | None = None
+    p99_s: float | None = None
+    mean_s: float | None = None
+    throughput: float | None = None
+    throughput_unit: str = "images/s"
+    video_seconds_per_s: float | None = None
+    fps: float | None = None
+    peak_memory_bytes: int | None = None
+    error: str | None = None
+
+    @classmethod
+    def of(cls, s: ShapeResult) -> ShapeHeadline:
+        lat = s.latency_s
+        video = s.frames is not None
+        return cls(
+            shape=s.shape,
+            n=lat.n if lat else 0,
+            p50_s=lat.p50 if lat else None,
+            p90_s=lat.p90 if lat else None,
+            p99_s=lat.p99 if lat else None,
+            mean_s=lat.mean if lat else None,
+            throughput=s.throughput_videos_per_s if video else s.throughput_images_per_s,
+            throughput_unit="videos/s" if video else "images/s",
+            video_seconds_per_s=s.video_seconds_per_s,
+            fps=s.fps,
+            peak_memory_bytes=s.memory.peak_allocated_bytes if s.memory else None,
+            error=s.error,
+        )
+
+
 class Conditions(BaseModel):
-    """The field's minimal report conditions block."""
+    """The field's minimal report conditions block. ``shape`` is the first shape; ``shapes`` all of them."""
 
     model: str
     model_hash: str | None
     pipeline: str | None
     shape: str
+    shapes: list[str] = []
     steps: int
     cfg: str
     guidance: float | None
@@ -152,17 +198,24 @@ class BenchResult(BaseModel):
     step_s: StepSummary | None = None
     memory: MemoryResult | None = None
     throughput_images_per_s: float | None = None
+    throughput_videos_per_s: float | None = None
+    video_seconds_per_s: float | None = None
+    fps: float | None = None
     repro: ReproResult | None = None
+    primary_shape: str | None = None
+    summary: list[ShapeHeadline] = []
     shapes: list[ShapeResult] = []
     warnings: list[Note] = []
     outputs_dir: str | None = None
 
     def with_primary(self) -> BenchResult:
-        """Copy with the top-level result fields taken from the first shape that produced samples."""
+        """Copy with the per-shape summary, and the top-level result fields taken from the first shape that
+        produced samples (named in ``primary_shape``)."""
         primary = next((s for s in self.shapes if s.latency_s is not None), None)
         notes = [w for s in self.shapes for w in s.warnings]
+        summary = [ShapeHeadline.of(s) for s in self.shapes]
         if primary is None:
-            return self.model_copy(update={"warnings": notes})
+            return self.model_copy(update={"warnings": notes, "summary": summary})
         return self.model_copy(
             update=dict(
                 latency_s=primary.latency_s,
@@ -171,7 +224,12 @@ class BenchResult(BaseModel):
                 step_s=primary.step_s,
                 memory=primary.memory,
                 throughput_images_per_s=primary.throughput_images_per_s,
+                throughput_videos_per_s=primary.throughput_videos_per_s,
+                video_seconds_per_s=primary.video_seconds_per_s,
+                fps=primary.fps,
                 repro=primary.repro,
+                primary_shape=primary.shape,
+                summary=summary,
                 warnings=notes,
             )
         )

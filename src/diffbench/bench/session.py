@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from diffbench.bench.limits import ShapeSpec
 from diffbench.bench.outputs import OutputWriter
 from diffbench.bench.protocol import BenchConfig, run_bench
 from diffbench.bench.result import BenchResult, Conditions, Note, Protocol, ShapeResult
@@ -17,7 +18,7 @@ from diffbench.core.jsonio import write_json_atomic
 from diffbench.core.stats import PERCENTILE_METHOD
 from diffbench.engines.base import Engine, EngineInfo, GenerationRequest
 from diffbench.engines.registry import EngineConfig, create_engine
-from diffbench.errors import UsageError
+from diffbench.errors import InputError, UsageError
 from diffbench.workload.prompts import Prompt, builtin_prompts, load_prompt_file
 
 # Defaults per embedded model: (height, width, frames, steps). Tiny models use few steps so the default
@@ -33,28 +34,46 @@ VIDEO_DEFAULT = (480, 832, 81, 30)
 
 
 class Shape(BaseModel):
-    """A requested shape; None fields take the model's default."""
+    """A requested shape; None fields take the model's default. ``spec`` is the text it was parsed from
+    (one ``--shapes`` entry), kept so that errors quote what the user wrote."""
 
     height: int | None = Field(default=None, gt=0)
     width: int | None = Field(default=None, gt=0)
     frames: int | None = Field(default=None, gt=0)
+    spec: str | None = None
+
+    def limit_spec(self) -> ShapeSpec:
+        """This shape for :func:`~diffbench.bench.limits.check_limits`, quoting the options it came from."""
+        w, h, f = self.width, self.height, self.frames
+        if self.spec is not None:
+            opt = f"--shapes {self.spec}"
+            return ShapeSpec(size_option=opt, frames_option=f"{opt}: {f} frames", width=w, height=h, frames=f)
+        size = " ".join(f"--{k} {v}" for k, v in (("width", w), ("height", h)) if v is not None)
+        return ShapeSpec(size_option=size or "--width/--height", frames_option=f"--frames {f}",
+                         width=w, height=h, frames=f)
 
 
 def parse_shapes(text: str) -> list[Shape]:
-    """``"256x256,512x512"`` or ``"128x128x9"`` (height x width [x frames]), comma separated.
+    """``"256x256,768x512"`` or ``"832x480x33"``: WIDTHxHEIGHT[xFRAMES], comma separated.
+
+    Width first, as in ``--size`` of ``load``/``ledger``/``plan`` and the OpenAI ``size`` field: a
+    landscape 832x480 video is ``832x480x33``. (WxH and HxW cannot be told apart by syntax, so there is
+    one convention and no guessing.)
 
     Raises:
         UsageError: malformed entries or non-positive values.
     """
     shapes = []
     for part in text.split(","):
-        bits = part.strip().lower().split("x")
+        spec = part.strip().lower()
+        bits = spec.split("x")
         if len(bits) not in (2, 3) or not all(b.isdigit() and int(b) > 0 for b in bits):
             raise UsageError(
-                f"--shapes {part!r}: expected HEIGHTxWIDTH or HEIGHTxWIDTHxFRAMES with positive integers"
+                f"--shapes {part.strip()!r}: expected WIDTHxHEIGHT or WIDTHxHEIGHTxFRAMES with positive "
+                "integers, comma separated (e.g. 1024x768,832x480x33)"
             )
-        h, w = int(bits[0]), int(bits[1])
-        shapes.append(Shape(height=h, width=w, frames=int(bits[2]) if len(bits) == 3 else None))
+        w, h = int(bits[0]), int(bits[1])
+        shapes.append(Shape(width=w, height=h, frames=int(bits[2]) if len(bits) == 3 else None, spec=spec))
     return shapes
 
 
@@ -113,13 +132,16 @@ def build_workload(opts: BenchOptions, info: EngineInfo) -> list[GenerationReque
 
 
 def _conditions(
-    info: EngineInfo, first: GenerationRequest, env_hw: str, driver: str | None, cuda: str | None
+    info: EngineInfo, requests: list[GenerationRequest], env_hw: str, driver: str | None, cuda: str | None
 ) -> Conditions:
+    first = requests[0]
+    labels = list(dict.fromkeys(r.shape_label() for r in requests))
     return Conditions(
         model=info.model,
         model_hash=info.model_hash,
         pipeline=info.pipeline_class,
         shape=first.shape_label(),
+        shapes=labels,
         steps=first.steps,
         cfg=info.cfg,
         guidance=first.guidance,
@@ -138,6 +160,22 @@ def _conditions(
     )
 
 
+def preflight(opts: BenchOptions, engine: Engine) -> None:
+    """Validate every request of the workload before the model is loaded, when the engine can tell its
+    pipeline class without loading (``peek_info``): a bad shape is refused in milliseconds, not after
+    minutes of loading.
+
+    Raises:
+        ShapeError: a request the model cannot take.
+    """
+    peek = getattr(engine, "peek_info", None)
+    early = peek() if callable(peek) else None
+    if early is None:
+        return
+    for r in build_workload(opts, early):
+        engine.validate(r)
+
+
 def run_session(
     opts: BenchOptions,
     engine: Engine | None = None,
@@ -149,6 +187,7 @@ def run_session(
     interrupt is re-raised.
     """
     engine = engine or create_engine(opts.engine)
+    preflight(opts, engine)
     info = engine.start()
     try:
         requests = build_workload(opts, info)
@@ -156,7 +195,7 @@ def run_session(
         hw = ", ".join(g.name for g in env.gpus) if info.device.startswith("cuda") else env.cpu
         base = BenchResult(
             created_unix=time.time(),
-            conditions=_conditions(info, requests[0], hw, env.driver, env.cuda),
+            conditions=_conditions(info, requests, hw, env.driver, env.cuda),
             env=env,
             protocol=Protocol(
                 warmup_per_shape=opts.protocol.warmup,
@@ -209,5 +248,9 @@ def _write(opts: BenchOptions, result: BenchResult, markdown: bool) -> None:
     if markdown and opts.markdown_path:
         from diffbench.report.bench_report import to_markdown
 
-        opts.markdown_path.parent.mkdir(parents=True, exist_ok=True)
-        opts.markdown_path.write_text(to_markdown(result))
+        try:
+            opts.markdown_path.write_text(to_markdown(result))
+        except OSError as exc:
+            raise InputError(
+                f"--markdown {opts.markdown_path}: cannot write ({exc.strerror or exc}); choose a writable path"
+            ) from exc

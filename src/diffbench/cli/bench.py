@@ -12,6 +12,20 @@ from diffbench.workload.prompts import parse_seeds
 ENGINE_HELP = "sim (simulated GPU-like device) or diffusers (a real pipeline)."
 
 
+def _shape_option(message: str, shapes: str | None) -> str:
+    """The option a (neutral) engine shape message is about: ``--shapes SPEC`` or the single-shape flag."""
+    if shapes:
+        return f"--shapes {shapes}"
+    low = message.lower()
+    if "frames" in low:
+        return "--frames"
+    if low.startswith("height"):
+        return "--height"
+    if low.startswith("width"):
+        return "--width"
+    return "--height/--width"
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def bench(
@@ -21,7 +35,7 @@ def register(app: typer.Typer) -> None:
             help="tiny-flux | tiny-sdxl | tiny-wan | PATH to a local "
             "diffusers pipeline directory (never a hub id: nothing is downloaded).",
         ),
-        device: str = typer.Option("cpu", help="cpu, cuda or cuda:N."),
+        device: str = typer.Option("cpu", help="cpu, cuda, cuda:N or mps."),
         dtype: str = typer.Option("float32", help="float32 | bfloat16 | float16."),
         attention_backend: str | None = typer.Option(
             None, help="diffusers attention backend, e.g. native, flash, sage."
@@ -30,17 +44,34 @@ def register(app: typer.Typer) -> None:
             False, "--compile", help="torch.compile the denoiser (warm up every shape!)."
         ),
         steps: int | None = typer.Option(
-            None, min=1, help="Denoising steps (default: 8 for tiny models, 28 image / 30 video)."
+            None,
+            min=1,
+            help="Denoising steps (default: 8 for tiny models, 28 image / 30 video; at most 1000 "
+            "without --allow-large).",
         ),
         guidance: float | None = typer.Option(None, help="Guidance / CFG scale (default: the pipeline's)."),
         negative_prompt: str | None = typer.Option(None, help="Negative prompt (CFG models)."),
         height: int | None = typer.Option(None, min=1, help="Height in pixels (default per model)."),
         width: int | None = typer.Option(None, min=1, help="Width in pixels (default per model)."),
-        frames: int | None = typer.Option(None, min=1, help="Frames (video models; 4k+1 for Wan)."),
-        shapes: str | None = typer.Option(
-            None, help="Several shapes: 'HxW[xF],HxW[xF]' (overrides --height/--width/--frames)."
+        frames: int | None = typer.Option(
+            None, min=1, help="Frames (video models; 4k+1 for Wan; at most 1025 without --allow-large)."
         ),
-        batch: int = typer.Option(1, min=1, help="Images per call."),
+        shapes: str | None = typer.Option(
+            None,
+            help="Several shapes, WIDTHxHEIGHT[xFRAMES] comma separated, width first as in --size, e.g. "
+            "'1024x768,832x480x33' (overrides --height/--width/--frames).",
+        ),
+        batch: int = typer.Option(1, min=1, help="Images (or videos) per call (at most 64 without --allow-large)."),
+        allow_large: bool = typer.Option(
+            False,
+            "--allow-large",
+            help="Lift the sanity limits (steps 1000, 4096x4096 pixels per frame, 1025 frames, batch 64).",
+        ),
+        fps: float | None = typer.Option(
+            None,
+            help="Playback fps of a video model's output, for video-seconds per second (default: the "
+            "model's, e.g. 16 for Wan).",
+        ),
         vae_tiling: bool = typer.Option(
             False, "--vae-tiling", help="Decode in tiles (bounds the VAE decode peak)."
         ),
@@ -72,13 +103,14 @@ def register(app: typer.Typer) -> None:
         save_outputs: Path | None = typer.Option(
             None, help="Save each output (PNG / PNG frames) plus manifest.json here."
         ),
-        sim_compile_s: float = typer.Option(5.0, min=0, help="[sim] first-call compile cost per shape (s)."),
-        sim_step_s: float = typer.Option(0.04, min=0, help="[sim] per-step time at 1024x1024 (s)."),
-        sim_jitter: float = typer.Option(0.02, min=0, help="[sim] relative jitter (log-normal sd)."),
-        sim_tail_prob: float = typer.Option(
-            0.02, min=0, max=1, help="[sim] probability of a tail event per run."
+        mkdir: bool = typer.Option(
+            False, "--mkdir", help="Create missing parent directories of --json, --markdown, --save-outputs."
         ),
-        sim_tail_s: float = typer.Option(0.5, min=0, help="[sim] tail event duration (s)."),
+        sim_compile_s: float = typer.Option(5.0, help="[sim] first-call compile cost per shape (s)."),
+        sim_step_s: float = typer.Option(0.04, help="[sim] per-step time at 1024x1024 (s)."),
+        sim_jitter: float = typer.Option(0.02, help="[sim] relative jitter (log-normal sd)."),
+        sim_tail_prob: float = typer.Option(0.02, help="[sim] probability of a tail event per run."),
+        sim_tail_s: float = typer.Option(0.5, help="[sim] tail event duration (s)."),
         sim_realtime: bool = typer.Option(
             False, "--sim-realtime", help="[sim] sleep for real instead of a virtual clock."
         ),
@@ -88,17 +120,39 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Single-request latency: warmup per shape, synchronized timed runs, stage split, memory, reproducibility."""
+        from diffbench.bench.limits import check_limits, check_number
         from diffbench.bench.protocol import BenchConfig
         from diffbench.bench.session import BenchOptions, Shape, parse_shapes, run_session
-        from diffbench.engines.registry import ENGINES, EngineConfig, SimParams
-        from diffbench.errors import DiffbenchError
+        from diffbench.core.outpath import check_output_dir, check_output_file
+        from diffbench.engines.registry import ENGINES, EngineConfig, SimParams, check_device
+        from diffbench.errors import DiffbenchError, ShapeError
         from diffbench.report.bench_report import print_console
 
+        # Every check that needs no model runs here, before anything is loaded or created.
         if offload not in ("none", "model", "sequential"):
             raise UsageError(f"--offload {offload!r}: choose none, model or sequential")
         if engine not in ENGINES:
             raise UsageError(f"--engine {engine!r}: choose one of {', '.join(ENGINES)}")
+        device = check_device(device)
+        if fps is not None and not (0 < fps <= 1000):
+            raise UsageError(f"--fps {fps:g}: must be a playback rate in (0, 1000] frames per second")
+        for flag, value, lo, hi, what in (
+            ("--guidance", guidance, 0, 50, "guidance / CFG scale"),
+            ("--sim-compile-s", sim_compile_s, 0, 3600, "seconds"),
+            ("--sim-step-s", sim_step_s, 0, 60, "seconds per step at 1024x1024"),
+            ("--sim-jitter", sim_jitter, 0, 2, "log-normal sd"),
+            ("--sim-tail-prob", sim_tail_prob, 0, 1, "a probability"),
+            ("--sim-tail-s", sim_tail_s, 0, 3600, "seconds"),
+        ):
+            check_number(flag, value, lo, hi, what)
         shape_list = parse_shapes(shapes) if shapes else [Shape(height=height, width=width, frames=frames)]
+        check_limits(steps=steps, batch=batch, shapes=[s.limit_spec() for s in shape_list], allow_large=allow_large)
+        if json_path is not None:
+            check_output_file(json_path, "--json", mkdir=mkdir)
+        if markdown_path is not None:
+            check_output_file(markdown_path, "--markdown", mkdir=mkdir)
+        if save_outputs is not None:
+            check_output_dir(save_outputs, "--save-outputs", mkdir=mkdir)
         sim = SimParams(
             compile_s=sim_compile_s,
             step_s=sim_step_s,
@@ -130,13 +184,15 @@ def register(app: typer.Typer) -> None:
             prompts_file=prompts,
             num_prompts=num_prompts,
             seeds=parse_seeds(seeds),
-            protocol=BenchConfig(warmup=warmup, runs=runs, sync=not no_sync, repro=repro),
+            protocol=BenchConfig(warmup=warmup, runs=runs, sync=not no_sync, repro=repro, fps=fps),
             json_path=json_path,
             markdown_path=markdown_path,
             save_outputs=save_outputs,
         )
         try:
             result = run_session(opts)
+        except ShapeError as exc:
+            raise ShapeError(f"{_shape_option(str(exc), shapes)}: {exc}") from None
         except KeyboardInterrupt:
             written = json_path is not None and json_path.exists()
             typer.secho(

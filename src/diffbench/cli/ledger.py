@@ -8,12 +8,14 @@ import typer
 
 
 def _config_error(exc: Exception) -> Exception:
+    """A pydantic error on a config model as a one-line :class:`UsageError` naming the real flag."""
     from diffbench.errors import UsageError
+    from diffbench.ledger.options import flag_of
 
     errs = getattr(exc, "errors", None)
     if callable(errs):
         e = errs()[0]
-        field = "--" + str(e["loc"][0]).replace("_", "-") if e["loc"] else "input"
+        field = flag_of(str(e["loc"][0])) if e["loc"] else "input"
         return UsageError(f"{field} {e.get('input')!r}: {e['msg']}")
     return UsageError(str(exc))
 
@@ -41,21 +43,30 @@ def register(app: typer.Typer) -> None:
         gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs per node for the multi-GPU table."),
         catalog: Path | None = typer.Option(None, "--catalog", help="YAML file extending/overriding the catalog."),
         json_path: Path | None = typer.Option(None, "--json", help="Write the result as JSON to this path."),
+        mkdir: bool = typer.Option(False, "--mkdir", help="Create the missing parent directories of --json."),
     ) -> None:
         """FLOPs, time and memory per stage (text encode, denoise, VAE decode) on one GPU."""
         from pydantic import ValidationError
         from rich.console import Console
 
         from diffbench.core.jsonio import write_json_atomic
-        from diffbench.errors import ModelError, UsageError
+        from diffbench.core.outpath import check_output_file
+        from diffbench.errors import ModelError, ShapeError
         from diffbench.ledger.account import LedgerConfig, evaluate, fit_suggestions
         from diffbench.ledger.catalog import load_catalog
         from diffbench.ledger.multigpu import parallel_options
+        from diffbench.ledger.options import check_numbers, check_size
         from diffbench.ledger.render import ledger_renderable
-        from diffbench.ledger.tokens import parse_size
+        from diffbench.ledger.tokens import parse_size, shape_option
 
-        cat = load_catalog(catalog)
         width, height = parse_size(size)
+        check_size(size, width, height)
+        check_numbers(steps=steps, frames=frames, cfg=cfg, text_tokens=text_tokens, eta_gemm=eta_gemm,
+                      eta_attn=eta_attn, eta_vae=eta_vae, margin=margin, measured_s=measured_s,
+                      gpus_per_node=gpus_per_node)
+        if json_path is not None:
+            check_output_file(json_path, "--json", mkdir=mkdir)
+        cat = load_catalog(catalog)
         try:
             lc = LedgerConfig(model=model, width=width, height=height, frames=frames, steps=steps, cfg=cfg,
                               text_tokens=text_tokens, gpu=gpu, precision=precision, attention=attention,
@@ -63,7 +74,10 @@ def register(app: typer.Typer) -> None:
                               eta_attn=eta_attn, eta_vae=eta_vae, margin=margin, measured_s=measured_s)
         except ValidationError as exc:
             raise _config_error(exc) from None
-        result = evaluate(cat, lc)
+        try:
+            result = evaluate(cat, lc)
+        except ShapeError as exc:
+            raise ShapeError(f"{shape_option(str(exc), size)}: {exc}") from None
         suggestions = None
         if not result.fits:
             suggestions = fit_suggestions(cat, lc)
@@ -73,10 +87,8 @@ def register(app: typer.Typer) -> None:
                     + f" needs {result.peak_memory_bytes / 2**30:.1f} GiB and fits no single GPU in the catalog "
                     "even with tiling, offload or fp8; use a smaller size or fewer frames, or split it across "
                     f"GPUs (diffbench plan --model {model} --size {size} ... shows TP/sequence-parallel layouts)")
-        if gpus_per_node < 1:
-            raise UsageError(f"--gpus-per-node {gpus_per_node}: must be ≥ 1")
         parallel = parallel_options(cat, result, gpus_per_node)
-        Console(width=max(Console().width, 150)).print(ledger_renderable(result, suggestions, parallel))
+        Console(width=max(Console().width, 150)).print(ledger_renderable(result, suggestions, parallel, gpus_per_node))
         if json_path is not None:
             data = result.model_dump(mode="json")
             data["fit_suggestions"] = suggestions or []

@@ -27,6 +27,7 @@ def register(app: typer.Typer) -> None:
         headroom: float = typer.Option(1.3, "--headroom", help="Capacity headroom factor (≥ 1)."),
         catalog: Path | None = typer.Option(None, "--catalog", help="YAML file extending/overriding the catalog."),
         json_path: Path | None = typer.Option(None, "--json", help="Write the plan as JSON to this path."),
+        mkdir: bool = typer.Option(False, "--mkdir", help="Create the missing parent directories of --json."),
     ) -> None:
         """Derive a serving configuration: lossless, lossy, multi-GPU, few-step, capacity, signals."""
         from pydantic import ValidationError
@@ -34,14 +35,22 @@ def register(app: typer.Typer) -> None:
 
         from diffbench.cli.ledger import _config_error
         from diffbench.core.jsonio import write_json_atomic
+        from diffbench.core.outpath import check_output_file
+        from diffbench.errors import ShapeError
         from diffbench.ledger.catalog import load_catalog
-        from diffbench.ledger.tokens import parse_size
+        from diffbench.ledger.options import check_numbers, check_size
+        from diffbench.ledger.tokens import parse_size, shape_option
         from diffbench.plan.derive import plan as derive
         from diffbench.plan.models import PlanConfig
         from diffbench.plan.render import plan_renderable
 
-        cat = load_catalog(catalog)
         width, height = parse_size(size)
+        check_size(size, width, height)
+        check_numbers(steps=steps, frames=frames, cfg=cfg, text_tokens=text_tokens, gpus_per_node=gpus_per_node,
+                      slo_p99_s=slo_p99, qps=qps, quality_budget_db=quality_budget, headroom=headroom)
+        if json_path is not None:
+            check_output_file(json_path, "--json", mkdir=mkdir)
+        cat = load_catalog(catalog)
         try:
             pc = PlanConfig(model=model, width=width, height=height, frames=frames, steps=steps, cfg=cfg,
                             text_tokens=text_tokens, gpu=gpu, gpus_per_node=gpus_per_node, slo_p99_s=slo_p99,
@@ -49,7 +58,10 @@ def register(app: typer.Typer) -> None:
                             allow_model_swap=allow_model_swap, headroom=headroom)
         except ValidationError as exc:
             raise _config_error(exc) from None
-        result = derive(cat, pc)
+        try:
+            result = derive(cat, pc)
+        except ShapeError as exc:
+            raise ShapeError(f"{shape_option(str(exc), size)}: {exc}") from None
         Console(width=max(Console().width, 140)).print(plan_renderable(result))
         if json_path is not None:
             write_json_atomic(json_path, result.model_dump(mode="json"))

@@ -43,9 +43,10 @@ class GenerationRequest(BaseModel):
         return (self.height, self.width, self.frames, self.steps, self.batch)
 
     def shape_label(self) -> str:
-        """Human label, e.g. ``256x256 s8 b1`` or ``480x832 f33 s30 b1`` (height x width)."""
+        """Human label, e.g. ``256x256 s8 b1`` or ``832x480 f33 s30 b1``: WIDTHxHEIGHT, as ``--size``,
+        ``--shapes`` and the OpenAI ``size`` field are written everywhere in diffbench."""
         f = f" f{self.frames}" if self.frames else ""
-        return f"{self.height}x{self.width}{f} s{self.steps} b{self.batch}"
+        return f"{self.width}x{self.height}{f} s{self.steps} b{self.batch}"
 
 
 class StageTimes(BaseModel):
@@ -94,7 +95,11 @@ class GenerationResult:
 
 
 class EngineInfo(BaseModel):
-    """Conditions an engine runs under (part of every report and of the deployment fingerprint)."""
+    """Conditions an engine runs under (part of every report and of the deployment fingerprint).
+
+    ``fps`` is the playback rate of a video model's output (frames per second) and ``fps_source`` says
+    where it comes from (the model's published sampling config, or a stated default); None for images.
+    """
 
     engine: str
     engine_version: str
@@ -112,6 +117,8 @@ class EngineInfo(BaseModel):
     default_steps: int | None = None
     default_guidance: float | None = None
     cfg: str = "none"
+    fps: float | None = None
+    fps_source: str | None = None
     details: dict[str, str] = {}
 
 

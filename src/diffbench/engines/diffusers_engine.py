@@ -31,6 +31,12 @@ PIPELINES: dict[str, tuple[int, bool, int, str]] = {
     "WanPipeline": (16, True, 4, "separate (2 calls per step)"),
     "QwenImagePipeline": (16, False, 1, "separate (2 calls per step with true_cfg_scale > 1)"),
 }
+# Playback rate of each video pipeline's output and where it comes from (video-seconds = frames / fps).
+VIDEO_FPS: dict[str, tuple[float, str]] = {
+    "WanPipeline": (16.0, "Wan2.1 sample_fps 16 (wan/configs/shared_config.py)"),
+}
+# The embedded tiny models and their pipeline classes (known without building them).
+TINY_CLASSES = {"tiny-flux": "FluxPipeline", "tiny-sdxl": "StableDiffusionXLPipeline", "tiny-wan": "WanPipeline"}
 DTYPES = ("float32", "bfloat16", "float16")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -83,6 +89,54 @@ def _resolve_model_path(model: str) -> Path:
     )
 
 
+def peek_pipeline_class(model: str) -> str | None:
+    """The pipeline class of ``model`` without loading it: a tiny model's, or ``_class_name`` of a local
+    directory's ``model_index.json``; None when unknown or unsupported (loading then reports why)."""
+    if model in TINY_CLASSES:
+        return TINY_CLASSES[model]
+    index = Path(model).expanduser() / "model_index.json"
+    try:
+        cls_name = json.loads(index.read_text()).get("_class_name") if index.is_file() else None
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return None
+    return cls_name if cls_name in PIPELINES else None
+
+
+def _nearest(value: int, mult: int) -> str:
+    lo, hi = value // mult * mult, (value // mult + 1) * mult
+    return f"{lo} or {hi}" if lo > 0 else f"{hi}"
+
+
+def check_request(cls_name: str, request: GenerationRequest) -> None:
+    """Check a request against the constraints of pipeline class ``cls_name``.
+
+    Messages are neutral ("width 100 is not a multiple of 16 for Flux; nearest valid 96 or 112"): they
+    name the quantity, never a CLI flag or an API field, so each caller (``bench --shapes``, ``--width``,
+    the server's ``size``) prefixes its own input name.
+
+    Raises:
+        ShapeError: height/width not a multiple of the spatial multiple; frames missing, given to an
+            image model, or not 4k + 1 for a 4x temporal VAE.
+    """
+    mult, is_video, tcomp, _ = PIPELINES[cls_name]
+    name = cls_name.replace("Pipeline", "")
+    for field, value in (("width", request.width), ("height", request.height)):
+        if value % mult:
+            raise ShapeError(
+                f"{field} {value} is not a multiple of {mult} for {name}; nearest valid {_nearest(value, mult)}"
+            )
+    if is_video and request.frames is None:
+        raise ShapeError(f"{name} is a video model: it needs a number of frames of the form {tcomp}k+1, e.g. 9 or 33")
+    if not is_video and request.frames is not None:
+        raise ShapeError(f"frames {request.frames}: {name} is an image model and takes no frames")
+    if is_video and request.frames is not None and (request.frames - 1) % tcomp:
+        k = (request.frames - 1) // tcomp
+        raise ShapeError(
+            f"frames {request.frames} is not of the form {tcomp}k+1 for {name} (its VAE compresses time "
+            f"{tcomp}x); nearest valid {tcomp * k + 1} or {tcomp * (k + 1) + 1}"
+        )
+
+
 class DiffusersEngine:
     """Runs a diffusers pipeline. Synchronous from the caller's view except on CUDA (see ``sync``)."""
 
@@ -133,10 +187,9 @@ class DiffusersEngine:
         cfg = self.config
         if cfg.dtype not in DTYPES:
             raise UsageError(f"--dtype {cfg.dtype} is not supported; choose one of {', '.join(DTYPES)}")
-        if cfg.device.startswith("cuda") and not torch.cuda.is_available():
-            raise UsageError(
-                f"--device {cfg.device}: CUDA is not available on this machine; use --device cpu"
-            )
+        from diffbench.engines.registry import check_device
+
+        _check_device_available(torch, check_device(cfg.device))
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         pipe = self._load()
@@ -198,6 +251,8 @@ class DiffusersEngine:
             default_steps=None,
             default_guidance=None,
             cfg=cfg_mode,
+            fps=VIDEO_FPS.get(cls_name, (None, None))[0],
+            fps_source=VIDEO_FPS.get(cls_name, (None, None))[1],
             details={
                 "spatial_multiple": str(mult),
                 "threads": str(torch.get_num_threads()),
@@ -215,32 +270,32 @@ class DiffusersEngine:
         return self._info
 
     # -- requests -----------------------------------------------------------------------------
+    def peek_info(self) -> EngineInfo | None:
+        """The conditions that can be known without loading the model (pipeline class, video or not), so
+        a bad request is refused before minutes of loading; None when the class cannot be read cheaply."""
+        if self._info is not None:
+            return self._info
+        cls_name = peek_pipeline_class(self.config.model)
+        if cls_name is None:
+            return None
+        mult, is_video, _, cfg_mode = PIPELINES[cls_name]
+        fps, fps_source = VIDEO_FPS.get(cls_name, (None, None))
+        return EngineInfo(
+            engine="diffusers", engine_version="(not loaded)", model=self.config.model,
+            pipeline_class=cls_name, device=self.config.device, dtype=self.config.dtype,
+            is_video=is_video, cfg=cfg_mode, fps=fps, fps_source=fps_source,
+        )
+
     def validate(self, request: GenerationRequest) -> None:
-        """Check the shape against the pipeline's constraints.
+        """Check the shape against the pipeline's constraints (before or after :meth:`start`).
 
         Raises:
-            ShapeError: height/width not a multiple of the spatial multiple; frames missing, given to an
-                image model, or not 4k + 1 for a 4x temporal VAE.
+            ShapeError: see :func:`check_request`.
         """
-        cls_name = self.info().pipeline_class or ""
-        mult, is_video, tcomp, _ = PIPELINES[cls_name]
-        name = cls_name.replace("Pipeline", "")
-        for field, value in (("height", request.height), ("width", request.width)):
-            if value % mult:
-                lo, hi = value // mult * mult, (value // mult + 1) * mult
-                raise ShapeError(
-                    f"--{field} {value} is not a multiple of {mult} ({name} needs it); use {lo or hi} or {hi}"
-                )
-        if is_video and request.frames is None:
-            raise ShapeError(f"{name} is a video model: give --frames (of the form {tcomp}k+1, e.g. 9 or 33)")
-        if not is_video and request.frames is not None:
-            raise ShapeError(f"--frames {request.frames}: {name} is an image model; drop --frames")
-        if is_video and request.frames is not None and (request.frames - 1) % tcomp:
-            k = (request.frames - 1) // tcomp
-            raise ShapeError(
-                f"--frames {request.frames} is not of the form {tcomp}k+1 ({name}'s VAE compresses time "
-                f"{tcomp}x); use {tcomp * k + 1} or {tcomp * (k + 1) + 1}"
-            )
+        info = self._info or self.peek_info()
+        if info is None:
+            raise UsageError("engine not started")
+        check_request(info.pipeline_class or "", request)
 
     def pipeline_kwargs(self, request: GenerationRequest) -> dict[str, Any]:
         """The keyword arguments passed to the pipeline for ``request`` (generator per image)."""
@@ -319,6 +374,28 @@ class DiffusersEngine:
         self.pipe = None
         if self._torch is not None and self.config.device.startswith("cuda"):
             self._torch.cuda.empty_cache()
+
+
+def _check_device_available(torch: Any, device: str) -> None:
+    """Raise :class:`UsageError` when ``device`` (already syntax-checked) is not on this machine."""
+    from diffbench.engines.registry import DEVICES
+
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise UsageError(
+                f"--device {device}: CUDA is not available on this machine (no CUDA GPU or a CPU-only torch); "
+                f"use --device cpu (valid devices: {DEVICES})"
+            )
+        count = torch.cuda.device_count()
+        index = int(device.split(":")[1]) if ":" in device else 0
+        if index >= count:
+            raise UsageError(
+                f"--device {device}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}"
+            )
+    elif device == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise UsageError("--device mps: MPS (Apple GPU) is not available on this machine; use --device cpu")
 
 
 def threads_in_use() -> int:

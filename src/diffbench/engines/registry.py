@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -10,6 +11,23 @@ from diffbench.engines.base import Engine
 from diffbench.errors import UsageError
 
 ENGINES = ("sim", "diffusers")
+DEVICES = "cpu, cuda, cuda:N, mps (N = a GPU index, e.g. cuda:0)"
+_DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
+
+
+def check_device(device: str) -> str:
+    """Check the syntax of a ``--device`` value (no torch import; availability is checked at start).
+
+    Returns:
+        The device string, stripped and lower-cased (``"cuda:0"``).
+
+    Raises:
+        UsageError: not one of cpu, cuda, cuda:N, mps; the message lists the valid devices.
+    """
+    d = device.strip().lower()
+    if not _DEVICE.match(d):
+        raise UsageError(f"--device {device}: unknown device; valid devices: {DEVICES}")
+    return d
 
 
 class SimParams(BaseModel):

@@ -34,6 +34,7 @@ from diffbench.engines.registry import EngineConfig
 from diffbench.errors import DeviceOutOfMemory
 
 _REF_PIXELS = 1024 * 1024
+SIM_FPS = 16.0  # playback rate of simulated videos (requests with frames), as Wan2.1's sample_fps
 
 
 def _request_seed(req: GenerationRequest, index: int) -> int:
@@ -80,6 +81,8 @@ class SimEngine:
             default_steps=8,
             default_guidance=None,
             cfg="none",
+            fps=SIM_FPS,
+            fps_source=f"stated default of the sim engine ({SIM_FPS:g} fps, Wan2.1's sample_fps)",
             details={k: str(v) for k, v in self.p.model_dump().items()},
         )
         return self._info

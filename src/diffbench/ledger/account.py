@@ -22,16 +22,19 @@ SCHEMA_VERSION = 1
 
 
 class LedgerConfig(BaseModel):
-    """What to account for. Sizes in pixels; ``steps``/``frames``/``cfg`` default to the model's own."""
+    """What to account for. Sizes in pixels; ``steps``/``frames``/``cfg`` default to the model's own.
+
+    Numbers must be finite (nan/inf are refused); the CLI checks the tighter ranges of
+    :mod:`diffbench.ledger.options` first, so its messages name the flags."""
 
     model_config = ConfigDict(extra="forbid")
 
     model: str
     width: int = Field(gt=0)
     height: int = Field(gt=0)
-    frames: int | None = None
-    steps: int | None = None
-    cfg: float | None = None
+    frames: int | None = Field(default=None, ge=1)
+    steps: int | None = Field(default=None, ge=1)
+    cfg: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     text_tokens: int | None = Field(default=None, gt=0)
     gpu: str
     precision: mem.Precision = "bf16"
@@ -41,11 +44,11 @@ class LedgerConfig(BaseModel):
     offload: mem.Offload = "none"
     cache_speedup: float = Field(default=1.0, ge=1.0, description="step-cache speed-up of the denoise loop")
     attention_speedup: float = Field(default=1.0, ge=1.0, description="sparse-attention speed-up of the core")
-    eta_gemm: float | None = None
-    eta_attn: float | None = None
-    eta_vae: float | None = None
-    margin: float | None = Field(default=None, ge=0, lt=1)
-    measured_s: float | None = None
+    eta_gemm: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
+    eta_attn: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
+    eta_vae: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
+    margin: float | None = Field(default=None, ge=0, lt=1, allow_inf_nan=False)
+    measured_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
 
 class Stage(BaseModel):

@@ -1,8 +1,10 @@
 """Load the ledger catalog: the built-in YAML plus an optional user file that extends or overrides it.
 
-Merging: entries of ``models`` and ``gpus`` merge by id (a new id is added; the fields given for an
-existing id replace those fields); the other sections merge key by key. The merged data is validated with
-the pydantic schema in :mod:`diffbench.ledger.schema`; errors name the field and the file and line.
+Merging is deep: mappings merge key by key at every depth (a new model or GPU id is added; for an
+existing id only the fields given change, so ``denoiser: {blocks: [...]}`` keeps the rest of the built-in
+denoiser); a list or a scalar in the user file replaces the built-in value whole. The merged data is
+validated with the pydantic schema in :mod:`diffbench.ledger.schema`; an error names the field and the
+file and line that gave the wrong value (the user file for anything it wrote).
 """
 
 from __future__ import annotations
@@ -72,39 +74,47 @@ def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> tuple[int | None, 
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """Deep merge: mappings merge key by key at every depth; anything else (a list, a number) given in
+    ``over`` replaces the base value whole. So ``models.flux.1-dev.denoiser.blocks`` alone replaces the
+    block list and keeps every other field of the built-in denoiser."""
     out = dict(base)
     for key, value in over.items():
-        if key in ("models", "gpus") and isinstance(value, dict) and isinstance(out.get(key), dict):
-            merged = dict(out[key])
-            for ident, entry in value.items():
-                if isinstance(entry, dict) and isinstance(merged.get(ident), dict):
-                    merged[ident] = {**merged[ident], **entry}
-                else:
-                    merged[ident] = entry
-            out[key] = merged
-        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = _merge(out[key], value)
         else:
             out[key] = value
     return out
 
 
-def _validation_message(exc: ValidationError, texts: list[tuple[str, str]]) -> str:
+def _from_user(err: dict[str, Any], loc: tuple[Any, ...], user: Any) -> bool:
+    """True when the invalid value at ``loc`` of the merged data came from the user file.
+
+    It did when the user file holds the whole path, or a list or scalar on the way (those replace the
+    built-in value whole), or the mapping that lacks a required field (a new id or list entry). Otherwise
+    the path leaves the user file early and the value is the built-in one.
+    """
+    cur = user
+    for i, key in enumerate(loc):
+        if not isinstance(cur, dict):
+            return True  # a list or scalar the user gave contains loc
+        if key not in cur:
+            return err.get("type") == "missing" and i == len(loc) - 1
+        cur = cur[key]
+    return True
+
+
+def _validation_message(exc: ValidationError, texts: list[tuple[str, str]], user: Any = None) -> str:
     sources = [(label, _compose(text)) for label, text in texts]
     err = exc.errors()[0]
     loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-after")))
     field = ".".join(str(p) for p in loc) or "(top level)"
-    where = sources[-1][0]
-    best: tuple[str, int | None] | None = None
-    for label, node in reversed(sources):  # the user file first
-        line, complete = _line_of(node, loc)
-        if complete:
-            best = (label, line)
-            break
-        if best is None and line is not None and len(loc) > 1 and _line_of(node, loc[:-1])[1]:
-            best = (label, line)
-    if best is not None:
-        where = f"{best[0]}:{best[1]}" if best[1] is not None else best[0]
+    if len(sources) > 1 and user is not None and _from_user(err, loc, user):
+        sources = sources[-1:]  # the user file gave this value: never blame the built-in file for it
+    elif len(sources) > 1:
+        sources = sources[:1]
+    label, node = sources[0]
+    line, complete = _line_of(node, loc)
+    where = f"{label}:{line}" if line is not None else label
     return f"catalog {where}: field {field}: {err['msg']}; fix that field (see the built-in catalog for the layout)"
 
 
@@ -124,11 +134,12 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"--catalog {p}: cannot read ({exc}); pass a readable UTF-8 YAML file") from exc
     base_text = _builtin_text()
-    merged = _merge(_parse(base_text, BUILTIN_NAME), _parse(text, str(p)))
+    user = _parse(text, str(p))
+    merged = _merge(_parse(base_text, BUILTIN_NAME), user)
     try:
         return Catalog.model_validate(merged)
     except ValidationError as exc:
-        raise InputError(_validation_message(exc, [(BUILTIN_NAME, base_text), (str(p), text)])) from exc
+        raise InputError(_validation_message(exc, [(BUILTIN_NAME, base_text), (str(p), text)], user)) from None
 
 
 @lru_cache(maxsize=1)

@@ -36,7 +36,8 @@ def parallel_table(plans: list[ParallelPlan]) -> Group:
 
 
 def ledger_renderable(r: LedgerResult, suggestions: list[str] | None = None,
-                      parallel: list[ParallelPlan] | None = None) -> Group:
+                      parallel: list[ParallelPlan] | None = None, gpus_per_node: int | None = None) -> Group:
+    """The ledger as rich renderables; ``gpus_per_node`` explains an empty multi-GPU table."""
     shape = f"{r.width}x{r.height}" + (f", {r.frames} frames" if r.frames > 1 else "")
     head = Text(f"{r.model_name} · {shape} · {r.steps} steps · {r.forwards_per_step} forward(s)/step · "
                 f"{r.gpu_name} · {r.config.precision}, {r.config.attention}, "
@@ -75,6 +76,9 @@ def ledger_renderable(r: LedgerResult, suggestions: list[str] | None = None,
                           f"(predicted {r.total_time_s:.3f} s)", style="bold"))
     if parallel:
         parts.append(parallel_table(parallel))
+    elif gpus_per_node is not None and gpus_per_node < 2:
+        parts.append(Text(f"multi-GPU options: none with --gpus-per-node {gpus_per_node}: one request stays "
+                          "inside a node, so there is no second GPU to split it across", style="dim"))
     if suggestions:
         parts.append(Text("would fit with: " + "; ".join(suggestions), style="yellow"))
     parts.extend(Text(f"note: {n}", style="dim") for n in r.notes)

@@ -44,6 +44,9 @@ def parse_size(size: str) -> tuple[int, int]:
 def check_shape(model: ModelSpec, width: int, height: int, frames: int | None) -> int:
     """Validate a shape for ``model``; return the frame count to use (1 for images).
 
+    Messages are neutral ("width 1000 is not a multiple of 16 for FLUX.1-dev; nearest valid 992 or
+    1008"): the caller prefixes the input it took them from (``--size``, ``--frames``).
+
     Raises:
         ShapeError: a side is not a multiple of the model's ``size_multiple``; frames given for an image
             model; frames not 4k+1 for a 4× temporal VAE.
@@ -52,21 +55,26 @@ def check_shape(model: ModelSpec, width: int, height: int, frames: int | None) -
     for name, value in (("width", width), ("height", height)):
         if value % m:
             lo, hi = value // m * m, (value // m + 1) * m
-            fix = f"use {lo} or {hi}" if lo > 0 else f"use {hi}"
+            fix = f"nearest valid {lo} or {hi}" if lo > 0 else f"nearest valid {hi}"
             raise ShapeError(f"{name} {value} is not a multiple of {m} for {model.display_name}; {fix}")
     if model.kind == "image":
         if frames not in (None, 1):
-            raise ShapeError(f"--frames {frames}: {model.display_name} is an image model; drop --frames")
+            raise ShapeError(f"frames {frames}: {model.display_name} is an image model and takes no frames")
         return 1
     f = frames if frames is not None else (model.default_frames or 1)
     t = model.temporal_compression
     if f < 1 or (f - 1) % t:
         k = max((f - 1) // t, 0)
         raise ShapeError(
-            f"--frames {f}: {model.display_name} needs {t}k+1 frames (its VAE compresses time {t}×); "
-            f"use {k * t + 1} or {(k + 1) * t + 1}"
+            f"frames {f}: {model.display_name} needs {t}k+1 frames (its VAE compresses time {t}×); "
+            f"nearest valid {k * t + 1} or {(k + 1) * t + 1}"
         )
     return f
+
+
+def shape_option(message: str, size: str) -> str:
+    """The ledger/plan option a neutral shape message is about: ``--frames`` or ``--size SIZE``."""
+    return "--frames" if message.startswith("frames") else f"--size {size}"
 
 
 def count_tokens(model: ModelSpec, width: int, height: int, frames: int = 1,

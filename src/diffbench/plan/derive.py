@@ -241,9 +241,7 @@ def plan(catalog: Catalog, cfg: PlanConfig) -> PlanResult:
         if chosen is None:
             if not base.fits:
                 raise ModelError(_fits_nowhere(catalog, cfg, base, tried))
-            add(5, "multi-GPU", False, "no valid multi-GPU layout on this node "
-                + "; ".join(sorted({p.reason for p in tried if p.reason})[:2]), "—", base,
-                label)
+            add(5, "multi-GPU", False, _no_layout_reason(cfg, base, tried), "—", base, label)
             return None
         link = "NVLink" if chosen.link == "nvlink" else "PCIe"
         add(5, "multi-GPU", True, f"{chosen.label} over {link}: {chosen.latency_s:.2f} s "
@@ -322,6 +320,21 @@ def plan(catalog: Catalog, cfg: PlanConfig) -> PlanResult:
         nodes=cap.nodes, total_gpus_occupied_bound=bound.total_gpus, parallel=par, psnr_db=psnr, api=api,
         pools=pools, alternatives=alternatives, signals=sigs, alerts=alerts,
     )
+
+
+def _no_layout_reason(cfg: PlanConfig, base: LedgerResult, tried: list[ParallelPlan]) -> str:
+    """Why no multi-GPU layout was chosen, as a sentence (never an empty clause)."""
+    if cfg.gpus_per_node < 2:
+        return (f"the SLO is missed on one GPU ({base.total_time_s:.2f} s > {cfg.slo_p99_s:g} s), but with 1 GPU "
+                "per node there is no second GPU to split a request across (one request stays inside a node); "
+                "raise --gpus-per-node to plan sequence/tensor parallelism")
+    reasons = sorted({p.reason for p in tried if p.reason and not p.valid})[:2]
+    if not tried:
+        return f"no multi-GPU strategy applies to {cfg.gpus_per_node} GPUs per node"
+    if reasons:
+        return "no valid multi-GPU layout on this node: " + "; ".join(reasons)
+    return (f"no multi-GPU layout on {cfg.gpus_per_node} GPUs per node fits in memory "
+            f"(usable {base.usable_bytes / 2**30:.1f} GiB per GPU)")
 
 
 def _fits_nowhere(catalog: Catalog, cfg: PlanConfig, base: LedgerResult, tried: list[ParallelPlan]) -> str:

@@ -18,18 +18,18 @@ class PlanConfig(BaseModel):
     model: str
     width: int = Field(gt=0)
     height: int = Field(gt=0)
-    frames: int | None = None
-    steps: int | None = None
-    cfg: float | None = None
+    frames: int | None = Field(default=None, ge=1)
+    steps: int | None = Field(default=None, ge=1)
+    cfg: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     text_tokens: int | None = Field(default=None, gt=0)
     gpu: str
     gpus_per_node: int = Field(default=8, ge=1)
-    slo_p99_s: float = Field(gt=0)
-    qps: float = Field(gt=0)
-    quality_budget_db: float | None = Field(default=None, gt=0)
+    slo_p99_s: float = Field(gt=0, allow_inf_nan=False)
+    qps: float = Field(gt=0, allow_inf_nan=False)
+    quality_budget_db: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     allow_lossy: bool = True
     allow_model_swap: bool = False
-    headroom: float = Field(default=1.3, ge=1.0)
+    headroom: float = Field(default=1.3, ge=1.0, allow_inf_nan=False)
 
 
 class PlanStep(BaseModel):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from diffbench.bench.result import BenchResult, ShapeResult
+from diffbench.bench.result import BenchResult, ShapeHeadline, ShapeResult
 
 
 def _ms(v: float | None) -> str:
@@ -25,8 +25,9 @@ def conditions_line(r: BenchResult) -> str:
     """The conditions block in one line, in the field's minimal-report order."""
     c = r.conditions
     gpus = ", ".join(g.name for g in r.env.gpus) or "no GPU"
+    shapes = ", ".join(c.shapes) if len(c.shapes) > 1 else c.shape
     return (
-        f"{c.model} ({c.pipeline}) · {c.shape} · {c.steps} steps · CFG {c.cfg}"
+        f"{c.model} ({c.pipeline}) · {shapes} · {c.steps} steps · CFG {c.cfg}"
         f"{'' if c.guidance is None else f' (guidance {c.guidance:g})'} · {c.engine} {c.engine_version} · "
         f"attention {c.attention_backend} · parallelism {c.parallelism} · {c.precision} · cache {c.cache} · "
         f"compile {'on' if c.compile else 'off'} · {c.device}: {c.hardware} · {gpus} · driver {c.driver or '—'}"
@@ -73,6 +74,9 @@ def _shape_rows(s: ShapeResult) -> list[tuple[str, str]]:
         rows.append((label, f"{_mib(m.peak_allocated_bytes)}{res} · in {m.peak_stage or '—'}"))
     if s.throughput_images_per_s is not None:
         rows.append(("throughput", f"{s.throughput_images_per_s:.3g} images/s per device"))
+    if s.throughput_videos_per_s is not None:
+        rows.append(("throughput", f"{s.throughput_videos_per_s:.3g} videos/s per device"))
+        rows.append(("video-seconds per second", _video_seconds(s)))
     if s.repro:
         flag = "" if s.repro.reproducible in (None, True) else "  NOT REPRODUCIBLE"
         rows.append(
@@ -87,18 +91,50 @@ def _shape_rows(s: ShapeResult) -> list[tuple[str, str]]:
     return rows
 
 
+def _video_seconds(s: ShapeResult) -> str:
+    if s.video_seconds_per_s is None or not s.fps or s.frames is None:
+        return "— (no fps known: pass --fps)"
+    return (
+        f"{s.video_seconds_per_s:.3g} s of video per s per device ({s.frames} frames at {s.fps:g} fps = "
+        f"{s.frames / s.fps:.3g} s per video; fps: {s.fps_source or 'stated'})"
+    )
+
+
+SUMMARY_HEADER = ("shape", "n", "p50 ms", "p90 ms", "p99 ms", "per device", "video-s/s", "peak")
+
+
+def summary_rows(r: BenchResult) -> list[tuple[str, ...]]:
+    """One row per shape (every shape of a multi-shape run, failed ones with their error)."""
+    rows = []
+    for h in r.summary or [ShapeHeadline.of(s) for s in r.shapes]:
+        if h.error and h.n == 0:
+            rows.append((h.shape, "0", "—", "—", "—", "FAILED (error below)", "—", "—"))
+            continue
+        thr = "—" if h.throughput is None else f"{h.throughput:.3g} {h.throughput_unit}"
+        vs = "—" if h.video_seconds_per_s is None else f"{h.video_seconds_per_s:.3g} ({h.fps:g} fps)"
+        rows.append((h.shape, str(h.n), _ms(h.p50_s), _ms(h.p90_s), _ms(h.p99_s), thr, vs,
+                     _mib(h.peak_memory_bytes)))
+    return rows
+
+
 def print_console(r: BenchResult) -> None:
     """Print the conditions and one table per shape, then the warnings (rich)."""
     from rich.console import Console
     from rich.table import Table
 
-    con = Console()
+    con = Console(width=max(Console().width, 120))
     con.print(f"[bold]conditions[/bold]: {conditions_line(r)}")
     con.print(
         f"protocol: warmup {r.protocol.warmup_per_shape}/shape (reported apart) · "
         f"{r.protocol.runs_per_shape} timed runs/shape · synchronized {r.protocol.synchronized} · "
         f"percentiles: {r.protocol.percentile_method}"
     )
+    summary = Table(title="summary (every shape; details below)", title_justify="left")
+    for col in SUMMARY_HEADER:
+        summary.add_column(col)
+    for row in summary_rows(r):
+        summary.add_row(*row)
+    con.print(summary)
     for s in r.shapes:
         t = Table(title=f"{s.shape}", show_header=False, title_justify="left")
         t.add_column("metric", style="bold")
@@ -121,6 +157,9 @@ def to_markdown(r: BenchResult) -> str:
         lines += ["**PARTIAL result (interrupted).**", ""]
     if not r.valid:
         lines += ["**INVALID: the protocol was violated.**", ""]
+    lines += ["## Summary", "", "| " + " | ".join(SUMMARY_HEADER) + " |", "|" + "---|" * len(SUMMARY_HEADER)]
+    lines += ["| " + " | ".join(row) + " |" for row in summary_rows(r)]
+    lines.append("")
     for s in r.shapes:
         lines += [f"## {s.shape}", "", "| metric | value |", "|---|---|"]
         lines += [f"| {k} | {v} |" for k, v in _shape_rows(s)]

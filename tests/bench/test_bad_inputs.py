@@ -1,0 +1,120 @@
+"""Every bad input of ``diffbench bench`` in one table: args → exit code → message fragments.
+
+Each row is a reproduction (issue 9 §4/§5 and earlier): a one-line ``error:`` naming the option and the
+fix, never a traceback. Rows use the sim engine or tiny shapes, and all of them must fail before any model
+is built (checked: no pipeline is constructed), so the table stays fast. The next bad input is one row.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from diffbench.cli.main import main
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+SIM = ["--engine", "sim", "--runs", "1", "--warmup", "0", "--no-repro"]
+TINY = ["--model", "tiny-flux", "--runs", "1", "--warmup", "0", "--no-repro"]
+WAN = ["--model", "tiny-wan", "--runs", "1", "--warmup", "0", "--no-repro"]
+
+# (args, exit code, fragments that must all appear in the one-line error). "{tmp}" is replaced by tmp_path.
+ROWS: list[tuple[list[str], int, list[str]]] = [
+    # --device: a clear list of valid devices instead of torch's RuntimeError traceback
+    ([*TINY, "--device", "tpu"], 2, ["--device tpu", "cpu, cuda, cuda:N, mps"]),
+    ([*SIM, "--device", "cuda:x"], 2, ["--device cuda:x", "cpu, cuda, cuda:N, mps"]),
+    ([*TINY, "--device", "cuda:-1"], 2, ["--device cuda:-1", "cuda:N"]),
+    # output paths are checked before the run, and nothing is created without --mkdir
+    ([*SIM, "--markdown", "{tmp}/typo/r.md"], 2, ["--markdown", "does not exist", "--mkdir"]),
+    ([*SIM, "--json", "{tmp}/typo/r.json"], 2, ["--json", "does not exist", "--mkdir"]),
+    ([*SIM, "--save-outputs", "{tmp}/typo/out"], 2, ["--save-outputs", "does not exist", "--mkdir"]),
+    ([*SIM, "--json", "{tmp}/afile/r.json"], 2, ["--json", "not a directory"]),
+    ([*SIM, "--markdown", "{tmp}"], 2, ["--markdown", "is a directory"]),
+    # sizes no deployment uses: refused at once with the limit and the override flag
+    ([*SIM, "--steps", "1000000"], 2, ["--steps 1000000", "1000", "--allow-large"]),
+    ([*WAN, "--frames", "4097", "--height", "64", "--width", "64"], 2, ["--frames 4097", "1025", "--allow-large"]),
+    ([*SIM, "--batch", "65"], 2, ["--batch 65", "64", "--allow-large"]),
+    ([*SIM, "--height", "8192", "--width", "8192"], 2, ["--width 8192 --height 8192", "4096", "--allow-large"]),
+    ([*SIM, "--shapes", "100000x100000"], 2, ["--shapes 100000x100000", "4096", "--allow-large"]),
+    ([*SIM, "--shapes", "64x64,64x64x2000"], 2, ["--shapes 64x64x2000", "1025", "--allow-large"]),
+    # --shapes is WIDTHxHEIGHT (like --size everywhere); engine shape messages name the caller's option
+    ([*TINY, "--shapes", "100x64"], 2, ["--shapes", "width 100 is not a multiple of 16", "96 or 112"]),
+    ([*TINY, "--shapes", "64x40"], 2, ["--shapes", "height 40 is not a multiple of 16", "32 or 48"]),
+    ([*TINY, "--width", "100", "--height", "64"], 2, ["--width", "width 100 is not a multiple of 16"]),
+    ([*TINY, "--height", "100", "--width", "64"], 2, ["--height", "height 100 is not a multiple of 16"]),
+    ([*WAN, "--frames", "10", "--height", "64", "--width", "64"], 2, ["--frames", "4k+1", "9 or 13"]),
+    ([*WAN, "--shapes", "64x64x10"], 2, ["--shapes", "4k+1", "9 or 13"]),
+    ([*TINY, "--frames", "9"], 2, ["--frames", "image model"]),
+    ([*SIM, "--shapes", "64by64"], 2, ["--shapes", "WIDTHxHEIGHT"]),
+    ([*SIM, "--shapes", "0x64"], 2, ["--shapes", "WIDTHxHEIGHT"]),
+    # every float option: finite and in range (nan slipped through click's min=/max=, inf overflowed)
+    ([*SIM, "--guidance", "nan"], 2, ["--guidance nan", "finite", "[0, 50]"]),
+    ([*SIM, "--guidance", "-1"], 2, ["--guidance -1", "[0, 50]"]),
+    ([*SIM, "--fps", "nan"], 2, ["--fps nan", "(0, 1000]"]),
+    ([*SIM, "--fps", "0"], 2, ["--fps 0", "(0, 1000]"]),
+    ([*SIM, "--sim-step-s", "nan"], 2, ["--sim-step-s nan", "finite"]),
+    ([*SIM, "--sim-jitter", "inf"], 2, ["--sim-jitter inf", "finite"]),
+    ([*SIM, "--sim-compile-s", "inf"], 2, ["--sim-compile-s inf", "finite"]),
+    ([*SIM, "--sim-tail-prob", "nan"], 2, ["--sim-tail-prob nan", "[0, 1]"]),
+    ([*SIM, "--sim-tail-s", "-1"], 2, ["--sim-tail-s -1", "[0, 3600]"]),
+]
+if not _has_cuda():
+    ROWS.append(([*TINY, "--device", "cuda"], 2, ["--device cuda", "CUDA is not available", "cpu"]))
+    ROWS.append(([*TINY, "--device", "cuda:1"], 2, ["--device cuda:1", "CUDA is not available"]))
+
+
+def _has_mps() -> bool:
+    import torch
+
+    return bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
+
+
+if not _has_mps():
+    ROWS.append(([*TINY, "--device", "mps"], 2, ["--device mps", "MPS (Apple GPU) is not available"]))
+
+
+@pytest.fixture
+def no_model_build(monkeypatch):
+    """Fail the test if a pipeline is built or loaded: bad input must be refused before that."""
+    import diffbench.engines.diffusers_engine as de
+
+    def refuse(self):  # pragma: no cover - only reached on a regression
+        raise AssertionError("a model was loaded before the bad input was refused")
+
+    monkeypatch.setattr(de.DiffusersEngine, "_load", refuse)
+
+
+@pytest.mark.parametrize(("args", "code", "fragments"), ROWS, ids=[" ".join(r[0][7:]) for r in ROWS])
+def test_bad_input(args, code, fragments, tmp_path: Path, capsys, no_model_build) -> None:
+    (tmp_path / "afile").write_text("x")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    rc = main(["bench", *argv])
+    err = capsys.readouterr().err
+    assert rc == code, err
+    lines = [ln for ln in err.strip().splitlines() if ln]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    for frag in fragments:
+        assert frag in err, (frag, err)
+    assert not (tmp_path / "typo").exists()  # nothing created by a refused command
+
+
+def test_mkdir_creates_the_missing_parents(tmp_path: Path) -> None:
+    out, md, d = tmp_path / "a" / "r.json", tmp_path / "b" / "r.md", tmp_path / "c" / "outs"
+    rc = main(["bench", *SIM, "--json", str(out), "--markdown", str(md), "--save-outputs", str(d), "--mkdir"])
+    assert rc == 0
+    assert out.is_file() and md.is_file() and (d / "manifest.json").is_file()
+
+
+def test_allow_large_lifts_the_limit(tmp_path: Path) -> None:
+    """The override exists: the sim engine takes 1001 steps (instant on its virtual clock)."""
+    out = tmp_path / "r.json"
+    assert main(["bench", *SIM, "--shapes", "64x64", "--steps", "1001", "--allow-large", "--json", str(out)]) == 0
+    import json
+
+    assert json.loads(out.read_text())["conditions"]["steps"] == 1001

@@ -1,0 +1,97 @@
+"""Every bad input of ``diffbench ledger`` in one table: args → exit code → message fragments.
+
+Every numeric option is tried with nan, inf and a negative or out-of-range value (issue 9 §4: ``--cfg -1``
+and ``--cfg nan`` were accepted). Each must give one ``error:`` line naming the real flag and the range.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from diffbench.cli.main import main
+
+BASE = ["--model", "flux.1-dev", "--size", "1024x1024", "--gpu", "h100-sxm"]
+WAN = ["--model", "wan2.1-14b", "--size", "1280x720", "--gpu", "h100-sxm"]
+
+ROWS: list[tuple[list[str], int, list[str]]] = [
+    ([*BASE, "--cfg", "-1"], 2, ["--cfg -1", "[0, 50]"]),
+    ([*BASE, "--cfg", "nan"], 2, ["--cfg nan", "finite"]),
+    ([*BASE, "--cfg", "inf"], 2, ["--cfg inf", "finite"]),
+    ([*BASE, "--cfg", "51"], 2, ["--cfg 51", "[0, 50]"]),
+    ([*BASE, "--steps", "-1"], 2, ["--steps -1", "[1, 1000]"]),
+    ([*BASE, "--steps", "0"], 2, ["--steps 0", "[1, 1000]"]),
+    ([*BASE, "--steps", "100000000000"], 2, ["--steps 100000000000", "[1, 1000]"]),
+    ([*WAN, "--frames", "-1"], 2, ["--frames -1", "[1, 1025]"]),
+    ([*WAN, "--frames", "4097"], 2, ["--frames 4097", "[1, 1025]"]),
+    ([*BASE, "--text-tokens", "0"], 2, ["--text-tokens 0", "[1, 8192]"]),
+    ([*BASE, "--text-tokens", "-5"], 2, ["--text-tokens -5", "[1, 8192]"]),
+    ([*BASE, "--eta-gemm", "nan"], 2, ["--eta-gemm nan", "(0, 1]"]),
+    ([*BASE, "--eta-gemm", "2"], 2, ["--eta-gemm 2", "(0, 1]"]),
+    ([*BASE, "--eta-attn", "-0.5"], 2, ["--eta-attn -0.5", "(0, 1]"]),
+    ([*BASE, "--eta-vae", "inf"], 2, ["--eta-vae inf", "(0, 1]"]),
+    ([*BASE, "--margin", "nan"], 2, ["--margin nan", "[0, 1)"]),
+    ([*BASE, "--margin", "-0.1"], 2, ["--margin -0.1", "[0, 1)"]),
+    ([*BASE, "--margin", "1"], 2, ["--margin 1", "[0, 1)"]),
+    ([*BASE, "--measured-s", "nan"], 2, ["--measured-s nan", "finite"]),
+    ([*BASE, "--measured-s", "inf"], 2, ["--measured-s inf", "finite"]),
+    ([*BASE, "--measured-s", "-1"], 2, ["--measured-s -1", "> 0"]),
+    ([*BASE, "--measured-s", "0"], 2, ["--measured-s 0", "> 0"]),
+    ([*BASE, "--gpus-per-node", "0"], 2, ["--gpus-per-node 0", "[1, 72]"]),
+    ([*BASE, "--gpus-per-node", "1000000"], 2, ["--gpus-per-node 1000000", "[1, 72]"]),
+    (["--model", "flux.1-dev", "--size", "100000x100000", "--gpu", "h100-sxm"], 2, ["--size 100000x100000", "16384"]),
+    (["--model", "flux.1-dev", "--size", "0x1024", "--gpu", "h100-sxm"], 2, ["--size", "WIDTHxHEIGHT"]),
+    (["--model", "flux.1-dev", "--size", "1000x1024", "--gpu", "h100-sxm"], 2, ["--size", "width 1000"]),
+    ([*BASE, "--json", "{tmp}/typo/l.json"], 2, ["--json", "does not exist", "--mkdir"]),
+    ([*BASE, "--catalog", "{tmp}/nope.yaml"], 2, ["--catalog", "file not found"]),
+    # a partial override (denoiser.blocks only) with a bad value: the user's file and line, not the built-in
+    ([*BASE, "--catalog", "{tmp}/partial_bad.yaml"], 2, ["partial_bad.yaml:5", "denoiser.blocks.0.count"]),
+    ([*BASE, "--catalog", "{tmp}/partial_missing.yaml"], 2, ["partial_missing.yaml:5", "blocks.0.weights_d2"]),
+]
+
+BLOCKS = "models:\n  flux.1-dev:\n    denoiser:\n      blocks:\n"
+CATALOGS = {
+    "partial_bad.yaml": BLOCKS + "        - {name: double-stream, count: -1, tok_params_d2: 12, weights_d2: 36}\n",
+    "partial_missing.yaml": BLOCKS + "        - {name: double-stream, count: 19, tok_params_d2: 12}\n",
+    "partial_ok.yaml": BLOCKS + "        - {name: double-stream, count: 19, tok_params_d2: 12, weights_d2: 36}\n",
+}
+
+
+@pytest.mark.parametrize(("args", "code", "fragments"), ROWS, ids=[" ".join(r[0][6:]) or r[0][3] for r in ROWS])
+def test_bad_input(args, code, fragments, tmp_path, capsys) -> None:
+    for name, text in CATALOGS.items():
+        (tmp_path / name).write_text(text)
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    rc = main(["ledger", *argv])
+    err = capsys.readouterr().err
+    assert rc == code, err
+    lines = [ln for ln in err.strip().splitlines() if ln]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    for frag in fragments:
+        assert frag in err, (frag, err)
+    assert "catalog.yaml:" not in err  # never blames the built-in file for a user's value
+    assert not (tmp_path / "typo").exists()
+
+
+def test_mkdir_creates_the_json_parent(tmp_path) -> None:
+    out = tmp_path / "new" / "l.json"
+    assert main(["ledger", *BASE, "--json", str(out), "--mkdir"]) == 0
+    assert out.is_file()
+
+
+@pytest.mark.parametrize("value", ["0", "1", "3.5", "50"])
+def test_cfg_in_range_is_accepted(value, capsys) -> None:
+    assert main(["ledger", *BASE, "--cfg", value]) == 0
+
+
+def test_one_gpu_per_node_says_why_there_is_no_multi_gpu_table(capsys) -> None:
+    assert main(["ledger", *BASE, "--gpus-per-node", "1"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "none with --gpus-per-node 1" in out and "no second GPU" in out
+
+
+def test_partial_override_via_cli_runs(tmp_path, capsys) -> None:
+    """The reproduction itself: `--catalog` with only denoiser.blocks for flux.1-dev now works."""
+    f = tmp_path / "partial_ok.yaml"
+    f.write_text(CATALOGS["partial_ok.yaml"])
+    assert main(["ledger", *BASE, "--catalog", str(f)]) == 0
+    assert "FLUX.1-dev" in capsys.readouterr().out

@@ -1,0 +1,97 @@
+"""Every bad input of ``diffbench plan`` in one table: args → exit code → message fragments.
+
+Issue 9 §4: ``--qps inf`` gave a traceback; messages named ``--slo-p99-s`` / ``--quality-budget-db``
+(flags that do not exist); every numeric option is tried with nan, inf and out-of-range values.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from diffbench.cli.main import main
+
+BASE = ["--model", "flux.1-dev", "--size", "1024x1024", "--gpu", "h100-sxm", "--slo-p99", "5", "--qps", "1"]
+
+
+def _with(**change: str) -> list[str]:
+    argv = list(BASE)
+    for k, v in change.items():
+        flag = "--" + k.replace("_", "-")
+        if flag in argv:
+            argv[argv.index(flag) + 1] = v
+        else:
+            argv += [flag, v]
+    return argv
+
+
+ROWS: list[tuple[list[str], int, list[str]]] = [
+    (_with(qps="inf"), 2, ["--qps inf", "finite"]),
+    (_with(qps="nan"), 2, ["--qps nan", "finite"]),
+    (_with(qps="0"), 2, ["--qps 0", "> 0"]),
+    (_with(qps="-3"), 2, ["--qps -3", "> 0"]),
+    (_with(slo_p99="-1"), 2, ["--slo-p99 -1", "> 0"]),
+    (_with(slo_p99="nan"), 2, ["--slo-p99 nan", "finite"]),
+    (_with(slo_p99="inf"), 2, ["--slo-p99 inf", "finite"]),
+    (_with(quality_budget="-3"), 2, ["--quality-budget -3", "(0, 100]"]),
+    (_with(quality_budget="nan"), 2, ["--quality-budget nan", "(0, 100]"]),
+    (_with(quality_budget="inf"), 2, ["--quality-budget inf", "(0, 100]"]),
+    (_with(headroom="0.5"), 2, ["--headroom 0.5", "[1, 10]"]),
+    (_with(headroom="nan"), 2, ["--headroom nan", "[1, 10]"]),
+    (_with(cfg="-1"), 2, ["--cfg -1", "[0, 50]"]),
+    (_with(cfg="nan"), 2, ["--cfg nan", "finite"]),
+    (_with(steps="0"), 2, ["--steps 0", "[1, 1000]"]),
+    (_with(steps="1000000"), 2, ["--steps 1000000", "[1, 1000]"]),
+    (_with(text_tokens="0"), 2, ["--text-tokens 0", "[1, 8192]"]),
+    (_with(gpus_per_node="0"), 2, ["--gpus-per-node 0", "[1, 72]"]),
+    (_with(gpus_per_node="1000"), 2, ["--gpus-per-node 1000", "[1, 72]"]),
+    (_with(size="100000x100000"), 2, ["--size 100000x100000", "16384"]),
+    (_with(size="1020x1024"), 2, ["--size", "width 1020 is not a multiple of 16"]),
+    (_with(json="{tmp}/typo/p.json"), 2, ["--json", "does not exist", "--mkdir"]),
+]
+
+
+@pytest.mark.parametrize(("args", "code", "fragments"), ROWS, ids=[" ".join(r[2][:1]) for r in ROWS])
+def test_bad_input(args, code, fragments, tmp_path, capsys) -> None:
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    rc = main(["plan", *argv])
+    err = capsys.readouterr().err
+    assert rc == code, err
+    lines = [ln for ln in err.strip().splitlines() if ln]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    for frag in fragments:
+        assert frag in err, (frag, err)
+    for ghost in ("--slo-p99-s", "--quality-budget-db"):  # flags that do not exist are never named
+        assert ghost not in err
+    assert not (tmp_path / "typo").exists()
+
+
+def test_one_gpu_per_node_gives_a_reason(tmp_path) -> None:
+    """`--gpus-per-node 1` with a missed SLO: the multi-GPU step says why it cannot split the request."""
+    import json
+
+    out = tmp_path / "p.json"
+    assert main(["plan", *_with(slo_p99="1", gpus_per_node="1"), "--json", str(out)]) == 0
+    step = next(s for s in json.loads(out.read_text())["steps"] if s["name"] == "multi-GPU")
+    assert step["applied"] is False
+    assert "1 GPU per node" in step["reason"] and "--gpus-per-node" in step["reason"]
+    assert not step["reason"].rstrip().endswith("node")  # a sentence with its reason, not a dangling clause
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "flag"),
+    [("slo_p99_s", -1.0, "--slo-p99"), ("quality_budget_db", float("nan"), "--quality-budget"),
+     ("qps", float("inf"), "--qps"), ("headroom", 0.5, "--headroom")],
+)
+def test_library_config_errors_name_the_real_flag(field, value, flag) -> None:
+    """PlanConfig itself refuses nan/inf, and its errors are mapped to flags that exist."""
+    from pydantic import ValidationError
+
+    from diffbench.cli.ledger import _config_error
+    from diffbench.plan.models import PlanConfig
+
+    kw = dict(model="flux.1-dev", width=1024, height=1024, gpu="h100-sxm", slo_p99_s=5.0, qps=1.0)
+    kw[field] = value
+    with pytest.raises(ValidationError) as exc:
+        PlanConfig(**kw)
+    msg = str(_config_error(exc.value))
+    assert msg.startswith(f"{flag} ") and "-s " not in msg.split(":")[0] and "-db" not in msg
