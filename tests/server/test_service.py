@@ -52,7 +52,7 @@ def test_health_models_metrics_and_timing_headers():
         assert float(timing["denoise"]) == pytest.approx(stages["denoise"] * 1e3, abs=1e-3)
         assert float(timing["service"]) == pytest.approx(body["service_time_s"] * 1e3, abs=1e-3)
         metrics = c.get("/metrics").text
-        assert 'diffusion_requests_total{model="sim",outcome="ok"} 1.0' in metrics
+        assert 'diffusion_requests_total{model="sim",outcome="ok",status="200"} 1.0' in metrics
         assert 'diffusion_stage_duration_seconds_count{model="sim",stage="denoise"} 1.0' in metrics
 
 

@@ -114,10 +114,6 @@ def test_oom_fails_the_job_and_the_next_job_completes():
 
 def test_video_validation():
     with TestClient(create_app(sim_config())) as c:
-        r = c.post("/v1/videos", json={"prompt": "x", "size": "32x32", "num_frames": 0})
-        assert r.status_code == 422 and r.json()["error"]["param"] == "num_frames"
-        r = c.post("/v1/videos", json={"prompt": "x", "width": 32})
-        assert r.status_code == 422 and "give both width and height" in r.json()["error"]["message"]
         r = c.post(
             "/v1/videos", files={"input_reference": ("a.png", b"123", "image/png")}, data={"prompt": "x"}
         )

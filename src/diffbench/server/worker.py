@@ -124,6 +124,11 @@ class DeviceWorker:
             self._thread.join(timeout_s)
 
     @property
+    def running(self) -> bool:
+        """True while the worker thread is still inside a generation (e.g. after a timed-out stop)."""
+        return self._thread.is_alive() and self._running is not None
+
+    @property
     def alive(self) -> bool:
         return self._thread.is_alive() and not self._stop
 
