@@ -39,12 +39,16 @@ def test_openai_client_against_diffbench_serve_with_tiny_flux():
             prompt="a lighthouse at dusk",
             size="64x48",
             response_format="b64_json",
-            extra_body={"seed": 5, "num_inference_steps": 2},
+            extra_body={"seed": 5, "num_inference_steps": 2, "guidance_scale": 1.0},
         )
         extra = result.model_extra or {}
         assert extra["stage_durations"]["denoise"] > 0 and extra["peak_memory_bytes"] > 0
+        # tiny-flux has no guidance embedding: guidance_scale is reported, not silently accepted
+        assert extra["ignored_parameters"] == ["guidance_scale"]
         shape = httpx.post(f"{url}/v1/images/generations", json={"prompt": "a", "size": "72x64"}, timeout=60)
-        assert shape.status_code == 400 and "multiple of 16" in shape.json()["error"]["message"]
+        err = shape.json()["error"]
+        assert shape.status_code == 400 and "multiple of 16" in err["message"] and err["param"] == "size"
+        assert "--width" not in err["message"]  # API field names, not CLI flags
     served = np.asarray(Image.open(io.BytesIO(base64.b64decode(result.data[0].b64_json))).convert("RGB"))
     assert served.shape == (48, 64, 3)
 
