@@ -220,6 +220,6 @@ class DeviceWorker:
         started = item.started_ns or end
         service_s = (end - started) / 1e9
         with self._cond:
-            self.model.observe(req, service_s)
+            self.model.observe(req, service_s, result.stages)
             self.counters.completed += 1
         item.future.set_result(Done(result, (started - item.enqueued_ns) / 1e9, service_s))
