@@ -52,6 +52,8 @@ HTTP_ROWS = [
     ("POST", IMG, {"prompt": "a", "width": 64}, 400, "height", ["give both width and height"]),
     ("POST", IMG, {"prompt": "a", "size": "64x64", "width": 32}, 400, "width", ["conflicts with size"]),
     ("POST", IMG, {"prompt": "a", "width": 40, "height": 32}, 400, "width", ["width 40", "multiple of 16"]),
+    ("POST", IMG, {"prompt": "a", "width": 32, "height": 40}, 400, "height", ["height 40", "multiple of 16"]),
+    ("POST", IMG, {"prompt": "a", "width": 32, "height": 36}, 400, "height", ["height 36", "multiple of 8"]),
     ("POST", IMG, {"prompt": "a", "size": "512x512"}, 400, "size", ["--max-pixels 70000"]),
     ("POST", IMG, {"prompt": "a", "size": "128x64", "n": 10}, 400, "size", ["n=10", "--max-pixels"]),
     (

@@ -82,8 +82,15 @@ def _check_side(name: str, value: int, limits: Limits) -> str | None:
 
 def check_size(width: int, height: int, limits: Limits, param: str = "size") -> None:
     """Bounds and multiple of each side. Raises APIError 400 naming the side and the nearest valid value."""
-    problems = [p for p in (_check_side("width", width, limits), _check_side("height", height, limits)) if p]
+    sides = [
+        (n, p)
+        for n in ("width", "height")
+        if (p := _check_side(n, width if n == "width" else height, limits))
+    ]
+    problems = [p for _, p in sides]
     if problems:
+        if param == "width":  # separate width/height fields: name the side at fault
+            param = sides[0][0]
         raise APIError(
             400,
             f"{param}: {width}x{height} is not allowed: {'; '.join(problems)}; "
@@ -129,6 +136,8 @@ def _shape_param(message: str, size_param: str) -> str:
     for word, param in (("frames", "num_frames"), ("steps", "num_inference_steps"), ("batch", "n")):
         if word in low:
             return param
+    if size_param == "width" and "height" in low and "width" not in low:
+        return "height"  # separate width/height fields: name the side at fault
     return size_param
 
 
