@@ -102,6 +102,15 @@ HTTP_ROWS = [
     (
         "POST",
         VID,
+        {"prompt": "x", "size": "32x32", "seconds": 1e9},
+        400,
+        "seconds",
+        ["--max-frames 257", "16.0625 s"],
+    ),
+    ("POST", VID, b'{"prompt": "x", "seconds": Infinity}', 400, "seconds", ["finite number"]),
+    (
+        "POST",
+        VID,
         {"prompt": "x", "size": "64x64", "num_frames": 21},
         400,
         "size",

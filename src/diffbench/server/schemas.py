@@ -60,7 +60,7 @@ class ImageGenerationRequest(BaseModel):
     height: int | None = Field(default=None, ge=1)
     response_format: Literal["b64_json"] | None = "b64_json"
     num_inference_steps: int | None = Field(default=None, ge=1)
-    guidance_scale: float | None = Field(default=None, ge=0, le=20)
+    guidance_scale: float | None = Field(default=None, ge=0, le=20, allow_inf_nan=False)
     seed: int | None = Field(default=None, ge=0, lt=2**63)
     negative_prompt: str | None = None
     quality: str | None = None
@@ -86,10 +86,10 @@ class VideoCreateRequest(BaseModel):
     width: int | None = Field(default=None, ge=1)
     height: int | None = Field(default=None, ge=1)
     num_frames: int | None = Field(default=None, ge=1)
-    seconds: float | None = Field(default=None, gt=0)
+    seconds: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     fps: int | None = Field(default=None, ge=1, le=240)
     num_inference_steps: int | None = Field(default=None, ge=1)
-    guidance_scale: float | None = Field(default=None, ge=0, le=20)
+    guidance_scale: float | None = Field(default=None, ge=0, le=20, allow_inf_nan=False)
     seed: int | None = Field(default=None, ge=0, lt=2**63)
     negative_prompt: str | None = None
     user: str | None = None

@@ -7,6 +7,11 @@ not interruptible) and its output is dropped. The deleted job is gone: later GET
 ``/content`` answers 404 (``not_ready``) until the job is ``completed`` (as SGLang does), then the MP4
 (H.264, encoded once on the first download, off the event loop). Jobs live in memory; at most
 ``ServerConfig.max_jobs`` are kept (the oldest finished ones are dropped first).
+
+Frames: ``num_frames`` exactly as given; ``seconds × fps`` (OpenAI's ``videos.create(seconds="4")``)
+rounded to the nearest count the engine's ``validate`` accepts (Wan: 4k + 1, so 64 → 65); with neither,
+the pipeline's default frame count, else OpenAI's default of 4 s. The job's ``num_frames`` and
+``seconds`` are what the MP4 holds, and every change is listed in ``adjusted_parameters``.
 """
 
 # No ``from __future__ import annotations``: FastAPI reads the route annotations at runtime.
@@ -321,7 +326,16 @@ def _frames(
             return None, {}
         return body.num_frames, {}
     use = service.use
+    max_frames = service.config.limits.max_frames
     if body.seconds is not None:
+        if body.seconds * fps > max_frames + 0.5:
+            raise APIError(
+                400,
+                f"seconds: {body.seconds:g} s × {fps} fps is above this service's limit of {max_frames} frames "
+                f"(serve --max-frames {max_frames}); ask for at most {max_frames / fps:g} s at {fps} fps",
+                param="seconds",
+                code="limit_exceeded",
+            )
         wanted = max(1, round(body.seconds * fps))
         why = f"seconds {body.seconds:g} × {fps} fps = {wanted} frames"
     elif use is not None and use.default_frames is not None:
@@ -335,7 +349,7 @@ def _frames(
             reason = f"{why}; this is an image model, it makes one frame"
             return None, {"num_frames": Adjustment(requested=None, used=1, reason=reason)}
         return (None, {}) if wanted == 1 else (wanted, {})  # build_request reports the refusal
-    found = nearest_valid_frames(service.engine, probe, wanted, service.config.limits.max_frames)
+    found = nearest_valid_frames(service.engine, probe, wanted, max_frames)
     if found is None:
         return wanted, {}  # no count near it is accepted: build_request reports the engine's reason
     adjusted: dict[str, Adjustment] = {}
