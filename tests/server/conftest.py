@@ -9,6 +9,7 @@ import pytest
 from diffbench.engines.base import GenerationRequest, GenerationResult
 from diffbench.engines.registry import EngineConfig, SimParams
 from diffbench.engines.sim import SimEngine
+from diffbench.errors import ShapeError
 from diffbench.server.config import ServerConfig
 
 
@@ -65,3 +66,33 @@ class GatedSim(SimEngine):
 @pytest.fixture
 def gated_engine() -> GatedSim:
     return GatedSim(EngineConfig(engine="sim", sim=sim_params()))
+
+
+class WanLikeSim(SimEngine):
+    """A simulated video model with Wan's constraints: sides multiples of 16, frames of the form 4k + 1.
+
+    Its ShapeError messages name CLI flags (``--width``, ``--frames``), as engine messages used to, so
+    the tests check that the service words them with API field names.
+    """
+
+    def start(self):  # type: ignore[no-untyped-def]
+        info = super().start()
+        self._info = info.model_copy(update={"is_video": True, "pipeline_class": "WanLikeSim"})
+        return self._info
+
+    def validate(self, request: GenerationRequest) -> None:
+        for flag, value in (("--width", request.width), ("--height", request.height)):
+            if value % 16:
+                raise ShapeError(f"{flag} {value} is not a multiple of 16; use {value // 16 * 16 or 16}")
+        if request.frames is None:
+            raise ShapeError("this is a video model: give --frames (4k+1)")
+        if (request.frames - 1) % 4:
+            k = (request.frames - 1) // 4
+            raise ShapeError(
+                f"--frames {request.frames} is not of the form 4k+1; use {4 * k + 1} or {4 * k + 5}"
+            )
+
+
+@pytest.fixture
+def wan_like() -> WanLikeSim:
+    return WanLikeSim(EngineConfig(engine="sim", sim=sim_params()))

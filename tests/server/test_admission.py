@@ -8,10 +8,13 @@ import math
 import time
 
 import httpx
+import numpy as np
 import pytest
 
 from diffbench.engines.base import GenerationRequest
-from diffbench.server.admission import ServiceTimeModel, decide, estimate_wait, work_units
+from diffbench.engines.registry import EngineConfig
+from diffbench.engines.sim import SimEngine
+from diffbench.server.admission import ServiceTimeModel, decide, estimate_wait, fit_line, work_units
 from diffbench.server.background import run_in_background
 
 from .conftest import sim_config, sim_params
@@ -21,19 +24,68 @@ def _req(w: int, h: int, steps: int, n: int = 1, frames: int | None = None) -> G
     return GenerationRequest(prompt="p", width=w, height=h, steps=steps, batch=n, frames=frames)
 
 
-def test_prediction_is_ratio_of_sums_then_per_shape():
+def test_exact_shape_uses_its_own_recent_mean():
     m = ServiceTimeModel()
     assert m.predict(_req(64, 64, 4)) is None
-    a, b = _req(64, 64, 4), _req(128, 128, 8, n=2)
+    a = _req(64, 64, 4)
     m.observe(a, 0.5)
-    m.observe(b, 3.0)
-    units_a, units_b = 4 * 64 * 64, 8 * 128 * 128 * 2
-    assert work_units(b) == units_b
-    rate = (0.5 + 3.0) / (units_a + units_b)
-    unseen = _req(256, 128, 10, frames=3)
-    assert m.predict(unseen) == pytest.approx(rate * 10 * 256 * 128 * 3, rel=1e-12)
     m.observe(a, 0.7)
-    assert m.predict(a) == pytest.approx(0.6)  # mean of this shape's recent times
+    assert m.predict(a) == pytest.approx(0.6)
+
+
+def test_fit_line_is_least_squares_with_nonnegative_coefficients():
+    rng = np.random.default_rng(0)
+    x = rng.uniform(1, 10, 20)
+    y = 0.4 + 0.3 * x + rng.normal(0, 0.01, 20)
+    b, a = np.polyfit(x, y, 1)  # reference: numpy's unconstrained least squares (both positive here)
+    assert fit_line(list(x), list(y)) == pytest.approx((a, b), rel=1e-9)
+    assert fit_line([1.0, 2.0], [3.0, 1.0]) == (2.0, 0.0)  # falling data: flat line at the mean
+    xs, ys = [1.0, 2.0, 3.0], [0.5, 2.0, 3.5]  # unconstrained intercept −1: refit through the origin
+    (slope,), *_ = np.linalg.lstsq(np.array(xs)[:, None], np.array(ys), rcond=None)
+    assert fit_line(xs, ys) == pytest.approx((0.0, slope))
+    assert fit_line([5.0, 5.0], [1.0, 2.0]) is None  # one distinct work size: no line
+
+
+def _sim_truth(engine: SimEngine, req: GenerationRequest) -> tuple[float, object]:
+    """The simulated device's own service time for ``req`` (its closed-form stage plan, no jitter)."""
+    stages = engine.generate(req).stages
+    return stages.total_s, stages
+
+
+# Large fixed costs (text encode + other = 0.6 s) next to work-proportional ones, as on small shapes.
+FIXED_HEAVY = dict(text_encode_s=0.5, other_s=0.1, step_s=0.04, vae_decode_s=0.06, jitter=0.0, tail_prob=0.0)
+
+
+def test_unseen_shape_is_predicted_from_a_line_fitted_on_served_shapes():
+    engine = SimEngine(
+        EngineConfig(engine="sim", sim=sim_params(realtime=False, compile_s=0.0, **FIXED_HEAVY))
+    )
+    m = ServiceTimeModel()
+    for w in (256, 512):
+        req = _req(w, w, 8)
+        seconds, stages = _sim_truth(engine, req)
+        m.observe(req, seconds, stages)
+    for unseen in (_req(1024, 1024, 8), _req(2048, 2048, 8)):
+        truth, _ = _sim_truth(engine, unseen)
+        assert m.predict(unseen) == pytest.approx(truth, rel=1e-6)
+        # the old ratio of sums through the origin spread the 0.6 s fixed cost over the work: 4-8x too high
+        assert m.seconds_per_unit * work_units(unseen) > 3 * truth
+
+
+def test_one_served_shape_scales_its_stage_split():
+    engine = SimEngine(
+        EngineConfig(engine="sim", sim=sim_params(realtime=False, compile_s=0.0, **FIXED_HEAVY))
+    )
+    m = ServiceTimeModel()
+    seen = _req(512, 512, 8)
+    seconds, stages = _sim_truth(engine, seen)
+    m.observe(seen, seconds, stages)
+    for unseen in (_req(1024, 1024, 8), _req(512, 512, 16), _req(512, 512, 8, frames=5)):
+        truth, _ = _sim_truth(engine, unseen)
+        assert m.predict(unseen) == pytest.approx(truth, rel=1e-6)
+    bare = ServiceTimeModel()
+    bare.observe(seen, seconds)  # no stage split: the whole time scales with the work (an upper bound)
+    assert bare.predict(_req(1024, 1024, 8)) == pytest.approx(seconds * 4)
 
 
 def test_estimate_counts_queue_and_remaining_running_time():

@@ -39,12 +39,16 @@ def test_openai_client_against_diffbench_serve_with_tiny_flux():
             prompt="a lighthouse at dusk",
             size="64x48",
             response_format="b64_json",
-            extra_body={"seed": 5, "num_inference_steps": 2},
+            extra_body={"seed": 5, "num_inference_steps": 2, "guidance_scale": 1.0},
         )
         extra = result.model_extra or {}
         assert extra["stage_durations"]["denoise"] > 0 and extra["peak_memory_bytes"] > 0
+        # tiny-flux has no guidance embedding: guidance_scale is reported, not silently accepted
+        assert extra["ignored_parameters"] == ["guidance_scale"]
         shape = httpx.post(f"{url}/v1/images/generations", json={"prompt": "a", "size": "72x64"}, timeout=60)
-        assert shape.status_code == 400 and "multiple of 16" in shape.json()["error"]["message"]
+        err = shape.json()["error"]
+        assert shape.status_code == 400 and "multiple of 16" in err["message"] and err["param"] == "size"
+        assert "--width" not in err["message"]  # API field names, not CLI flags
     served = np.asarray(Image.open(io.BytesIO(base64.b64decode(result.data[0].b64_json))).convert("RGB"))
     assert served.shape == (48, 64, 3)
 
@@ -61,3 +65,45 @@ def test_openai_client_against_diffbench_serve_with_tiny_flux():
     assert ref.images is not None
     diff = np.abs(served.astype(np.int16) - ref.images[0].astype(np.int16))
     assert diff.max() <= 2, diff.max()
+
+
+def test_openai_videos_create_seconds_4_on_tiny_wan():
+    """The reproduction on a real Wan pipeline: ``seconds="4"`` at 16 fps is 64 frames, not 4k + 1."""
+    openai = pytest.importorskip("openai")
+    av = pytest.importorskip("av")
+    import time
+    import warnings
+
+    from fastapi.testclient import TestClient
+
+    from diffbench.engines.registry import EngineConfig
+    from diffbench.server.app import create_app
+    from diffbench.server.config import ServerConfig
+
+    config = ServerConfig(engine=EngineConfig(model="tiny-wan"), default_size="32x32", default_steps=1)
+    with TestClient(create_app(config)) as c:
+        client = openai.OpenAI(
+            base_url="http://testserver/v1", api_key="unused", http_client=c, max_retries=0
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # the Sora API deprecation notice
+            video = client.videos.create(prompt="a red fox", seconds="4", size="32x32")
+        extra = video.model_extra or {}
+        assert extra["num_frames"] == 65  # nearest 4k + 1 to 64
+        assert extra["adjusted_parameters"]["num_frames"] == {
+            "requested": 64,
+            "used": 65,
+            "reason": extra["adjusted_parameters"]["num_frames"]["reason"],
+        }
+        default = c.post("/v1/videos", json={"prompt": "a red fox"}).json()
+        assert default["num_frames"] == 81  # WanPipeline.__call__'s own num_frames default, not 1
+        for job in (video.id, default["id"]):
+            deadline = time.perf_counter() + 120
+            while (state := c.get(f"/v1/videos/{job}").json())["status"] not in ("completed", "failed"):
+                assert time.perf_counter() < deadline, state
+                time.sleep(0.1)
+            assert state["status"] == "completed", state
+            assert state["inference_time_s"] > 0
+        content = c.get(f"/v1/videos/{video.id}/content").content
+    with av.open(io.BytesIO(content)) as container:
+        assert sum(1 for _ in container.decode(video=0)) == 65

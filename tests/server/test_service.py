@@ -20,7 +20,7 @@ from diffbench.server.app import create_app
 from diffbench.server.background import run_in_background
 from diffbench.server.config import ServerConfig
 
-from .conftest import sim_config, sim_params
+from .conftest import GatedSim, sim_config, sim_params
 
 
 def _refused(base_url: str) -> bool:
@@ -52,7 +52,7 @@ def test_health_models_metrics_and_timing_headers():
         assert float(timing["denoise"]) == pytest.approx(stages["denoise"] * 1e3, abs=1e-3)
         assert float(timing["service"]) == pytest.approx(body["service_time_s"] * 1e3, abs=1e-3)
         metrics = c.get("/metrics").text
-        assert 'diffusion_requests_total{model="sim",outcome="ok"} 1.0' in metrics
+        assert 'diffusion_requests_total{model="sim",outcome="ok",status="200"} 1.0' in metrics
         assert 'diffusion_stage_duration_seconds_count{model="sim",stage="denoise"} 1.0' in metrics
 
 
@@ -115,3 +115,69 @@ def test_warmup_takes_the_first_call_cost_before_serving(warm):
 def test_sim_engine_behind_http_runs_in_real_time():
     app = create_app(ServerConfig(engine=EngineConfig(engine="sim")))  # SimParams(realtime=False) by default
     assert app.state.service.engine.p.realtime is True
+
+
+def test_inference_time_beside_service_time():
+    with TestClient(create_app(sim_config())) as c:
+        body = c.post(
+            "/v1/images/generations", json={"prompt": "a", "size": "64x64", "num_inference_steps": 2}
+        ).json()
+    engine_s = sum(v for k, v in body["stage_durations"].items() if k != "queue_wait")
+    assert body["inference_time_s"] == body["service_time_s"]  # one measurement, the name AIPerf/SGLang read
+    assert body["inference_time_s"] == pytest.approx(engine_s, abs=0.05)  # the sim's own stage plan
+    assert body["inference_time_s"] > 0
+
+
+def test_width_and_height_are_honoured_without_size():
+    with TestClient(create_app(sim_config())) as c:
+        r = c.post("/v1/images/generations", json={"prompt": "a", "width": 64, "height": 32, "seed": 4})
+        same = c.post("/v1/images/generations", json={"prompt": "a", "size": "64x32", "width": 64, "seed": 4})
+    assert r.status_code == 200 and r.json()["size"] == "64x32"
+    image = Image.open(io.BytesIO(base64.b64decode(r.json()["data"][0]["b64_json"])))
+    assert image.size == (64, 32)  # PIL: (width, height)
+    assert same.status_code == 200 and same.json()["data"] == r.json()["data"]  # agreeing fields are fine
+
+
+def _count(metrics: str, outcome: str, status: int) -> float:
+    key = f'diffusion_requests_total{{model="sim",outcome="{outcome}",status="{status}"}} '
+    line = next((x for x in metrics.splitlines() if x.startswith(key)), None)
+    return 0.0 if line is None else float(line.rsplit(" ", 1)[1])
+
+
+def test_every_outcome_is_counted_with_its_status():
+    engine = GatedSim(EngineConfig(engine="sim", sim=sim_params(fail_above_pixels=64 * 64)))  # "boom" fails
+    engine.gate.set()
+    with TestClient(create_app(sim_config(), engine=engine)) as c:
+        url = "/v1/images/generations"
+        sent = [
+            (c.post(url, json={"prompt": "a", "size": "32x32"}), "ok", 200),
+            (c.post(url, json={"prompt": "a", "size": "7x7"}), "invalid", 400),
+            (c.post(url, json={"prompt": "a", "n": 99}), "invalid", 400),
+            (c.post(url, json={"prompt": "a", "model": "nope"}), "not_found", 404),
+            (c.get("/v1/videos/video_unknown"), "not_found", 404),
+            (c.get("/v1/no/such/path"), "not_found", 404),
+            (c.post(url, json={"prompt": "boom", "size": "32x32"}), "error", 500),
+            (c.post(url, json={"prompt": "a", "size": "128x128"}), "oom", 507),
+        ]
+        for resp, _, status in sent:
+            assert resp.status_code == status, resp.text
+        c.get("/health")  # health checks and scrapes are not diffusion requests
+        metrics = c.get("/metrics").text
+    expected: dict[tuple[str, int], int] = {}
+    for _, outcome, status in sent:
+        expected[(outcome, status)] = expected.get((outcome, status), 0) + 1
+    for (outcome, status), n in expected.items():
+        assert _count(metrics, outcome, status) == n, (outcome, status, metrics)
+    total = sum(
+        float(x.rsplit(" ", 1)[1]) for x in metrics.splitlines() if x.startswith("diffusion_requests_total{")
+    )
+    assert total == len(sent)
+
+
+def test_rejections_are_counted_as_429():
+    with TestClient(create_app(sim_config(max_queue=0))) as c:  # max_queue 0: nothing may wait
+        r = c.post("/v1/images/generations", json={"prompt": "a", "size": "32x32"})
+        v = c.post("/v1/videos", json={"prompt": "a", "size": "32x32", "num_frames": 2})
+        metrics = c.get("/metrics").text
+    assert r.status_code == 429 and v.status_code == 429
+    assert _count(metrics, "rejected", 429) == 2

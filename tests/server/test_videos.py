@@ -114,10 +114,6 @@ def test_oom_fails_the_job_and_the_next_job_completes():
 
 def test_video_validation():
     with TestClient(create_app(sim_config())) as c:
-        r = c.post("/v1/videos", json={"prompt": "x", "size": "32x32", "num_frames": 0})
-        assert r.status_code == 422 and r.json()["error"]["param"] == "num_frames"
-        r = c.post("/v1/videos", json={"prompt": "x", "width": 32})
-        assert r.status_code == 422 and "give both width and height" in r.json()["error"]["message"]
         r = c.post(
             "/v1/videos", files={"input_reference": ("a.png", b"123", "image/png")}, data={"prompt": "x"}
         )
@@ -125,4 +121,59 @@ def test_video_validation():
         r = c.post("/v1/videos", content=b"[1, 2]", headers={"content-type": "application/json"})
         assert r.status_code == 400 and "JSON object" in r.json()["error"]["message"]
         r = c.post("/v1/videos", json={"prompt": "x", "size": "32x32", "seconds": 2, "fps": 4})
-        assert r.json()["num_frames"] == 8  # seconds × fps
+        assert r.json()["num_frames"] == 8  # seconds × fps (the sim takes any frame count)
+        assert r.json()["adjusted_parameters"] == {}  # nothing was changed
+
+
+def _mp4_frames(content: bytes) -> int:
+    with av.open(io.BytesIO(content)) as container:
+        return sum(1 for _ in container.decode(video=0))
+
+
+def test_openai_seconds_on_a_4k_plus_1_model_rounds_to_a_valid_frame_count(wan_like):
+    """OpenAI's ``videos.create(seconds="4")``: 4 s × 16 fps = 64 frames is not 4k + 1; 65 is used and said."""
+    openai = pytest.importorskip("openai")
+    import warnings
+
+    with TestClient(create_app(sim_config(), engine=wan_like)) as c:
+        client = openai.OpenAI(
+            base_url="http://testserver/v1", api_key="unused", http_client=c, max_retries=0
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # the Sora API deprecation notice
+            video = client.videos.create(prompt="a red fox", seconds="4", size="32x32")
+        extra = video.model_extra or {}
+        # nearest 4k+1 to 4 × 16 = 64: 65 (|65 − 64| = 1 < |61 − 64| = 3)
+        assert extra["num_frames"] == 65
+        adj = extra["adjusted_parameters"]
+        assert adj["num_frames"]["requested"] == 64 and adj["num_frames"]["used"] == 65
+        assert (
+            "4k" not in adj["num_frames"]["reason"]
+            and "nearest valid count is 65" in adj["num_frames"]["reason"]
+        )
+        assert adj["seconds"]["used"] == pytest.approx(65 / 16) and float(video.seconds) == pytest.approx(
+            65 / 16
+        )
+        done = _poll(c, video.id)
+        assert done["status"] == "completed" and done["inference_time_s"] > 0
+        assert done["inference_time_s"] == done["service_time_s"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            content = client.videos.download_content(video.id).read()
+    assert _mp4_frames(content) == 65  # the file holds what the job says
+
+
+def test_default_video_is_not_a_single_frame(wan_like):
+    with TestClient(create_app(sim_config(), engine=wan_like)) as c:
+        job = c.post("/v1/videos", json={"prompt": "x", "size": "32x32"}).json()
+        # no seconds, no num_frames: OpenAI's default 4 s at the default 16 fps → 64 → nearest 4k+1 = 65
+        assert job["num_frames"] == 65 and job["fps"] == 16
+        assert job["adjusted_parameters"]["num_frames"]["requested"] is None
+        done = _poll(c, job["id"])
+        assert _mp4_frames(c.get(f"/v1/videos/{done['id']}/content").content) == 65
+        exact = c.post("/v1/videos", json={"prompt": "x", "size": "32x32", "num_frames": 9}).json()
+        assert (
+            exact["num_frames"] == 9 and exact["adjusted_parameters"] == {}
+        )  # an exact count is never moved
+        r = c.post("/v1/videos", json={"prompt": "x", "size": "32x32", "seconds": 2, "fps": 4})
+        assert r.json()["num_frames"] == 9  # 2 × 4 = 8 → 9 (|9 − 8| = 1 = |7 − 8|, 7 is not 4k+1)

@@ -28,7 +28,15 @@ def register(app: typer.Typer) -> None:
         default_steps: int | None = typer.Option(None, min=1, help="Steps when a request gives none."),
         max_side: int = typer.Option(4096, min=1, help="Largest width/height accepted, pixels."),
         size_multiple: int = typer.Option(8, min=1, help="Width and height must be multiples of this."),
-        max_steps: int = typer.Option(200, min=1, help="Largest num_inference_steps accepted."),
+        max_steps: int = typer.Option(200, min=1, help="Largest num_inference_steps accepted (else 400)."),
+        max_pixels: int | None = typer.Option(
+            None,
+            "--max-pixels",
+            min=1,
+            help="Largest width × height × frames × n of one request (else 400). Bounds how long one "
+            "request can hold the device; --max-wait does not. Default: no cap beyond --max-side.",
+        ),
+        max_frames: int = typer.Option(257, min=1, help="Largest num_frames accepted (else 400)."),
         max_n: int = typer.Option(10, min=1, help="Largest n (images per request) accepted."),
         max_prompt_chars: int = typer.Option(4000, min=1, help="Longest prompt accepted, characters."),
         sim_step_s: float | None = typer.Option(
@@ -41,6 +49,13 @@ def register(app: typer.Typer) -> None:
         ),
         warmup: list[str] = typer.Option(
             [], "--warmup", help="Generate once at this WIDTHxHEIGHT before serving (repeatable)."
+        ),
+        drain: float = typer.Option(
+            10.0,
+            "--drain",
+            min=0.0,
+            help="On Ctrl-C/SIGTERM: seconds in-flight requests may take before they answer 503 and the "
+            "service exits.",
         ),
         seed: int = typer.Option(0, help="Seeds the generator that picks seeds for requests without one."),
         log_level: str = typer.Option("info", help="uvicorn log level."),
@@ -78,24 +93,35 @@ def register(app: typer.Typer) -> None:
                 max_side=max_side,
                 size_multiple=size_multiple,
                 max_steps=max_steps,
+                max_pixels=max_pixels,
+                max_frames=max_frames,
                 max_n=max_n,
                 max_prompt_chars=max_prompt_chars,
             ),
             warmup_sizes=tuple(warmup),
+            drain_s=drain,
             seed=seed,
             log_level=log_level,
         )
-        import uvicorn
-
         from diffbench.engines.registry import create_engine
         from diffbench.server.app import create_app
+        from diffbench.server.runner import make_server
 
         if host not in ("127.0.0.1", "localhost", "::1"):
             typer.secho(f"warning: binding {host}: the service has no authentication", fg="yellow", err=True)
         eng = create_engine(config.engine)
         info = eng.start()  # a bad model/device ends here as "error: ..." with the CLI's exit code
+        app = create_app(config, eng, engine_started=True)
+        app.state.service.prepare()  # --default-size/--warmup/--default-steps checked before serving
         typer.echo(
             f"diffbench serve: {info.engine} engine, model {info.model} on {info.device}, "
-            f"http://{host}:{port}"
+            f"http://{host}:{port} (Ctrl-C stops it within --drain {drain:g} s)"
         )
-        uvicorn.run(create_app(config, eng, engine_started=True), host=host, port=port, log_level=log_level)
+        server = make_server(app, host=host, port=port, log_level=log_level, drain_s=drain)
+        try:
+            server.run()
+        except KeyboardInterrupt:
+            typer.secho(f"diffbench serve: stopped (in-flight work had --drain {drain:g} s)", err=True)
+            raise typer.Exit(130) from None
+        if not server.started:
+            raise UsageError(f"the service did not start on {host}:{port} (see the log above)")

@@ -10,16 +10,15 @@ import sys
 
 
 def main(argv: list[str]) -> int:
-    import uvicorn
-
     from diffbench.server.app import create_app
     from diffbench.server.config import ServerConfig
+    from diffbench.server.runner import make_server
 
     fd, raw = int(argv[0]), argv[1]
     config = ServerConfig.model_validate_json(raw)
     sock = socket.socket(fileno=fd)
     app = create_app(config)
-    server = uvicorn.Server(uvicorn.Config(app, log_level=config.log_level, timeout_graceful_shutdown=5))
+    server = make_server(app, host="127.0.0.1", port=0, log_level=config.log_level, drain_s=config.drain_s)
     server.run(sockets=[sock])
     return 0 if server.started else 3
 

@@ -2,15 +2,21 @@
 
 Prediction (work-weighted, monitoring.md §3.4): the estimated wait of a new request is the predicted
 service time of every queued request plus the predicted remaining time of the running one (one slot per
-device). A request's predicted service time is
+device). A request's predicted service time (seconds) is
 
-- the mean of the recent service times of its exact shape (height, width, frames, steps, batch), when
-  the service has completed that shape recently (fixed costs such as text encode are then included); else
-- ``units × seconds_per_unit``, where ``units = steps × height × width × frames × batch`` and
-  ``seconds_per_unit`` = Σ service seconds / Σ units over the last ``window`` completed requests (a
-  ratio of sums, so large requests weigh by their work). With a single shape both reduce to
-  queue length × recent mean service time.
+1. the mean of the recent service times of its exact shape (height, width, frames, steps, batch), when
+   the service completed that shape recently; else
+2. with two or more distinct work sizes among the last ``window`` completed requests, the least-squares
+   line ``t = a + b × units`` (``units = steps × height × width × frames × batch``; ``a, b ≥ 0``) fitted
+   on them: ``a`` carries the fixed costs (text encode, launch, per-request overhead) that a ratio
+   through the origin spreads over the work and so inflates ~20× for a large unseen shape; else
+3. with a single served shape, its stage split scaled part by part: text encode and other stay, the
+   denoise time scales with ``units`` and the VAE decode with ``height × width × frames × batch``
+   (without a stage split: the whole time scales with ``units``, an upper bound when fixed costs
+   dominate).
 
+A line fitted on small shapes can under-predict a much larger one; bound such requests with
+``Limits.max_pixels`` / ``max_steps`` (``serve --max-pixels/--max-steps``), which no estimate replaces.
 Before the first request completes there is no estimate: requests are admitted (``max_queue`` still
 bounds the queue). ``Retry-After`` (whole seconds, at least 1) is the time for the predicted backlog to
 drain to the limit if nothing else is admitted: ``ceil(estimated_wait − max_wait)``.
@@ -22,42 +28,91 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from diffbench.engines.base import GenerationRequest
+from diffbench.engines.base import GenerationRequest, StageTimes
 
 ShapeKey = tuple[int, int, int | None, int, int]
 
 
+def pixels(request: GenerationRequest) -> float:
+    """height × width × frames × batch (frames = 1 for images)."""
+    return float(request.height * request.width * (request.frames or 1) * request.batch)
+
+
 def work_units(request: GenerationRequest) -> float:
     """steps × height × width × frames × batch (frames = 1 for images)."""
-    return float(request.steps * request.height * request.width * (request.frames or 1) * request.batch)
+    return request.steps * pixels(request)
+
+
+def fit_line(x: list[float], y: list[float]) -> tuple[float, float] | None:
+    """Least squares ``y = a + b·x`` with ``a, b ≥ 0`` (the constrained optimum; closed form).
+
+    Returns (a, b), or None when ``x`` has fewer than two distinct values.
+    """
+    n = len(x)
+    mx, my = sum(x) / n, sum(y) / n
+    sxx = sum((xi - mx) ** 2 for xi in x)
+    if n < 2 or sxx <= 1e-12 * max(1.0, mx * mx):
+        return None
+    b = sum((xi - mx) * (yi - my) for xi, yi in zip(x, y, strict=True)) / sxx
+    a = my - b * mx
+    if b < 0:  # constrained optimum on the b = 0 edge
+        return max(my, 0.0), 0.0
+    if a < 0:  # constrained optimum on the a = 0 edge: a line through the origin
+        return 0.0, sum(xi * yi for xi, yi in zip(x, y, strict=True)) / sum(xi * xi for xi in x)
+    return a, b
+
+
+@dataclass(frozen=True)
+class _Observation:
+    units: float
+    pixels: float
+    seconds: float
+    stages: StageTimes | None
 
 
 class ServiceTimeModel:
-    """Recent service times (seconds) per shape and per work unit. Not thread-safe: callers lock."""
+    """Recent service times (seconds) per shape and a work model over shapes. Not thread-safe: callers lock."""
 
     def __init__(self, window: int = 32, per_shape_window: int = 8) -> None:
-        self._recent: deque[tuple[float, float]] = deque(maxlen=window)
+        self._recent: deque[_Observation] = deque(maxlen=window)
         self._per_shape: dict[ShapeKey, deque[float]] = {}
         self._per_shape_window = per_shape_window
 
-    def observe(self, request: GenerationRequest, seconds: float) -> None:
-        """Record one completed request's service time (seconds)."""
-        self._recent.append((work_units(request), seconds))
+    def observe(self, request: GenerationRequest, seconds: float, stages: StageTimes | None = None) -> None:
+        """Record one completed request's service time (seconds) and, when known, its stage split."""
+        self._recent.append(_Observation(work_units(request), pixels(request), seconds, stages))
         self._per_shape.setdefault(request.shape_key, deque(maxlen=self._per_shape_window)).append(seconds)
 
     @property
     def seconds_per_unit(self) -> float | None:
         """Σ seconds / Σ units over the window; None before the first observation."""
-        units = sum(u for u, _ in self._recent)
-        return sum(s for _, s in self._recent) / units if units > 0 else None
+        units = sum(o.units for o in self._recent)
+        return sum(o.seconds for o in self._recent) / units if units > 0 else None
 
     def predict(self, request: GenerationRequest) -> float | None:
         """Predicted service time (seconds) of ``request``; None when nothing was observed yet."""
         same = self._per_shape.get(request.shape_key)
         if same:
             return sum(same) / len(same)
-        rate = self.seconds_per_unit
-        return None if rate is None else rate * work_units(request)
+        if not self._recent:
+            return None
+        units = work_units(request)
+        line = fit_line([o.units for o in self._recent], [o.seconds for o in self._recent])
+        if line is not None:
+            return line[0] + line[1] * units
+        return self._scale_one_shape(request, units)
+
+    def _scale_one_shape(self, request: GenerationRequest, units: float) -> float:
+        obs = list(self._recent)
+        seconds = sum(o.seconds for o in obs) / len(obs)
+        ref = obs[-1]
+        st = ref.stages
+        if st is None or st.total_s <= 0:
+            return seconds * units / ref.units
+        ratio = seconds / st.total_s  # the worker's clock vs the engine's stage clock
+        fixed = st.text_encode_s + st.other_s
+        scaled = st.denoise_s * units / ref.units + st.vae_decode_s * pixels(request) / ref.pixels
+        return ratio * (fixed + scaled)
 
 
 @dataclass(frozen=True)

@@ -24,16 +24,16 @@ from diffbench.engines.registry import create_engine
 from diffbench.server.config import ServerConfig
 from diffbench.server.http_errors import APIError
 from diffbench.server.schemas import (
-    ACCEPTED_IGNORED,
     Health,
     ImageData,
     ImageGenerationRequest,
     ImageResponse,
     ModelCard,
     ModelList,
+    ignored_parameters,
 )
 from diffbench.server.service import Service, generation_stats, timing_headers
-from diffbench.server.validation import build_request, parse_size
+from diffbench.server.validation import build_request, resolve_size
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -46,13 +46,6 @@ def encode_png(image: np.ndarray) -> bytes:
     buf = io.BytesIO()
     Image.fromarray(np.ascontiguousarray(image), "RGB").save(buf, format="PNG", compress_level=1)
     return buf.getvalue()
-
-
-def ignored_parameters(body: ImageGenerationRequest | object) -> list[str]:
-    """Request fields the service accepted but does not act on (unknown ones and ACCEPTED_IGNORED)."""
-    extra = sorted((getattr(body, "model_extra", None) or {}).keys())
-    known = [k for k in ACCEPTED_IGNORED if getattr(body, k, None) is not None]
-    return sorted(set(extra) | set(known))
 
 
 def _realtime(config: ServerConfig) -> ServerConfig:
@@ -81,7 +74,7 @@ def create_app(
     from fastapi import FastAPI, Response
     from fastapi.concurrency import run_in_threadpool
 
-    from diffbench.server.http_errors import install_handlers
+    from diffbench.server.http_errors import CountOutcomes, install_handlers
     from diffbench.server.videos import install_video_routes
 
     if engine is None:
@@ -104,6 +97,7 @@ def create_app(
     app.state.service = service
     app.state.startup_error = None
     install_handlers(app)
+    app.add_middleware(CountOutcomes, count=service.count)
 
     @app.get("/health", response_model=Health)
     async def health(response: Response) -> Health:
@@ -152,8 +146,7 @@ def create_app(
     async def generate_images(body: ImageGenerationRequest, response: Response) -> ImageResponse:
         arrival = time.perf_counter()
         model = service.check_model(body.model)
-        size = body.size or config.default_size
-        width, height = parse_size(size)
+        width, height, size_param = resolve_size(body.size, body.width, body.height, config.default_size)
         steps = body.num_inference_steps or service.default_steps
         seed = service.pick_seed(body.seed)
         gen = build_request(
@@ -168,6 +161,7 @@ def create_app(
             guidance=body.guidance_scale,
             n=body.n,
             seed=seed,
+            size_param=size_param,
         )
         done = await service.run(gen)
         images = done.result.images
@@ -185,7 +179,9 @@ def create_app(
             size=f"{width}x{height}",
             num_inference_steps=steps,
             seed=seed,
-            ignored_parameters=ignored_parameters(body),
+            ignored_parameters=ignored_parameters(
+                body, service.ignored(body.guidance_scale, body.negative_prompt)
+            ),
             **stats.model_dump(),
         )
 

@@ -13,7 +13,9 @@ class Limits(BaseModel):
     Sizes are pixels; the engine may narrow them further (e.g. a multiple of 16 for a FLUX VAE with
     2×2 patches) and its :class:`~diffbench.errors.ShapeError` message is returned as a 400.
     Ranges for ``steps``, ``n`` and ``guidance_scale`` follow vLLM-Omni's images API (steps 1–200,
-    n 1–10, guidance 0–20; serving-apis.md §2.1).
+    n 1–10, guidance 0–20; serving-apis.md §2.1). ``max_pixels`` bounds the work of one request
+    (width × height × frames × n), so a single 4096² request cannot hold the device for minutes while
+    admission control (which predicts queue waits, not a request's own run time) lets it in.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -21,10 +23,16 @@ class Limits(BaseModel):
     min_side: int = Field(default=16, ge=1, description="smallest width/height, pixels")
     max_side: int = Field(default=4096, ge=1, description="largest width/height, pixels")
     size_multiple: int = Field(default=8, ge=1, description="width and height must be multiples of this")
-    max_steps: int = Field(default=200, ge=1)
+    max_steps: int = Field(default=200, ge=1, description="serve --max-steps")
     max_n: int = Field(default=10, ge=1)
     max_frames: int = Field(default=257, ge=1)
     max_prompt_chars: int = Field(default=4000, ge=1)
+    max_pixels: int | None = Field(
+        default=None,
+        ge=1,
+        description="serve --max-pixels: largest width × height × frames × n of one request (None: no cap "
+        "beyond max_side)",
+    )
 
 
 class ServerConfig(BaseModel):
@@ -55,5 +63,11 @@ class ServerConfig(BaseModel):
         default=1000, ge=1, description="video jobs kept in memory (oldest finished dropped)"
     )
     warmup_sizes: tuple[str, ...] = ()
+    drain_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="serve --drain: on SIGINT/SIGTERM, seconds in-flight work may take to finish before "
+        "the service answers it 503 and exits",
+    )
     seed: int = 0
     log_level: str = "warning"

@@ -3,14 +3,16 @@
 Every error answers ``{"error": {"message", "type", "param", "code"}}`` (the OpenAI shape, which the
 ``openai`` client surfaces as the exception message).
 
-Status (``code``) and when:
+Status (``code``) and when. Validation errors answer **400** as OpenAI's API does (not 422), with
+``type: invalid_request_error`` and ``param`` naming the request field (``"size"``, ``"n"``; never a
+JSON offset); a body that is not JSON has ``param: null``.
 
-- 400 (``invalid_size``, ``invalid_shape``, ``invalid_body``, ``unsupported_parameter``): a malformed
-  ``size``, a shape the engine cannot take (ShapeError), a malformed body, an unsupported field.
-- 404 (``model_not_found``, ``not_found``, ``not_ready``): another model, an unknown video id, video
-  content requested before the job completed.
-- 422 (``invalid_value``): a field out of range or of the wrong type (steps, n, guidance, prompt length,
-  empty prompt).
+- 400 (``invalid_size``, ``invalid_shape``, ``invalid_body``, ``invalid_value``, ``unsupported_parameter``,
+  ``limit_exceeded``): a malformed ``size``, a shape the engine cannot take (ShapeError), a body that is
+  not a JSON object, a field out of range or of the wrong type (steps, n, guidance, prompt length, empty
+  prompt), an unsupported field, a request above the service's ``--max-pixels``/``--max-steps``.
+- 404 (``model_not_found``, ``not_found``, ``not_ready``): another model, an unknown video id or path,
+  video content requested before the job completed. 405 (``method_not_allowed``).
 - 429 (``overloaded``): admission control; the ``Retry-After`` header gives seconds.
 - 500 (``generation_failed``): the generation raised; the message carries the reason. The service
   keeps serving.
@@ -21,6 +23,7 @@ Status (``code``) and when:
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from diffbench.errors import DeviceOutOfMemory, ShapeError
@@ -68,10 +71,39 @@ def from_generation_error(exc: BaseException) -> APIError:
     if isinstance(exc, DeviceOutOfMemory):
         return APIError(OOM_STATUS, str(exc), code="out_of_memory")
     if isinstance(exc, ShapeError):
-        return APIError(400, str(exc), param="size", code="invalid_shape")
+        return APIError(400, f"size: {api_wording(str(exc))}", param="size", code="invalid_shape")
     if isinstance(exc, ShuttingDown):
         return APIError(503, str(exc), code="unavailable")
     return APIError(500, f"generation failed: {type(exc).__name__}: {exc}", code="generation_failed")
+
+
+# CLI flags an engine's message may name -> the API field a client sends instead.
+_FLAG_TO_FIELD = {
+    "--width": "width",
+    "--height": "height",
+    "--size": "size",
+    "--shapes": "size",
+    "--frames": "num_frames",
+    "--steps": "num_inference_steps",
+    "--batch": "n",
+    "--guidance": "guidance_scale",
+}
+_FLAG = re.compile(r"--[a-z][a-z0-9-]*")
+
+
+def api_wording(message: str) -> str:
+    """An engine message worded for HTTP clients: CLI flags (``--width``) become API field names."""
+    return _FLAG.sub(lambda m: _FLAG_TO_FIELD.get(m.group(0), m.group(0).removeprefix("--")), message)
+
+
+def outcome_of(status: int) -> str:
+    """The ``outcome`` label of ``diffusion_requests_total`` for an HTTP status."""
+    if status < 400:
+        return "ok"
+    special = {404: "not_found", 429: "rejected", 503: "unavailable", OOM_STATUS: "oom"}
+    if status in special:
+        return special[status]
+    return "invalid" if status < 500 else "error"
 
 
 def _field_name(loc: tuple[object, ...]) -> str:
@@ -80,42 +112,106 @@ def _field_name(loc: tuple[object, ...]) -> str:
 
 
 def validation_message(errors: list[dict[str, object]]) -> tuple[str, str | None]:
-    """One readable message from pydantic errors: ``field: problem (got value)``; and the first field."""
+    """One readable message from pydantic errors: ``field: problem (got value)``; and the first field.
+
+    A JSON syntax error has no field (its ``loc`` holds a character offset): param None.
+    """
     parts = []
     first: str | None = None
     for err in errors:
+        if err.get("type") == "json_invalid":
+            ctx = err.get("ctx") or {}
+            detail = ctx.get("error", "") if isinstance(ctx, dict) else ""
+            loc = err.get("loc", ())
+            pos = loc[-1] if isinstance(loc, (list, tuple)) and loc and isinstance(loc[-1], int) else None
+            at = f" at character {pos}" if pos is not None else ""
+            parts.append(f"the request body is not valid JSON ({detail}{at}); send a JSON object")
+            continue
         loc = err.get("loc", ())
         name = _field_name(tuple(loc) if isinstance(loc, (list, tuple)) else ())
         first = first or name
         msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
-        if err.get("type") == "json_invalid":
-            parts.append(f"the request body is not valid JSON ({err.get('ctx', {})}); send a JSON object")
-            continue
         got = f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict) else ""
         parts.append(f"{name}: {msg}{got}")
     return "; ".join(parts), first
 
 
 def install_handlers(app: object) -> None:
-    """Register the JSON error handlers on a FastAPI app."""
+    """Register the JSON error handlers on a FastAPI app (every error answers the OpenAI shape)."""
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
-
-    def count_invalid(request: Request, status: int) -> None:
-        service = getattr(request.app.state, "service", None)
-        if status in (400, 422) and service is not None:
-            service.count("invalid")
+    from starlette.exceptions import HTTPException
 
     async def on_api_error(request: Request, exc: Exception) -> JSONResponse:
         err = exc if isinstance(exc, APIError) else APIError(500, str(exc), code="generation_failed")
-        count_invalid(request, err.status)
         return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
 
     async def on_validation(request: Request, exc: Exception) -> JSONResponse:
         errors = list(exc.errors()) if isinstance(exc, RequestValidationError) else []
         message, param = validation_message(errors)
-        count_invalid(request, 422)
-        return JSONResponse(APIError(422, message, param=param).body(), status_code=422)
+        return JSONResponse(APIError(400, message, param=param).body(), status_code=400)
+
+    async def on_http(request: Request, exc: Exception) -> JSONResponse:
+        status = getattr(exc, "status_code", 500)
+        if status == 404:
+            err = APIError(
+                404,
+                f"{request.method} {request.url.path}: no such route; see /v1/images/generations, "
+                "/v1/videos, /v1/models, /health, /metrics",
+                code="not_found",
+            )
+        elif status == 405:
+            err = APIError(
+                405, f"{request.method} is not allowed on {request.url.path}", code="method_not_allowed"
+            )
+        else:
+            err = APIError(status, str(getattr(exc, "detail", exc)), code="http_error")
+        return JSONResponse(err.body(), status_code=err.status, headers=getattr(exc, "headers", None))
+
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        err = APIError(500, f"internal error: {type(exc).__name__}: {exc}", code="internal_error")
+        return JSONResponse(err.body(), status_code=500)
 
     app.add_exception_handler(APIError, on_api_error)  # type: ignore[attr-defined]
     app.add_exception_handler(RequestValidationError, on_validation)  # type: ignore[attr-defined]
+    app.add_exception_handler(HTTPException, on_http)  # type: ignore[attr-defined]
+    app.add_exception_handler(Exception, on_unexpected)  # type: ignore[attr-defined]
+
+
+class CountOutcomes:
+    """ASGI middleware: one ``diffusion_requests_total{outcome, status}`` count per finished request.
+
+    Counted: every image generation (any status), every refused video job creation (an accepted job is
+    counted when it finishes, see :mod:`diffbench.server.videos`) and every other error answer (404 on
+    an unknown path or video id, 405, 400, 5xx). ``/health`` and ``/metrics`` are never counted, nor are
+    successful reads (job polls, model list).
+    """
+
+    def __init__(self, app: object, count: object) -> None:
+        self.app = app
+        self.count = count
+
+    async def __call__(self, scope: dict, receive: object, send: object) -> None:  # type: ignore[type-arg]
+        if scope.get("type") != "http" or scope.get("path") in ("/health", "/metrics"):
+            await self.app(scope, receive, send)  # type: ignore[operator]
+            return
+        status: int | None = None
+
+        async def send_status(message: dict) -> None:  # type: ignore[type-arg]
+            nonlocal status
+            if message.get("type") == "http.response.start":
+                status = int(message["status"])
+            await send(message)  # type: ignore[operator]
+
+        try:
+            await self.app(scope, receive, send_status)  # type: ignore[operator]
+        except Exception:
+            status = status or 500
+            raise
+        finally:
+            if status is not None:
+                path, method = scope.get("path"), scope.get("method")
+                generation = method == "POST" and path == "/v1/images/generations"
+                job_created = method == "POST" and path == "/v1/videos" and status < 400
+                if (generation or status >= 400) and not job_created:
+                    self.count(outcome_of(status), status)  # type: ignore[operator]

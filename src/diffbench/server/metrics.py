@@ -1,7 +1,8 @@
 """Prometheus metrics of the reference service (``GET /metrics``), one registry per app.
 
-Names follow the proposed diffusion metric set (monitoring.md §3): ``diffusion_requests_total{outcome}``
-with outcome ∈ {ok, rejected, oom, error, invalid}, ``diffusion_request_duration_seconds`` (arrival →
+Names follow the proposed diffusion metric set (monitoring.md §3): ``diffusion_requests_total{outcome,
+status}`` with outcome ∈ {ok, invalid, not_found, rejected, unavailable, oom, error} and the HTTP status
+(a video job counts when it finishes, with the status an image request would have got), ``diffusion_request_duration_seconds`` (arrival →
 response ready), ``diffusion_stage_duration_seconds{stage}``, ``diffusion_queue_wait_seconds``,
 ``diffusion_queue_depth``, ``diffusion_requests_running``, ``diffusion_queue_estimated_wait_seconds`` and
 ``diffusion_gpu_memory_peak_bytes`` (peak of the last request; CPU RSS growth or simulated bytes on
@@ -35,6 +36,16 @@ REQUEST_BUCKETS = (
     600,
     1200,
 )
+# (outcome, status) series exported at 0 from the start, so rates exist before the first event.
+PRESET = (
+    ("ok", 200),
+    ("invalid", 400),
+    ("not_found", 404),
+    ("rejected", 429),
+    ("error", 500),
+    ("unavailable", 503),
+    ("oom", 507),
+)
 STAGE_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 60, 120, 300, 600)
 
 
@@ -47,7 +58,10 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.model = model
         self.requests = Counter(
-            "diffusion_requests", "Finished requests by outcome", ["model", "outcome"], registry=self.registry
+            "diffusion_requests",
+            "Finished requests by outcome and HTTP status",
+            ["model", "outcome", "status"],
+            registry=self.registry,
         )
         self.duration = Histogram(
             "diffusion_request_duration_seconds",
@@ -87,11 +101,12 @@ class Metrics:
         depth.labels(model).set_function(lambda: snapshot()[0])
         running.labels(model).set_function(lambda: snapshot()[1])
         est.labels(model).set_function(lambda: snapshot()[2] or 0.0)
-        for outcome in ("ok", "rejected", "oom", "error", "invalid"):
-            self.requests.labels(model, outcome)
+        for outcome, status in PRESET:
+            self.requests.labels(model, outcome, str(status))
 
-    def outcome(self, outcome: str) -> None:
-        self.requests.labels(self.model, outcome).inc()
+    def outcome(self, outcome: str, status: int) -> None:
+        """Count one finished request (``outcome`` from :func:`~diffbench.server.http_errors.outcome_of`)."""
+        self.requests.labels(self.model, outcome, str(status)).inc()
 
     def render(self) -> tuple[bytes, str]:
         """(body, content type) in the Prometheus text format."""

@@ -26,6 +26,17 @@ ACCEPTED_IGNORED = (
 )
 
 
+def ignored_parameters(body: object, unused: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """Request fields the service accepted but does not act on, sorted.
+
+    Unknown fields, the fields of ACCEPTED_IGNORED that were given, and ``unused``: parameters the served
+    pipeline does not use (:meth:`diffbench.server.capabilities.ParameterUse.ignored`).
+    """
+    extra = set((getattr(body, "model_extra", None) or {}).keys())
+    known = {k for k in ACCEPTED_IGNORED if getattr(body, k, None) is not None}
+    return sorted(extra | known | set(unused))
+
+
 def _non_blank(value: str) -> str:
     if not value.strip():
         raise ValueError("prompt is empty or only whitespace; send a non-empty prompt")
@@ -33,7 +44,11 @@ def _non_blank(value: str) -> str:
 
 
 class ImageGenerationRequest(BaseModel):
-    """``POST /v1/images/generations`` body. ``size`` is ``"WIDTHxHEIGHT"`` in pixels."""
+    """``POST /v1/images/generations`` body.
+
+    Size from ``size`` (``"WIDTHxHEIGHT"``, pixels) or ``width`` + ``height`` (vLLM-Omni / SGLang
+    style); both may be given only when they agree (else 400).
+    """
 
     model_config = ConfigDict(extra="allow")
 
@@ -41,9 +56,11 @@ class ImageGenerationRequest(BaseModel):
     model: str | None = None
     n: int = Field(default=1, ge=1)
     size: str | None = None
+    width: int | None = Field(default=None, ge=1)
+    height: int | None = Field(default=None, ge=1)
     response_format: Literal["b64_json"] | None = "b64_json"
     num_inference_steps: int | None = Field(default=None, ge=1)
-    guidance_scale: float | None = Field(default=None, ge=0, le=20)
+    guidance_scale: float | None = Field(default=None, ge=0, le=20, allow_inf_nan=False)
     seed: int | None = Field(default=None, ge=0, lt=2**63)
     negative_prompt: str | None = None
     quality: str | None = None
@@ -55,8 +72,10 @@ class ImageGenerationRequest(BaseModel):
 class VideoCreateRequest(BaseModel):
     """``POST /v1/videos`` body (JSON or multipart form fields).
 
-    Size from ``size`` (``"WIDTHxHEIGHT"``) or ``width`` + ``height``. Frames from ``num_frames``, else
-    ``seconds × fps``, else 1 (vLLM-Omni's default; always set it).
+    Size from ``size`` (``"WIDTHxHEIGHT"``) or ``width`` + ``height`` (both only when they agree).
+    Frames: ``num_frames`` exactly as given; else ``seconds × fps`` rounded to the nearest frame count
+    the model takes (Wan: 4k + 1); else the pipeline's default frame count, or OpenAI's default of 4 s ×
+    ``fps`` rounded the same way. Every change is reported in ``adjusted_parameters``.
     """
 
     model_config = ConfigDict(extra="allow")
@@ -67,10 +86,10 @@ class VideoCreateRequest(BaseModel):
     width: int | None = Field(default=None, ge=1)
     height: int | None = Field(default=None, ge=1)
     num_frames: int | None = Field(default=None, ge=1)
-    seconds: float | None = Field(default=None, gt=0)
+    seconds: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     fps: int | None = Field(default=None, ge=1, le=240)
     num_inference_steps: int | None = Field(default=None, ge=1)
-    guidance_scale: float | None = Field(default=None, ge=0, le=20)
+    guidance_scale: float | None = Field(default=None, ge=0, le=20, allow_inf_nan=False)
     seed: int | None = Field(default=None, ge=0, lt=2**63)
     negative_prompt: str | None = None
     user: str | None = None
@@ -89,13 +108,27 @@ class StageDurations(BaseModel):
 
 
 class GenerationStats(BaseModel):
-    """What the service measured for one generation (shared by image responses and video jobs)."""
+    """What the service measured for one generation (shared by image responses and video jobs).
+
+    ``inference_time_s`` is the field AIPerf and SGLang read: generation time on the device, excluding
+    queue wait and output encoding. Here it is the same measurement as ``service_time_s`` (the worker's
+    clock around ``generate`` + device sync), given under both names.
+    """
 
     stage_durations: StageDurations
     service_time_s: float = Field(description="generate + device sync on the worker, seconds")
+    inference_time_s: float = Field(description="= service_time_s (the name AIPerf/SGLang read), seconds")
     peak_memory_mb: float | None = Field(description="peak memory, MiB (bytes / 2**20)")
     peak_memory_bytes: int | None
     memory_kind: str
+
+
+class Adjustment(BaseModel):
+    """A parameter the service changed: what the request asked (or implied) and what was used."""
+
+    requested: int | float | str | None
+    used: int | float | str | None
+    reason: str
 
 
 class ImageData(BaseModel):
@@ -115,6 +148,7 @@ class ImageResponse(GenerationStats):
     seed: int
     output_format: Literal["png"] = "png"
     ignored_parameters: list[str] = []
+    adjusted_parameters: dict[str, Adjustment] = {}
 
 
 class JobError(BaseModel):
@@ -147,9 +181,11 @@ class VideoJob(BaseModel):
     error: JobError | None = None
     stage_durations: StageDurations | None = None
     service_time_s: float | None = None
+    inference_time_s: float | None = None
     peak_memory_mb: float | None = None
     peak_memory_bytes: int | None = None
     ignored_parameters: list[str] = []
+    adjusted_parameters: dict[str, Adjustment] = {}
 
 
 class VideoList(BaseModel):

@@ -1,8 +1,10 @@
-"""Turn API parameters into a :class:`~diffbench.engines.base.GenerationRequest`, or a clear 400/422.
+"""Turn API parameters into a :class:`~diffbench.engines.base.GenerationRequest`, or a clear 400.
 
-Range problems (steps, n, frames, prompt length) answer 422; a size that is malformed, out of bounds,
-not a multiple of ``Limits.size_multiple`` or refused by the engine's ``validate`` (ShapeError) answers
-400 (vLLM-Omni's split, serving-apis.md §2.5). Each message names the field and the fix.
+Every validation problem answers 400 (OpenAI's status for an invalid request; serving-apis.md §1) with
+``param`` naming the field and a message naming the field and the fix: a malformed or out-of-bounds
+``size``, a ``width``/``height`` that conflicts with ``size``, steps / n / frames / prompt length over the
+service's limits (the message names the ``serve`` flag that sets the limit), and shapes the engine's
+``validate`` refuses (its :class:`~diffbench.errors.ShapeError`, worded with API field names).
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ import re
 
 from diffbench.engines.base import Engine, GenerationRequest
 from diffbench.errors import ShapeError
-from diffbench.server.config import Limits
-from diffbench.server.http_errors import APIError
+from diffbench.server.config import Limits, ServerConfig
+from diffbench.server.http_errors import APIError, api_wording
 
 _SIZE = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\d+)\s*$")
 
@@ -30,6 +32,43 @@ def parse_size(text: str, param: str = "size") -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
+def resolve_size(
+    size: str | None, width: int | None, height: int | None, default: str
+) -> tuple[int, int, str]:
+    """(width, height, param) from ``size`` or ``width`` + ``height``, else ``default``.
+
+    ``param`` is the field later errors about the size should name (``"size"`` or ``"width"``).
+
+    Raises:
+        APIError: 400 for a malformed ``size``, only one of ``width``/``height``, or ``width``/``height``
+            that disagree with ``size``.
+    """
+    if size is not None:
+        w, h = parse_size(size)
+        for name, given, used in (("width", width, w), ("height", height, h)):
+            if given is not None and given != used:
+                raise APIError(
+                    400,
+                    f"{name}: {name}={given} conflicts with size {size!r} ({name} {used}); send size or "
+                    "width and height, not both with different values",
+                    param=name,
+                    code="conflicting_parameters",
+                )
+        return w, h, "size"
+    if width is not None and height is not None:
+        return width, height, "width"
+    if width is not None or height is not None:
+        missing = "height" if height is None else "width"
+        raise APIError(
+            400,
+            f'{missing}: give both width and height, or size as "WIDTHxHEIGHT"',
+            param=missing,
+            code="invalid_size",
+        )
+    w, h = parse_size(default, "default_size")
+    return w, h, "size"
+
+
 def _check_side(name: str, value: int, limits: Limits) -> str | None:
     if not limits.min_side <= value <= limits.max_side:
         return f"{name} {value} is outside {limits.min_side}..{limits.max_side} pixels"
@@ -43,8 +82,15 @@ def _check_side(name: str, value: int, limits: Limits) -> str | None:
 
 def check_size(width: int, height: int, limits: Limits, param: str = "size") -> None:
     """Bounds and multiple of each side. Raises APIError 400 naming the side and the nearest valid value."""
-    problems = [p for p in (_check_side("width", width, limits), _check_side("height", height, limits)) if p]
+    sides = [
+        (n, p)
+        for n in ("width", "height")
+        if (p := _check_side(n, width if n == "width" else height, limits))
+    ]
+    problems = [p for _, p in sides]
     if problems:
+        if param == "width":  # separate width/height fields: name the side at fault
+            param = sides[0][0]
         raise APIError(
             400,
             f"{param}: {width}x{height} is not allowed: {'; '.join(problems)}; "
@@ -54,20 +100,52 @@ def check_size(width: int, height: int, limits: Limits, param: str = "size") -> 
         )
 
 
-def _range(param: str, value: int, limit: int, what: str) -> None:
+def _range(param: str, value: int, limit: int, what: str, flag: str) -> None:
     if value > limit:
         raise APIError(
-            422, f"{param}: {value} is above the maximum {limit}; ask for at most {limit} {what}", param=param
+            400,
+            f"{param}: {value} is above this service's limit of {limit} {what} (serve {flag} {limit}); "
+            f"ask for at most {limit}",
+            param=param,
+            code="limit_exceeded",
+        )
+
+
+def check_pixels(width: int, height: int, frames: int | None, n: int, limits: Limits, param: str) -> None:
+    """width × height × frames × n against ``limits.max_pixels``. Raises APIError 400 naming ``--max-pixels``."""
+    if limits.max_pixels is None:
+        return
+    pixels = width * height * (frames or 1) * n
+    if pixels > limits.max_pixels:
+        parts = (
+            f"{width}x{height}" + (f" × {frames} frames" if frames else "") + (f" × n={n}" if n > 1 else "")
+        )
+        raise APIError(
+            400,
+            f"{param}: {parts} = {pixels} pixels is above this service's limit of {limits.max_pixels} "
+            f"pixels per request (serve --max-pixels {limits.max_pixels}); ask for a smaller size, fewer "
+            "frames or a smaller n",
+            param=param,
+            code="limit_exceeded",
         )
 
 
 def _shape_param(message: str, size_param: str) -> str:
-    """The API field an engine's ShapeError is about (engines word them after CLI flags)."""
+    """The API field an engine's ShapeError is about (frames, steps, batch; else the size)."""
     low = message.lower()
     for word, param in (("frames", "num_frames"), ("steps", "num_inference_steps"), ("batch", "n")):
         if word in low:
             return param
+    if size_param == "width" and "height" in low and "width" not in low:
+        return "height"  # separate width/height fields: name the side at fault
     return size_param
+
+
+def engine_shape_error(exc: ShapeError, size_param: str) -> APIError:
+    """A 400 for an engine's ShapeError: ``param`` is the API field, the message uses API names."""
+    text = api_wording(str(exc))
+    param = _shape_param(text, size_param)
+    return APIError(400, f"{param}: {text}", param=param, code="invalid_shape")
 
 
 def build_request(
@@ -88,20 +166,23 @@ def build_request(
     """Validate against ``limits`` and ``engine.validate``; returns the engine request.
 
     Raises:
-        APIError: 422 for a prompt, steps, n or frames out of range; 400 for a size the service or the
-            engine cannot take.
+        APIError: 400 for a prompt, steps, n, frames or pixels over the limits, or a size the service or
+            the engine cannot take.
     """
     if len(prompt) > limits.max_prompt_chars:
         raise APIError(
-            422,
-            f"prompt: {len(prompt)} characters is above the limit of {limits.max_prompt_chars}; shorten it",
+            400,
+            f"prompt: {len(prompt)} characters is above the limit of {limits.max_prompt_chars} "
+            f"(serve --max-prompt-chars); shorten it",
             param="prompt",
+            code="limit_exceeded",
         )
-    _range("num_inference_steps", steps, limits.max_steps, "steps")
-    _range("n", n, limits.max_n, "images per request")
+    _range("num_inference_steps", steps, limits.max_steps, "steps", "--max-steps")
+    _range("n", n, limits.max_n, "images per request", "--max-n")
     if frames is not None:
-        _range("num_frames", frames, limits.max_frames, "frames")
+        _range("num_frames", frames, limits.max_frames, "frames", "--max-frames")
     check_size(width, height, limits, size_param)
+    check_pixels(width, height, frames, n, limits, size_param)
     request = GenerationRequest(
         prompt=prompt,
         negative_prompt=negative_prompt,
@@ -116,6 +197,59 @@ def build_request(
     try:
         engine.validate(request)
     except ShapeError as exc:
-        param = _shape_param(str(exc), size_param)
-        raise APIError(400, f"{param}: {exc}", param=param, code="invalid_shape") from exc
+        raise engine_shape_error(exc, size_param) from exc
     return request
+
+
+def nearest_valid_frames(
+    engine: Engine, request: GenerationRequest, wanted: int, max_frames: int, search: int = 32
+) -> int | None:
+    """The frame count nearest to ``wanted`` that ``engine.validate`` accepts (ties: the larger), or None.
+
+    Probes ``wanted``, ``wanted ± 1``, … up to ``± search`` frames within 1..``max_frames``; e.g. a Wan
+    VAE with 4× temporal compression takes 4k + 1 frames, so 64 → 65 and 62 → 61. None when no count
+    in that window is accepted (the error is then about something else, e.g. the size).
+    """
+    for d in range(search + 1):
+        for f in (wanted + d, wanted - d) if d else (wanted,):
+            if 1 <= f <= max_frames:
+                try:
+                    engine.validate(request.model_copy(update={"frames": f}))
+                except ShapeError:
+                    continue
+                return f
+    return None
+
+
+def check_startup(config: ServerConfig, engine: Engine, default_steps: int, frames: int | None) -> None:
+    """Refuse a configuration whose own sizes the service would refuse, before it starts serving.
+
+    Checks ``--default-size`` and each ``--warmup`` size as a request of ``default_steps`` steps and
+    ``frames`` frames (None for an image model) would be checked: limits, ``--max-pixels`` and
+    ``engine.validate``; and ``--default-steps`` against ``--max-steps``.
+
+    Raises:
+        UsageError: naming the ``serve`` flag, the value and the reason (exit 2).
+    """
+    from diffbench.errors import UsageError
+
+    limits = config.limits
+    if default_steps > limits.max_steps:
+        raise UsageError(
+            f"--default-steps {default_steps} is above --max-steps {limits.max_steps}; lower it or raise "
+            "--max-steps"
+        )
+    sizes = [("--default-size", config.default_size)] + [("--warmup", w) for w in config.warmup_sizes]
+    for flag, size in sizes:
+        try:
+            width, height = parse_size(size, flag)
+            check_size(width, height, limits, flag)
+            check_pixels(width, height, frames, 1, limits, flag)
+            req = GenerationRequest(
+                prompt="check", width=width, height=height, frames=frames, steps=default_steps
+            )
+            engine.validate(req)
+        except APIError as exc:
+            raise UsageError(exc.message) from exc
+        except ShapeError as exc:
+            raise UsageError(f"{flag} {size}: {api_wording(str(exc))}") from exc

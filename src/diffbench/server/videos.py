@@ -7,6 +7,11 @@ not interruptible) and its output is dropped. The deleted job is gone: later GET
 ``/content`` answers 404 (``not_ready``) until the job is ``completed`` (as SGLang does), then the MP4
 (H.264, encoded once on the first download, off the event loop). Jobs live in memory; at most
 ``ServerConfig.max_jobs`` are kept (the oldest finished ones are dropped first).
+
+Frames: ``num_frames`` exactly as given; ``seconds × fps`` (OpenAI's ``videos.create(seconds="4")``)
+rounded to the nearest count the engine's ``validate`` accepts (Wan: 4k + 1, so 64 → 65); with neither,
+the pipeline's default frame count, else OpenAI's default of 4 s. The job's ``num_frames`` and
+``seconds`` are what the MP4 holds, and every change is listed in ``adjusted_parameters``.
 """
 
 # No ``from __future__ import annotations``: FastAPI reads the route annotations at runtime.
@@ -22,23 +27,26 @@ from typing import TYPE_CHECKING
 import numpy as np
 from pydantic import ValidationError
 
+from diffbench.engines.base import GenerationRequest
 from diffbench.server.http_errors import APIError, from_generation_error, validation_message
 from diffbench.server.schemas import (
-    ACCEPTED_IGNORED,
+    Adjustment,
     JobError,
     VideoCreateRequest,
     VideoDeleted,
     VideoJob,
     VideoList,
+    ignored_parameters,
 )
 from diffbench.server.service import Service, generation_stats
-from diffbench.server.validation import build_request, parse_size
+from diffbench.server.validation import build_request, check_size, nearest_valid_frames, resolve_size
 from diffbench.server.worker import Done, Overloaded
 
 if TYPE_CHECKING:
     from fastapi import FastAPI, Request  # noqa: F401 - string annotations
 
 _FINISHED = ("completed", "failed", "cancelled")
+DEFAULT_SECONDS = 4  # OpenAI's videos API default duration (openai-python VideoCreateParams.seconds)
 _FILE_FIELDS = ("input_reference", "image_reference", "video_reference", "audio_reference", "reference_url")
 
 
@@ -110,6 +118,7 @@ class VideoJobs:
                     "progress": 100,
                     "stage_durations": stats.stage_durations,
                     "service_time_s": stats.service_time_s,
+                    "inference_time_s": stats.inference_time_s,
                     "peak_memory_mb": stats.peak_memory_mb,
                     "peak_memory_bytes": stats.peak_memory_bytes,
                 }
@@ -198,28 +207,15 @@ def install_video_routes(app: "FastAPI", service: Service) -> None:
             body = VideoCreateRequest.model_validate(data)
         except ValidationError as exc:
             message, param = validation_message(list(exc.errors()))
-            raise APIError(422, message, param=param) from exc
+            raise APIError(400, message, param=param) from exc
         model = service.check_model(body.model)
-        if body.size:
-            width, height = parse_size(body.size)
-        elif body.width is not None and body.height is not None:
-            width, height = body.width, body.height
-        elif body.width is not None or body.height is not None:
-            raise APIError(
-                422,
-                'width/height: give both width and height, or size as "WIDTHxHEIGHT"',
-                param="width" if body.width is None else "height",
-            )
-        else:
-            width, height = parse_size(config.default_size)
+        width, height, size_param = resolve_size(body.size, body.width, body.height, config.default_size)
         fps = body.fps or config.default_fps
-        frames = body.num_frames or (max(1, round(body.seconds * fps)) if body.seconds else 1)
-        info, _ = service.require_ready()
-        if frames == 1 and not info.is_video:
-            frames = None  # an image model makes a one-frame video
         steps = body.num_inference_steps or service.default_steps
+        check_size(width, height, config.limits, size_param)
+        probe = GenerationRequest(prompt=body.prompt, width=width, height=height, steps=steps)
+        frames, adjusted = _frames(service, body, probe, fps)
         seed = service.pick_seed(body.seed)
-        size_param = "size" if body.size else "width/height"
         gen = build_request(
             engine=service.engine,
             limits=config.limits,
@@ -241,7 +237,6 @@ def install_video_routes(app: "FastAPI", service: Service) -> None:
                 param=size_param,
                 code="invalid_size",
             )
-        extra = sorted((body.model_extra or {}).keys())
         job = VideoJob(
             id=f"video_{uuid.uuid4().hex}",
             status="queued",
@@ -256,7 +251,10 @@ def install_video_routes(app: "FastAPI", service: Service) -> None:
             seconds=f"{(frames or 1) / fps:g}",
             num_inference_steps=steps,
             seed=seed,
-            ignored_parameters=sorted(set(extra) | {k for k in ACCEPTED_IGNORED if getattr(body, k, None)}),
+            ignored_parameters=ignored_parameters(
+                body, service.ignored(body.guidance_scale, body.negative_prompt)
+            ),
+            adjusted_parameters=adjusted,
         )
         _, worker = service.require_ready()
         jobs.add(job)
@@ -270,7 +268,6 @@ def install_video_routes(app: "FastAPI", service: Service) -> None:
         except Exception as exc:
             jobs.delete(job.id)
             if isinstance(exc, Overloaded):
-                service.count("rejected")
                 raise APIError(
                     429,
                     str(exc),
@@ -314,13 +311,82 @@ def install_video_routes(app: "FastAPI", service: Service) -> None:
         return VideoDeleted(id=job.id, status=job.status)
 
 
+def _frames(
+    service: Service, body: VideoCreateRequest, probe: GenerationRequest, fps: int
+) -> tuple[int | None, dict[str, Adjustment]]:
+    """Frame count of a job (None: an image model's single frame) and the adjustments made.
+
+    ``num_frames`` is used as given (the engine refuses a count it cannot take). Otherwise the count
+    comes from ``seconds × fps``, else the pipeline's default frame count, else OpenAI's default of
+    4 s × ``fps``, and is moved to the nearest count the engine accepts (Wan: 4k + 1); every count the
+    client did not give exactly is reported in ``adjusted_parameters``.
+    """
+    if body.num_frames is not None:
+        if body.num_frames == 1 and not _takes_frames(service, probe):
+            return None, {}
+        return body.num_frames, {}
+    use = service.use
+    max_frames = service.config.limits.max_frames
+    if body.seconds is not None:
+        if body.seconds * fps > max_frames + 0.5:
+            raise APIError(
+                400,
+                f"seconds: {body.seconds:g} s × {fps} fps is above this service's limit of {max_frames} frames "
+                f"(serve --max-frames {max_frames}); ask for at most {max_frames / fps:g} s at {fps} fps",
+                param="seconds",
+                code="limit_exceeded",
+            )
+        wanted = max(1, round(body.seconds * fps))
+        why = f"seconds {body.seconds:g} × {fps} fps = {wanted} frames"
+    elif use is not None and use.default_frames is not None:
+        wanted = use.default_frames
+        why = f"no seconds or num_frames given: the pipeline's default of {wanted} frames"
+    else:
+        wanted = DEFAULT_SECONDS * fps
+        why = f"no seconds or num_frames given: OpenAI's default of {DEFAULT_SECONDS} s × {fps} fps = {wanted} frames"
+    if not _takes_frames(service, probe):
+        if body.seconds is None:
+            reason = f"{why}; this is an image model, it makes one frame"
+            return None, {"num_frames": Adjustment(requested=None, used=1, reason=reason)}
+        return (None, {}) if wanted == 1 else (wanted, {})  # build_request reports the refusal
+    found = nearest_valid_frames(service.engine, probe, wanted, max_frames)
+    if found is None:
+        return wanted, {}  # no count near it is accepted: build_request reports the engine's reason
+    adjusted: dict[str, Adjustment] = {}
+    if found != wanted or body.seconds is None:
+        if found != wanted:
+            why += f"; {wanted} is not a frame count this model takes, the nearest valid count is {found}"
+        requested = wanted if body.seconds is not None else None
+        adjusted["num_frames"] = Adjustment(requested=requested, used=found, reason=why)
+    if body.seconds is not None and abs(found / fps - body.seconds) > 1e-9:
+        adjusted["seconds"] = Adjustment(
+            requested=body.seconds, used=found / fps, reason=f"{found} frames at {fps} fps"
+        )
+    return found, adjusted
+
+
+def _takes_frames(service: Service, probe: GenerationRequest) -> bool:
+    """False for an image model: it accepts the request without frames and refuses any frame count."""
+    from diffbench.errors import ShapeError
+
+    if service.info is not None and service.info.is_video:
+        return True
+    try:
+        service.engine.validate(probe.model_copy(update={"frames": 2}))
+    except ShapeError:
+        return False
+    return True
+
+
 def _count(service: Service, fut: Future[Done]) -> None:
     if fut.cancelled():
         return
     exc = fut.exception()
     if exc is None:
         service.observe(fut.result())
+        service.count("ok", 200)
     else:
-        from diffbench.errors import DeviceOutOfMemory
+        from diffbench.server.http_errors import outcome_of
 
-        service.count("oom" if isinstance(exc, DeviceOutOfMemory) else "error")
+        status = from_generation_error(exc).status
+        service.count(outcome_of(status), status)

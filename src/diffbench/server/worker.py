@@ -124,6 +124,11 @@ class DeviceWorker:
             self._thread.join(timeout_s)
 
     @property
+    def running(self) -> bool:
+        """True while the worker thread is still inside a generation (e.g. after a timed-out stop)."""
+        return self._thread.is_alive() and self._running is not None
+
+    @property
     def alive(self) -> bool:
         return self._thread.is_alive() and not self._stop
 
@@ -215,6 +220,6 @@ class DeviceWorker:
         started = item.started_ns or end
         service_s = (end - started) / 1e9
         with self._cond:
-            self.model.observe(req, service_s)
+            self.model.observe(req, service_s, result.stages)
             self.counters.completed += 1
         item.future.set_result(Done(result, (started - item.enqueued_ns) / 1e9, service_s))

@@ -1,0 +1,93 @@
+"""``diffbench serve`` as a process: Ctrl-C during a generation stops it within the drain time, cleanly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.perf_counter() + timeout_s
+    while not predicate():
+        assert time.perf_counter() < deadline, what
+        time.sleep(0.05)
+
+
+def _health(url: str) -> dict | None:
+    try:
+        return httpx.get(f"{url}/health", timeout=1).json()
+    except httpx.HTTPError:
+        return None
+
+
+def test_ctrl_c_during_a_generation_stops_within_the_drain_time():
+    port, drain_s = _free_port(), 1.0
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    # sim: 1024x1024 at 1 s per step → a 60 s generation, far longer than the drain time
+    cmd = [sys.executable, "-m", "diffbench.cli.main", "serve", "--engine", "sim", "--port", str(port)]
+    cmd += ["--sim-step-s", "1", "--drain", str(drain_s), "--log-level", "warning"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait(lambda: (_health(url) or {}).get("status") == "ok", 60, "serve never became healthy")
+        with httpx.Client(base_url=url, timeout=30) as client:
+            import threading
+
+            answers: list[httpx.Response | Exception] = []
+
+            def send() -> None:
+                try:
+                    body = {"prompt": "a", "size": "1024x1024", "num_inference_steps": 60}
+                    answers.append(client.post("/v1/images/generations", json=body))
+                except Exception as exc:  # a reset connection would land here
+                    answers.append(exc)
+
+            sender = threading.Thread(target=send)
+            sender.start()
+            _wait(lambda: (_health(url) or {}).get("running") == 1, 20, "the generation never started")
+            proc.send_signal(signal.SIGINT)
+            sent = time.perf_counter()
+            code = proc.wait(timeout=30)
+            stopped_s = time.perf_counter() - sent
+            sender.join(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    out, err = proc.communicate()
+    assert code == 130, (code, err)
+    # drain time + uvicorn's 0.1 s shutdown poll + interpreter exit; nowhere near the 60 s generation
+    assert stopped_s < drain_s + 5.0, stopped_s
+    assert "Traceback" not in err and "CancelledError" not in err, err
+    assert "stopped" in err
+    assert len(answers) == 1 and isinstance(answers[0], httpx.Response), answers
+    assert answers[0].status_code == 503 and answers[0].json()["error"]["code"] == "unavailable"
+
+
+@pytest.mark.parametrize("flag", ["--warmup", "--default-size"])
+def test_bad_startup_size_exits_2_before_serving(flag):
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    cmd = [sys.executable, "-m", "diffbench.cli.main", "serve", "--engine", "sim", "--port", str(port)]
+    done = subprocess.run([*cmd, flag, "100x64"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert (
+        f"{flag}: 100x64 is not allowed" in done.stderr and "width 100 is not a multiple of 8" in done.stderr
+    )
+    assert "Traceback" not in done.stderr and "Uvicorn running" not in done.stderr
