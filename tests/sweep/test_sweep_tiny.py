@@ -136,6 +136,10 @@ def test_compare_stored_runs(tmp_path, factory, small):
         b, c = res.baseline.run_id, res.points[0].run_id
         ok = compare_runs(st, b, c, allowed="cache")
         assert not ok.forced and ok.quality is not None
+        # both runs from one interleaved session: the same paired ratio as the sweep, with its floor
+        assert ok.paired and not ok.warnings and ok.speedup is not None and ok.noise_floor is not None
+        assert ok.speedup.speedup == res.points[0].speedup
+        assert ok.speedup.statistic == res.points[0].speedup_detail.statistic
         assert ok.quality.psnr.p50 == pytest.approx(res.points[0].quality.psnr.p50, abs=0.5)  # PNG round trip
         with pytest.raises(UsageError, match="cache"):
             compare_runs(st, b, c, allowed=None)
