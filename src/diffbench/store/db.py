@@ -194,6 +194,11 @@ def open_db(path: Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S, *, m
     except sqlite3.Error as exc:
         raise translate(exc, path) from exc
     conn.row_factory = sqlite3.Row
+    try:  # commits without a full fsync each (safe against a crashed process; a sweep commits every run)
+        conn.execute("PRAGMA synchronous = NORMAL")
+    except sqlite3.Error as exc:
+        conn.close()
+        raise translate(exc, path) from exc
     db = Database(path, conn)
     try:
         _migrate(db)

@@ -277,6 +277,8 @@ def _run(s: _Sweep, engine: Engine, on_point: Callable[[PointResult], None] | No
                 f"{name}: latency still falling after {len(warmups.get(name, []))} warmup runs (cap "
                 f"--max-warmup {opts.max_warmup}); its timed runs may include warmup drift"
             )
+    if todo:
+        result.warnings += _load_warning(info, opts.engine.threads)
     if any(p.resumed for p in points) and todo:
         result.warnings.append(
             "some points come from an earlier interleaved session (resumed): each is compared with the "
@@ -292,6 +294,25 @@ def _run(s: _Sweep, engine: Engine, on_point: Callable[[PointResult], None] | No
         for p in points:
             on_point(p)
     return result
+
+
+def _load_warning(info: EngineInfo, threads: int | None) -> list[str]:
+    """A warning when other work competed for the CPUs during the timing (1-minute load average)."""
+    import os
+
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return []
+    cpus = os.cpu_count() or 1
+    if load <= 0.75 * cpus:
+        return []
+    hint = ""
+    if info.device.startswith("cpu") and threads != 1:
+        hint = ("; on a shared CPU, --threads 1 avoids torch's OpenMP threads waiting on each other for whole "
+                "time slices (runs 10x slower and erratic)")
+    return [f"the machine was busy while timing (1-minute load average {load:.1f} on {cpus} CPUs): the "
+            f"intervals are wide, and the noise floor shows by how much{hint}"]
 
 
 def _live_baseline(points: list[PointResult], runs: dict[str, RunRecord]) -> list[float]:
