@@ -35,20 +35,8 @@ def test_values_that_change_nothing_are_not_faster(tmp_path, factory, small):
     assert "no value is measurably faster" in res.working_point.message
 
 
-@pytest.fixture
-def one_thread():
-    """torch on one intra-op thread for the test: with other processes on the cores, two OpenMP threads
-    wait on each other for whole time slices (runs 10-40x slower and erratic), one thread does not."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.mark.slow
-def test_real_skip_is_found_and_agrees_with_the_bench_protocol(tmp_path, factory, small, shared_flux, one_thread):
+def test_real_skip_is_found_and_agrees_with_the_bench_protocol(tmp_path, factory, small, shared_flux):
     from diffbench.bench.protocol import BenchConfig, run_bench
     from diffbench.sweep.engine import CachedEngine
     from diffbench.sweep.runner import requests_for
