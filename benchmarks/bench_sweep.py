@@ -59,7 +59,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--runs", type=int, default=16)
+    ap.add_argument("--runs", type=int, default=24)
     ap.add_argument("--threshold", type=float, default=0.1)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (both sides)")

@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
         stable_window: int = typer.Option(5, min=4, max=20, help="Runs the warm-up trend test looks at."),
         runs: int | None = typer.Option(
             None, min=2, help="Timed runs per configuration = interleaved blocks, cycling prompts x seeds "
-            "(default: 16 for tiny models, else two per prompt x seed)."
+            "(default: 24 for tiny models, else two per prompt x seed)."
         ),
         seed: int = typer.Option(0, help="Seed of the randomized block order."),
         ssim: bool = typer.Option(True, "--ssim/--no-ssim", help="Also compute SSIM per image."),

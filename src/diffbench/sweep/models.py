@@ -22,7 +22,7 @@ SCHEMA_VERSION = 1
 
 # Defaults for the embedded tiny models: (height, width, frames, steps). 20 steps so that step caches have
 # room to act; 128 px so that a sweep of 4 values finishes in about a minute on 2 CPU cores.
-TINY_PROMPTS, TINY_RUNS = 4, 16  # tiny models: a few prompts and modest runs (about a minute on 2 cores)
+TINY_PROMPTS, TINY_RUNS = 4, 24  # tiny models: a few prompts and modest runs (about a minute on 2 cores)
 TINY_DEFAULTS: dict[str, tuple[int, int, int | None, int]] = {
     "tiny-flux": (128, 128, None, 20),
     "tiny-sdxl": (128, 128, None, 20),
@@ -49,7 +49,7 @@ class SweepOptions(BaseModel):
     stable_window: int = Field(default=DEFAULT_WINDOW, ge=4, le=20,
                                description="warm = no downward trend over this many last warmup runs")
     schedule_seed: int = 0
-    runs: int | None = Field(default=None, ge=2, description="None: 16 for tiny models, else 2 per request")
+    runs: int | None = Field(default=None, ge=2, description="None: 24 for tiny models, else 2 per request")
     budget_db: float = 30.0
     gates: list[str] = []
     ssim: bool = True

@@ -83,7 +83,7 @@ def requests_for(opts: SweepOptions, info: EngineInfo) -> list[GenerationRequest
 
 
 def timed_runs(opts: SweepOptions, reqs: list[GenerationRequest]) -> int:
-    """Timed blocks: ``opts.runs``, else 16 for tiny models and two per request (prompts x seeds) otherwise
+    """Timed blocks: ``opts.runs``, else 24 for tiny models and two per request (prompts x seeds) otherwise
     (blocks 2i and 2i+1 share a request)."""
     if opts.runs is not None:
         return opts.runs
