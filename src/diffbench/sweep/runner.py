@@ -513,8 +513,8 @@ def _stage_medians(stages: list[StageTimes]) -> dict[str, float | None]:
     }
 
 
-def _timing(arm: Arm, s: _Sweep, sched: ScheduleInfo, base: list[float] | None,
-            span: tuple[float, float]) -> RunTiming:
+def _timing(arm: Arm, sched: ScheduleInfo, base: list[float] | None, span: tuple[float, float]) -> RunTiming:
+    """The stored timing of one arm of a session (``base``: the baseline samples of the same blocks)."""
     return RunTiming(
         samples_s=list(arm.samples_s), warmup_s=list(arm.warmup_s), latency_s=summarize(arm.samples_s, check=()),
         runs=len(arm.samples_s), warmup=len(arm.warmup_s), session_id=sched.session_id,
@@ -556,7 +556,7 @@ def _session(s: _Sweep, engine: Engine, base_fp: dict[str, object], reqs: list[G
             _generate_all(c.arm.engine, reqs, c.sink, c.images)
             skipped = engine.skip_stats(c.value) if isinstance(engine, CachedEngine) else None
             quality = compare_images(base_images, c.images, base_id, opts.ssim)
-            made[c.value] = s._finish(c.run, timing=_timing(c.arm, s, sched, base_arm.samples_s, span),
+            made[c.value] = s._finish(c.run, timing=_timing(c.arm, sched, base_arm.samples_s, span),
                                       quality=quality, skipped=skipped)
     except BaseException as exc:
         for c in cands:
@@ -571,7 +571,7 @@ def _session(s: _Sweep, engine: Engine, base_fp: dict[str, object], reqs: list[G
             engine.clear_cache()
     warm = {a.name: list(a.warmup_s) for a in arms}
     stable = {a.name: a.stable for a in arms}
-    return sched, made, _timing(base_arm, s, sched, None, span), warm, stable
+    return sched, made, _timing(base_arm, sched, None, span), warm, stable
 
 
 def _finish_timing(s: _Sweep, base_run: RunRecord, timing: RunTiming) -> RunRecord:
