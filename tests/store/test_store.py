@@ -136,3 +136,26 @@ def test_default_path(monkeypatch, tmp_path):
     monkeypatch.delenv("DIFFBENCH_STORE")
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     assert default_store_path() == tmp_path / "xdg" / "diffbench" / "store.sqlite"
+
+
+def test_explicit_store_in_a_missing_directory_is_refused(tmp_path, monkeypatch):
+    with pytest.raises(UsageError, match="does not exist; create it first or pass --mkdir"):
+        RunStore.open(tmp_path / "typo" / "s.sqlite")
+    assert not (tmp_path / "typo").exists()
+    monkeypatch.setenv("DIFFBENCH_STORE", str(tmp_path / "typo2" / "s.sqlite"))
+    with pytest.raises(UsageError, match=r"\$DIFFBENCH_STORE"):
+        RunStore.open()
+    assert not (tmp_path / "typo2").exists()
+    RunStore.open(mkdir=True).close()
+    assert (tmp_path / "typo2" / "s.sqlite").exists()
+    # the per-user default location is created when missing
+    monkeypatch.delenv("DIFFBENCH_STORE")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    RunStore.open().close()
+    assert (tmp_path / "xdg" / "diffbench" / "store.sqlite").exists()
+
+
+def test_reading_commands_never_create_a_store(tmp_path):
+    with pytest.raises(UsageError, match="no store there"):
+        RunStore.open(tmp_path / "s.sqlite", create=False)
+    assert not (tmp_path / "s.sqlite").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -83,3 +84,18 @@ def _small(values: list[str], **kw: Any) -> SweepOptions:
 def small():
     """Builds fast sweep options: ``small(values, **overrides)``."""
     return _small
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Sweep tests time configurations against each other: with other processes on the cores, two OpenMP
+    intra-op threads wait on each other for whole time slices (generations 10-40x slower and erratic); one
+    thread keeps the timing stable. Restored after each test (only when torch is already imported)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -45,3 +45,24 @@ def test_seeded_and_validated():
         speedup_ci([], [0.1])
     with pytest.raises(ValueError):
         speedup_ci([0.1], [0.0])
+
+
+def test_paired_interval_matches_scipy_paired_bootstrap():
+    from diffbench.sweep.bootstrap import paired_speedup_ci
+
+    rng = np.random.default_rng(11)
+    drift = np.linspace(0.08, 0.14, 40)  # the machine slows down; both sides see the same blocks
+    base = drift * rng.lognormal(0, 0.03, size=40)
+    cand = drift / 1.25 * rng.lognormal(0, 0.03, size=40)
+    ours = paired_speedup_ci(base, cand, resamples=4000, seed=1)
+
+    def ratio(b, c, axis=-1):
+        return np.median(b, axis=axis) / np.median(c, axis=axis)
+
+    ref = stats.bootstrap((base, cand), ratio, paired=True, vectorized=True, n_resamples=4000,
+                          method="percentile", confidence_level=0.95, random_state=np.random.default_rng(2))
+    assert ours.speedup == pytest.approx(np.median(base) / np.median(cand))
+    assert ours.low == pytest.approx(ref.confidence_interval.low, rel=0.01)
+    assert ours.high == pytest.approx(ref.confidence_interval.high, rel=0.01)
+    with pytest.raises(ValueError, match="equal lengths"):
+        paired_speedup_ci([0.1, 0.2], [0.1])

@@ -40,15 +40,20 @@ def test_first_block_thresholds(tmp_path, factory, shared_flux, small):
         assert lo <= p.speedup <= hi and p.speedup > 0
         assert p.conditions.cache == f"first-block(threshold={p.value})"  # the cache enters the conditions
     assert res.baseline.conditions.cache == "none"
-    # the working point respects the budget, and is the fastest passing value
+    # the working point respects the budget, and is the fastest passing value that is measurably faster:
+    # CI low > 1 and above the timing noise floor's CI high (recomputed here from the stored numbers)
     wp = res.working_point
     assert wp is not None
     passing = [p for p in res.points if p.quality.psnr.p10 >= 30 and p.quality.psnr.worst >= 27]
     assert [p.passed for p in res.points] == [p in passing for p in res.points]
-    if passing:
-        assert wp.value == max(passing, key=lambda p: p.speedup).value
+    faster = [p for p in passing if p.speedup_ci[0] > 1 and p.noise_floor is not None
+              and p.speedup_ci[0] > p.noise_floor.high and p.skipped_steps != 0]
+    assert [p.measurably_faster for p in passing] == [p in faster for p in passing]
+    if faster:
+        assert wp.value == max(faster, key=lambda p: p.speedup).value
     else:
         assert wp.value is None
+    assert not pts["0"].measurably_faster  # skipped nothing
     # everything stored: baseline, noise floor, one run per value
     kinds = sorted(r.kind for r in stored)
     assert kinds == ["baseline", "noise-floor"] + ["point"] * len(values)
@@ -73,26 +78,30 @@ class _Stop(Exception):
 
 
 def test_resume_after_interruption(tmp_path, factory, shared_flux, small):
-    values = ["0.1", "0.3", "1000000"]
+    values = ["0.1", "1000000"]
     path = tmp_path / "s.sqlite"
 
-    def boom(point):
-        raise _Stop("simulated interruption")
+    def boom(msg: str) -> None:  # interrupted in the middle of the interleaved timing session
+        if msg.startswith("timed block 2/"):
+            raise _Stop("simulated interruption")
 
     with RunStore.open(path) as st, pytest.raises(_Stop):
-        run_sweep(small(values), st, engine_factory=factory, on_point=boom)
+        run_sweep(small(values), st, engine_factory=factory, on_event=boom)
     with RunStore.open(path) as st:
-        first = [r for r in st.list_runs() if r.kind == "point"]
-        assert [r.value for r in first] == ["0.1"]
-        shared_flux.generations = 0
+        first = st.list_runs()
+        assert sorted((r.kind, r.status) for r in first) == [
+            ("baseline", "done"), ("noise-floor", "done"), ("point", "failed"), ("point", "failed")]
+        assert st.get_sweep(next(r.sweep_id for r in first if r.sweep_id)).status == "failed"  # type: ignore[union-attr]
         res = run_sweep(small(values), st, engine_factory=factory)
-        runs = st.list_runs()
-    # baseline, noise floor and the first point come from the store; only 2 points x 2 timed runs are new
-    assert res.baseline.resumed
-    assert [p.resumed for p in res.points] == [True, False, False]
-    assert res.points[0].run_id == first[0].id
-    assert shared_flux.generations == 2 * 2
-    assert sorted(r.value for r in runs if r.kind == "point") == sorted(values)
+        # the same command with one more value: the finished points are kept, only the new one is timed
+        # (with a live baseline in a new session); each point's ratio uses the baseline of its own session
+        more = run_sweep(small([*values, "0.3"]), st, engine_factory=factory)
+    assert res.baseline.resumed and not any(p.resumed for p in res.points)
+    assert [p.resumed for p in more.points] == [True, True, False]
+    assert [p.run_id for p in more.points[:2]] == [p.run_id for p in res.points]
+    assert more.points[0].speedup == res.points[0].speedup  # same samples, same seed
+    assert more.points[2].session_id != more.points[0].session_id == more.points[1].session_id
+    assert any("earlier interleaved session" in w for w in more.warnings)
 
 
 def test_fingerprint_mismatch_refused_then_forced(tmp_path, factory, small):
@@ -127,6 +136,10 @@ def test_compare_stored_runs(tmp_path, factory, small):
         b, c = res.baseline.run_id, res.points[0].run_id
         ok = compare_runs(st, b, c, allowed="cache")
         assert not ok.forced and ok.quality is not None
+        # both runs from one interleaved session: the same paired ratio as the sweep, with its floor
+        assert ok.paired and not ok.warnings and ok.speedup is not None and ok.noise_floor is not None
+        assert ok.speedup.speedup == res.points[0].speedup
+        assert ok.speedup.statistic == res.points[0].speedup_detail.statistic
         assert ok.quality.psnr.p50 == pytest.approx(res.points[0].quality.psnr.p50, abs=0.5)  # PNG round trip
         with pytest.raises(UsageError, match="cache"):
             compare_runs(st, b, c, allowed=None)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from diffbench.bench.result import Conditions
 from diffbench.core.stats import summarize
 from diffbench.store.models import MetricStats, RunQuality
-from diffbench.sweep.bootstrap import speedup_ci
+from diffbench.sweep.bootstrap import SpeedupCI, speedup_ci
 from diffbench.sweep.models import PointResult
-from diffbench.sweep.working_point import choose, default_gates, gate_rows
+from diffbench.sweep.working_point import choose, default_gates, gate_rows, speed_verdict
 
 COND = Conditions(model="m", model_hash=None, pipeline="FluxPipeline", shape="64x64 s8 b1", steps=8, cfg="none",
                   guidance=None, batch=1, engine="diffusers", engine_version="x", attention_backend="default",
@@ -23,14 +25,22 @@ def _q(p10: float, worst: float) -> RunQuality:
     return RunQuality(against_run="b", psnr=s)
 
 
-def _point(value: str, cand_s: float, p10: float, worst: float, gates: list[str]) -> PointResult:
+FLOOR = SpeedupCI(speedup=1.0, low=0.97, high=1.03, confidence=0.95, resamples=2000, n_baseline=8, n_candidate=8)
+
+
+def _ci(sp: float, lo: float, hi: float) -> SpeedupCI:
+    return SpeedupCI(speedup=sp, low=lo, high=hi, confidence=0.95, resamples=2000, n_baseline=16, n_candidate=16)
+
+
+def _point(value: str, cand_s: float, p10: float, worst: float, gates: list[str], ci: SpeedupCI | None = None,
+           floor: SpeedupCI | None = FLOOR, skipped: float | None = None) -> PointResult:
     base = [0.1, 0.1, 0.1]
-    sp = speedup_ci(base, [cand_s] * 3)
+    sp = ci or speedup_ci(base, [cand_s] * 3)
     q = _q(p10, worst)
     rows = gate_rows(q, gates, None)
     return PointResult(value=value, run_id=value, conditions=COND, latency_s=summarize([cand_s] * 3, check=()),
-                       speedup=sp.speedup, speedup_ci=(sp.low, sp.high), speedup_detail=sp, quality=q,
-                       gates=rows, passed=all(r.gate.passed for r in rows))
+                       speedup=sp.speedup, speedup_ci=(sp.low, sp.high), speedup_detail=sp, noise_floor=floor,
+                       quality=q, skipped_steps=skipped, gates=rows, passed=all(r.gate.passed for r in rows))
 
 
 def test_default_gates():
@@ -67,3 +77,48 @@ def test_noise_floor_beside_every_gate_and_custom_gates():
                                                              p90=math.inf, min=math.inf, max=math.inf,
                                                              worst=math.inf))
     assert math.isinf(gate_rows(_q(37, 30), g, inf_noise)[0].noise_floor)
+
+
+def test_a_slower_value_is_never_the_working_point():
+    """Regression: choose() picked a 0.235x value because it was the fastest passing one."""
+    g = default_gates(30)
+    pts = [_point("0.05", 0.1 / 0.235, 45, 44, g, ci=_ci(0.235, 0.21, 0.26)),
+           _point("0.1", 0.1 / 0.9, 40, 39, g, ci=_ci(0.9, 0.85, 0.95))]
+    wp = choose(pts, g)
+    assert wp.value is None and wp.speedup is None
+    assert "no value is measurably faster" in wp.message and "0.1" in wp.message
+
+
+def test_ci_including_one_or_overlapping_the_floor_is_not_faster():
+    g = default_gates(30)
+    includes_one = _point("a", 0.09, 45, 44, g, ci=_ci(1.10, 0.99, 1.22))
+    overlaps_floor = _point("b", 0.09, 45, 44, g, ci=_ci(1.08, 1.02, 1.14))  # low 1.02 <= floor high 1.03
+    skipped_nothing = _point("c", 0.05, 45, 44, g, ci=_ci(2.0, 1.8, 2.2), skipped=0.0)
+    assert choose([includes_one, overlaps_floor, skipped_nothing], g).value is None
+    assert "includes 1" in speed_verdict(includes_one.speedup_detail, FLOOR, None)[1]
+    assert "noise floor" in speed_verdict(overlaps_floor.speedup_detail, FLOOR, None)[1]
+    assert "skipped 0 %" in speed_verdict(skipped_nothing.speedup_detail, FLOOR, 0.0)[1]
+    clear = _point("d", 0.08, 45, 44, g, ci=_ci(1.25, 1.15, 1.33), skipped=0.4)
+    wp = choose([includes_one, overlaps_floor, skipped_nothing, clear], g)
+    assert wp.value == "d" and wp.speedup == 1.25
+    assert speed_verdict(_ci(0.8, 0.75, 0.85), FLOOR, None) == (False, "measurably slower: the 95 % CI "
+                                                                      "(0.750-0.850) lies below 1")
+
+
+def test_choose_never_picks_speedup_below_one_or_ci_low_at_most_one():
+    rng = np.random.default_rng(3)
+    g = default_gates(30)
+    for _ in range(200):
+        pts = []
+        for i in range(4):
+            sp = float(rng.uniform(0.2, 2.0))
+            lo, hi = sp * float(rng.uniform(0.7, 1.0)), sp * float(rng.uniform(1.0, 1.3))
+            floor = SpeedupCI(speedup=1.0, low=1 - float(rng.uniform(0, 0.2)), high=1 + float(rng.uniform(0, 0.2)),
+                              confidence=0.95, resamples=2000, n_baseline=8, n_candidate=8)
+            pts.append(_point(str(i), 0.1 / sp, float(rng.uniform(20, 50)), 40, g, ci=_ci(sp, lo, hi), floor=floor,
+                              skipped=float(rng.choice([0.0, 0.5]))))
+        wp = choose(pts, g)
+        if wp.value is not None:
+            p = next(p for p in pts if p.value == wp.value)
+            assert p.speedup > 1 and p.speedup_ci[0] > 1 and p.speedup_ci[0] > p.noise_floor.high  # type: ignore[union-attr]
+            assert p.passed and p.skipped_steps != 0.0

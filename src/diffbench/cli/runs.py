@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
         from diffbench.store.runs import RunStore
 
         con: Any = make_console()
-        with RunStore.open(store) as st:
+        with RunStore.open(store, create=False) as st:
             sweeps = st.list_sweeps(limit) if sweep is None else []
             records = st.list_runs(sweep_id=sweep, limit=limit)
             con.print(f"store {st.path}")
@@ -83,7 +83,7 @@ def register(app: typer.Typer) -> None:
         from diffbench.sweep.models import SweepResult
 
         con: Any = make_console()
-        with RunStore.open(store) as st:
+        with RunStore.open(store, create=False) as st:
             sw = st.get_sweep(run_id)
             if sw is not None:
                 if json_out:
@@ -141,7 +141,7 @@ def register(app: typer.Typer) -> None:
         from diffbench.store.runs import RunStore
         from diffbench.sweep.compare import compare_runs
 
-        with RunStore.open(store) as st:
+        with RunStore.open(store, create=False) as st:
             res = compare_runs(st, baseline, candidate, None if allow == "none" else allow, force)
         if json_out:
             typer.echo(res.model_dump_json(indent=2))
@@ -149,10 +149,17 @@ def register(app: typer.Typer) -> None:
         con: Any = make_console()
         if res.forced:
             con.print(f"[bold red]FORCED: fingerprints differ in {', '.join(res.fingerprint_differences)}[/bold red]")
+        for w in res.warnings:
+            con.print(f"[yellow]warning:[/yellow] {w}")
         if res.speedup:
             sp = res.speedup
             con.print(f"speed-up {sp.speedup:.3f}x (95 % CI {sp.low:.3f}–{sp.high:.3f}; {sp.statistic}; "
                       f"n={sp.n_baseline}/{sp.n_candidate})")
+            nf = res.noise_floor
+            if nf is not None:
+                con.print(f"timing noise floor (baseline vs itself, even vs odd interleaved blocks): {nf.speedup:.3f}x "
+                          f"(95 % CI {nf.low:.3f}–{nf.high:.3f}; n={nf.n_baseline} pairs)")
+            con.print(f"verdict: {res.verdict}")
         if res.quality:
             q = res.quality.psnr
             con.print(f"psnr p50 {_db(q.p50)} dB · p10 {_db(q.p10)} dB · worst {_db(q.worst)} dB (n={q.n})")

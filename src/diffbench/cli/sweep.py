@@ -51,11 +51,17 @@ def register(app: typer.Typer) -> None:
             None, min=1, max=20, help="How many built-in prompts (of 20; default: 4 for tiny models, else 20)."
         ),
         seeds: str = typer.Option("0", help="Comma-separated seeds."),
-        warmup: int = typer.Option(1, min=0, help="Warmup runs per configuration."),
-        runs: int | None = typer.Option(
-            None, min=2, help="Timed runs per configuration, cycling prompts x seeds (default: 12 for tiny "
-            "models, else one per prompt x seed)."
+        warmup: int = typer.Option(
+            1, min=0, help="Minimum warmup runs per configuration; warmup goes on until the latency stops falling "
+            "(no downward trend over the last --stable-window runs)."
         ),
+        max_warmup: int = typer.Option(20, min=1, help="Cap on warmup runs per configuration."),
+        stable_window: int = typer.Option(5, min=4, max=20, help="Runs the warm-up trend test looks at."),
+        runs: int | None = typer.Option(
+            None, min=2, help="Timed runs per configuration = interleaved blocks, cycling prompts x seeds "
+            "(default: 24 for tiny models, else two per prompt x seed)."
+        ),
+        seed: int = typer.Option(0, help="Seed of the randomized block order."),
         ssim: bool = typer.Option(True, "--ssim/--no-ssim", help="Also compute SSIM per image."),
         store: Path | None = typer.Option(
             None, help="SQLite store (default: $DIFFBENCH_STORE or ~/.local/share/diffbench/store.sqlite)."
@@ -64,9 +70,14 @@ def register(app: typer.Typer) -> None:
         resume: bool = typer.Option(True, "--resume/--no-resume", help="Reuse finished points from the store."),
         json_path: Path | None = typer.Option(None, "--json", help="Write the curve JSON here."),
         csv_path: Path | None = typer.Option(None, "--csv", help="Write the curve CSV here."),
+        mkdir: bool = typer.Option(
+            False, "--mkdir", help="Create missing parent directories of --store, --json, --csv and --outputs."
+        ),
     ) -> None:
-        """Sweep a cache threshold or a pipeline option: speed-up (95 % bootstrap CI), per-image quality vs the
-        baseline (p50/p10/worst PSNR), skipped steps, the noise floor and the working point; all stored."""
+        """Sweep a cache threshold or a pipeline option: speed-up (95 % paired bootstrap CI, baseline and values
+        interleaved after each is warm) beside the timing noise floor, per-image quality vs the baseline
+        (p50/p10/worst PSNR), skipped steps and the working point (measurably faster and within budget)."""
+        from diffbench.core.outpath import check_output_dir, check_output_file
         from diffbench.engines.registry import EngineConfig
         from diffbench.report.sweep_report import make_console, print_console, write_csv, write_json
         from diffbench.store.runs import RunStore
@@ -85,7 +96,8 @@ def register(app: typer.Typer) -> None:
                                 attention_backend=attention_backend, compile=compile, threads=threads),
             axis=axis, values=parse_values(axis, values), height=height, width=width, frames=frames,
             steps=steps, guidance=guidance, prompts_file=prompts, num_prompts=num_prompts, seeds=parse_seeds(seeds),
-            warmup=warmup, runs=runs, budget_db=budget, gates=list(gate), ssim=ssim, baseline_run=baseline,
+            warmup=warmup, max_warmup=max_warmup, stable_window=stable_window, schedule_seed=seed, runs=runs,
+            budget_db=budget, gates=list(gate), ssim=ssim, baseline_run=baseline,
             force=force, resume=resume, outputs_dir=outputs,
         )
         if opts.gates:
@@ -93,8 +105,14 @@ def register(app: typer.Typer) -> None:
 
             for g in opts.gates:
                 parse_gate(g)
+        if json_path is not None:  # before anything runs: a bad path fails now, not after the sweep
+            check_output_file(json_path, "--json", mkdir=mkdir)
+        if csv_path is not None:
+            check_output_file(csv_path, "--csv", mkdir=mkdir)
+        if outputs is not None:
+            check_output_dir(outputs, "--outputs", mkdir=mkdir)
         console: Any = make_console()
-        with RunStore.open(store) as st, console.status("sweep: starting") as status:
+        with RunStore.open(store, mkdir=mkdir) as st, console.status("sweep: starting") as status:
             result = run_sweep(opts, st, on_event=lambda msg: status.update(f"sweep: {msg}"))
         print_console(result, console)
         if json_path:
@@ -105,3 +123,4 @@ def register(app: typer.Typer) -> None:
             console.print(f"curve CSV: {csv_path}")
         console.print(f"stored in {result.store} as sweep {result.sweep_id}; see `diffbench runs show "
                       f"{result.sweep_id}`")
+

@@ -192,6 +192,9 @@ class DiffusersEngine:
         _check_device_available(torch, check_device(cfg.device))
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
+        from diffbench.engines.logonce import install_once_filter
+
+        install_once_filter()  # prompt-truncation warnings once per kind, not once per call
         pipe = self._load()
         cls_name = type(pipe).__name__
         if cls_name not in PIPELINES:

@@ -15,7 +15,8 @@ from diffbench.core.jsonio import write_json_atomic
 from diffbench.sweep.models import SweepResult
 
 CSV_COLUMNS = (
-    "value", "speedup", "speedup_ci_low", "speedup_ci_high", "latency_p50_s", "latency_n", "psnr_p50_db",
+    "value", "speedup", "speedup_ci_low", "speedup_ci_high", "noise_floor_speedup", "noise_floor_ci_low",
+    "noise_floor_ci_high", "measurably_faster", "verdict", "warmup_runs", "latency_p50_s", "latency_n", "psnr_p50_db",
     "psnr_p10_db", "psnr_worst_db", "ssim_p50", "ssim_worst", "skipped_steps", "passed", "working_point",
     "run_id", "model", "shape", "steps", "cfg", "engine", "engine_version", "attention_backend", "parallelism",
     "precision", "cache", "compile", "device", "hardware", "driver", "cuda",
@@ -51,21 +52,26 @@ def write_json(result: SweepResult, path: Path) -> Path:
 
 
 def to_csv(result: SweepResult) -> str:
-    """One row per point (baseline first, speed-up 1), with the conditions of each."""
+    """One row per point (baseline first, speed-up 1), with the timing noise floor and conditions of each."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_COLUMNS)
     wp = result.working_point.value if result.working_point else None
     b = result.baseline
-    rows = [("baseline", 1.0, None, None, b.latency_s, None, None, None, None, None, b.run_id, b.conditions)]
+    tf = result.timing_floor
+    warm = result.warmup_s
+    rows = [("baseline", 1.0, None, None, tf, None, "reference", len(warm.get("baseline", [])) or None, b.latency_s,
+             None, None, None, None, b.run_id, b.conditions)]
     for p in result.points:
-        rows.append((p.value, p.speedup, p.speedup_ci[0], p.speedup_ci[1], p.latency_s, p.quality,
-                     p.skipped_steps, p.passed, p.value == wp, None, p.run_id, p.conditions))
-    for value, sp, lo, hi, lat, q, skip, passed, is_wp, _, rid, c in rows:
+        rows.append((p.value, p.speedup, p.speedup_ci[0], p.speedup_ci[1], p.noise_floor, p.measurably_faster,
+                     p.verdict, len(warm[p.value]) if p.value in warm else None, p.latency_s, p.quality,
+                     p.skipped_steps, p.passed, p.value == wp, p.run_id, p.conditions))
+    for value, sp, lo, hi, nf, fast, verdict, nwarm, lat, q, skip, passed, is_wp, rid, c in rows:
         psnr = q.psnr if q is not None else None  # type: ignore[union-attr]
         ssim = q.ssim if q is not None else None  # type: ignore[union-attr]
         w.writerow([
-            value, sp, lo, hi, lat.p50, lat.n,  # type: ignore[union-attr]
+            value, sp, lo, hi, nf.speedup if nf else None, nf.low if nf else None,  # type: ignore[union-attr]
+            nf.high if nf else None, fast, verdict, nwarm, lat.p50, lat.n,  # type: ignore[union-attr]
             psnr.p50 if psnr else None, psnr.p10 if psnr else None, psnr.worst if psnr else None,
             ssim.p50 if ssim else None, ssim.worst if ssim else None, skip, passed, is_wp, rid,
             c.model, c.shape, c.steps, c.cfg, c.engine, c.engine_version, c.attention_backend,  # type: ignore[union-attr]
@@ -75,7 +81,7 @@ def to_csv(result: SweepResult) -> str:
 
 
 def write_csv(result: SweepResult, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write the curve CSV (the parent directory must exist: checked before the run, see core.outpath)."""
     path.write_text(to_csv(result))
     return path
 
@@ -102,23 +108,38 @@ def print_console(result: SweepResult, console: object | None = None) -> None:
     con.print(f"baseline run {b.run_id}{' (from the store)' if b.resumed else ''}: median "
               f"{b.latency_s.p50 * 1e3:.2f} ms (n={b.latency_s.n})")
     if nf is not None:
-        con.print(f"noise floor (baseline configuration run twice): psnr p50 {_db(nf.p50)} dB · p10 {_db(nf.p10)} "
-                  f"dB · worst {_db(nf.worst)} dB (n={nf.n})")
-    t = Table(title=f"{result.axis} sweep: speed-up vs quality (speed-up = ratio of median latencies)")
-    for col in ("value", "median ms (n)", "speed-up", "95 % CI", "psnr p50", "psnr p10", "psnr worst",
-                "ssim worst", "skipped", "gates"):
-        t.add_column(col, justify="right" if col not in ("value", "gates") else "left")
-    t.add_row("baseline", f"{b.latency_s.p50 * 1e3:.2f} ({b.latency_s.n})", "1.000", "—", "—", "—", "—", "—",
-              "—", "—")
+        con.print(f"quality noise floor (baseline configuration run twice): psnr p50 {_db(nf.p50)} dB · p10 "
+                  f"{_db(nf.p10)} dB · worst {_db(nf.worst)} dB (n={nf.n})")
+    tf = result.timing_floor
+    if tf is not None:
+        con.print(f"timing noise floor (baseline vs itself, even vs odd interleaved blocks, n={tf.n_baseline} "
+                  f"pairs): {tf.speedup:.3f}x, 95 % CI {tf.low:.3f}–{tf.high:.3f}; a point whose CI includes 1 "
+                  f"or overlaps its floor is not measurably faster")
+    if result.schedule is not None:
+        sc = result.schedule
+        warm = ", ".join(f"{k} {len(v)}" for k, v in result.warmup_s.items())
+        con.print(f"protocol: warmup until stable (no downward trend over the last {sc.window} runs, cap "
+                  f"{sc.max_warmup}; warmup runs: {warm}), then {sc.blocks} blocks of {len(sc.arms)} "
+                  f"configurations in seeded random order (seed {sc.seed}), in one process")
+    t = Table(title=f"{result.axis} sweep: speed-up vs quality (speed-up = ratio of median latencies, paired "
+                    "by interleaved block)")
+    for col in ("value", "median ms (n)", "speed-up", "95 % CI", "noise floor CI", "faster?", "psnr p50",
+                "psnr p10", "psnr worst", "ssim worst", "skipped", "gates"):
+        t.add_column(col, justify="right" if col not in ("value", "gates", "faster?") else "left")
+    t.add_row("baseline", f"{b.latency_s.p50 * 1e3:.2f} ({b.latency_s.n})", "1.000", "—",
+              f"{tf.low:.3f}–{tf.high:.3f}" if tf else "—", "reference", "—", "—", "—", "—", "—", "—")
     wp = result.working_point.value if result.working_point else None
     for p in result.points:
         ssim = p.quality.ssim
         mark = " ◀ working point" if p.value == wp else ""
+        pf = p.noise_floor
         t.add_row(
             p.value + (" (stored)" if p.resumed else ""),
             f"{p.latency_s.p50 * 1e3:.2f} ({p.latency_s.n})",
             f"{p.speedup:.3f}",
             f"{p.speedup_ci[0]:.3f}–{p.speedup_ci[1]:.3f}",
+            f"{pf.low:.3f}–{pf.high:.3f}" if pf else "—",
+            "yes" if p.measurably_faster else "no",
             _db(p.quality.psnr.p50), _db(p.quality.psnr.p10), _db(p.quality.psnr.worst),
             f"{ssim.worst:.4f}" if ssim else "—",
             "—" if p.skipped_steps is None else f"{p.skipped_steps:.0%}",
@@ -133,6 +154,8 @@ def print_console(result: SweepResult, console: object | None = None) -> None:
             r = row.gate
             g.add_row(p.value, r.expr, _db(r.value), _db(row.noise_floor), "PASS" if r.passed else "FAIL")
     con.print(g)
+    for p in result.points:
+        con.print(f"  {p.value}: {p.verdict}")
     skip_units = {p.skipped_detail.unit for p in result.points if p.skipped_detail}
     if skip_units:
         con.print(f"skipped = fraction of cache-hooked computations skipped; unit: {', '.join(sorted(skip_units))}")

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from diffbench.errors import StoreError
+from diffbench.errors import StoreError, UsageError
 
 SCHEMA_VERSION = 1
 STORE_ENV = "DIFFBENCH_STORE"
@@ -149,28 +149,56 @@ def _check_writable(path: Path) -> None:
         )
 
 
-def open_db(path: Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> Database:
-    """Open (creating if needed) the store at ``path`` (default :func:`default_store_path`).
+def open_db(path: Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S, *, mkdir: bool = False,
+            create: bool = True) -> Database:
+    """Open (creating the file if needed and ``create``) the store at ``path`` (default :func:`default_store_path`).
+
+    Directories: the per-user default location is created when missing. A store named explicitly
+    (``path``, i.e. ``--store``, or ``$DIFFBENCH_STORE``) must have an existing parent directory unless
+    ``mkdir``: a mistyped directory is an error, never a fresh empty store somewhere unexpected.
 
     Args:
         path: the SQLite file.
         timeout_s: how long to wait for another process's write lock before failing (seconds).
+        mkdir: create a missing parent directory of an explicitly named store.
+        create: create the file when it does not exist (False for commands that only read: ``runs``).
 
     Raises:
+        UsageError: an explicitly named store whose parent directory is missing (without ``mkdir``), or a
+            missing file with ``create`` False. Exit code 2.
         StoreError: the file or its directory is not writable, the file is locked, is not a SQLite database,
             or was written by a newer diffbench (its schema version is above :data:`SCHEMA_VERSION`).
     """
-    path = Path(path) if path is not None else default_store_path()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise StoreError(f"store {path}: cannot create its directory ({exc}); pass --store elsewhere") from exc
+    option = "--store" if path is not None else f"${STORE_ENV}"
+    explicit = path is not None or bool(os.environ.get(STORE_ENV))
+    path = Path(path).expanduser() if path is not None else default_store_path()
+    if path.is_dir():
+        raise UsageError(f"{option} {path} is a directory; give a file path such as {path / 'store.sqlite'}")
+    if not path.exists() and not create:
+        raise UsageError(
+            f"{option} {path}: no store there; check the path (list stores' runs with `diffbench runs --store "
+            f"FILE`), or run a sweep first"
+        )
+    if not path.parent.exists():
+        if explicit and not mkdir:
+            raise UsageError(
+                f"{option} {path}: directory {path.parent} does not exist; create it first or pass --mkdir"
+            )
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"store {path}: cannot create its directory ({exc}); pass --store elsewhere") from exc
     _check_writable(path)
     try:
         conn = sqlite3.connect(str(path), timeout=timeout_s, isolation_level=None)
     except sqlite3.Error as exc:
         raise translate(exc, path) from exc
     conn.row_factory = sqlite3.Row
+    try:  # commits without a full fsync each (safe against a crashed process; a sweep commits every run)
+        conn.execute("PRAGMA synchronous = NORMAL")
+    except sqlite3.Error as exc:
+        conn.close()
+        raise translate(exc, path) from exc
     db = Database(path, conn)
     try:
         _migrate(db)

@@ -20,9 +20,14 @@ RunStatus = Literal["running", "done", "failed"]
 
 
 class RunTiming(BaseModel):
-    """End-to-end latency of the timed runs (bench protocol) plus medians of the stage split.
+    """End-to-end latency of the timed runs plus medians of the stage split.
 
-    ``samples_s``: every timed run, seconds, in order. ``latency_s``: their summary (with n).
+    ``samples_s``: every timed run, seconds, in block order. ``latency_s``: their summary (with n).
+    ``warmup_s``: the warmup runs (until stable, see diffbench.sweep.warmth), never in a ratio.
+    Interleaved runs (diffbench.sweep.interleave) also carry ``session_id`` (one per interleaved timing
+    session; sample *i* of every run of a session comes from block *i*), ``baseline_samples_s`` (the
+    baseline's samples from the same blocks, for a point), ``stable`` (the warmup ended on a stable window)
+    and ``measured_unix`` (start and end of the session, wall clock).
     """
 
     samples_s: list[float]
@@ -33,6 +38,10 @@ class RunTiming(BaseModel):
     step_median_s: float | None = None
     runs: int
     warmup: int
+    session_id: str | None = None
+    baseline_samples_s: list[float] | None = None
+    stable: bool | None = None
+    measured_unix: tuple[float, float] | None = None
 
 
 class MetricStats(BaseModel):

@@ -45,9 +45,11 @@ class RunStore:
         self.db = db
 
     @classmethod
-    def open(cls, path: Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> RunStore:
-        """Open the store at ``path`` (default: ``$DIFFBENCH_STORE`` or the per-user location)."""
-        return cls(open_db(path, timeout_s))
+    def open(cls, path: Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S, *, mkdir: bool = False,
+             create: bool = True) -> RunStore:
+        """Open the store at ``path`` (default: ``$DIFFBENCH_STORE`` or the per-user location); see
+        :func:`diffbench.store.db.open_db` for ``mkdir``, ``create`` and the errors raised."""
+        return cls(open_db(path, timeout_s, mkdir=mkdir, create=create))
 
     @property
     def path(self) -> Path:

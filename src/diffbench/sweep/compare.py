@@ -3,6 +3,16 @@
 A fixed-seed baseline is valid only for the deployment it was made with (core/fingerprint.py): a
 comparison whose baseline and candidate fingerprints differ in anything other than the option under test
 is refused, naming every differing field, unless forced (and then the result says so).
+
+Timing in ``runs compare`` (:func:`compare_timing`):
+
+- both runs from **one interleaved session** (same ``session_id``: two points of one sweep, or a sweep's
+  baseline and a point of its newest session): the paired bootstrap over their blocks, beside the timing
+  noise floor of that session (the baseline against itself, even vs odd blocks);
+- a sweep's **baseline and one of its points from an older session**: the point's own interleaved
+  baseline samples stand in for the baseline run's (same configuration, same blocks), again paired;
+- otherwise the runs were **measured at different times**: the independent bootstrap, no floor, and a
+  warning that their ratio carries the machine's drift between the two measurements.
 """
 
 from __future__ import annotations
@@ -13,7 +23,7 @@ from diffbench.core.fingerprint import fingerprint_diff
 from diffbench.errors import UsageError
 from diffbench.store.models import RunQuality, RunRecord
 from diffbench.store.runs import RunStore
-from diffbench.sweep.bootstrap import SpeedupCI, speedup_ci
+from diffbench.sweep.bootstrap import SpeedupCI, paired_speedup_ci, speedup_ci
 
 
 def check_fingerprints(
@@ -53,6 +63,11 @@ class RunComparison(BaseModel):
     forced: bool
     fingerprint_differences: list[str]
     speedup: SpeedupCI | None
+    noise_floor: SpeedupCI | None = None
+    paired: bool = False
+    measurably_faster: bool | None = None
+    verdict: str | None = None
+    warnings: list[str] = []
     quality: RunQuality | None
     conditions_baseline: dict[str, object]
     conditions_candidate: dict[str, object]
@@ -72,9 +87,15 @@ def compare_runs(
 
     a, b = store.get_run(baseline_id), store.get_run(candidate_id)
     diff = check_fingerprints(a.fingerprint, b.fingerprint, allowed, force, f"baseline run {a.id}")
-    sp = None
-    if a.timing is not None and b.timing is not None:
-        sp = speedup_ci(a.timing.samples_s, b.timing.samples_s)
+    sp, floor, paired, warnings = compare_timing(a, b)
+    fast, verdict = (None, None)
+    if sp is not None:
+        from diffbench.sweep.working_point import speed_verdict
+
+        fast, verdict = speed_verdict(sp, floor, b.skipped.fraction if b.skipped else None)
+        if not paired:
+            fast = False
+            verdict = f"{verdict}; not interleaved: the ratio carries machine drift, it cannot show a speed-up"
     quality = None
     if _has_outputs(a) and _has_outputs(b):
         quality = compare_images(load_images(a.outputs_dir), load_images(b.outputs_dir), a.id, ssim)  # type: ignore[arg-type]
@@ -85,10 +106,48 @@ def compare_runs(
         forced=bool(diff),
         fingerprint_differences=diff,
         speedup=sp,
+        noise_floor=floor,
+        paired=paired,
+        measurably_faster=fast,
+        verdict=verdict,
+        warnings=warnings,
         quality=quality,
         conditions_baseline=a.conditions,
         conditions_candidate=b.conditions,
     )
+
+
+def compare_timing(a: RunRecord, b: RunRecord) -> tuple[SpeedupCI | None, SpeedupCI | None, bool, list[str]]:
+    """(speed-up of ``b`` over ``a``, timing noise floor, paired?, warnings); see the module docstring."""
+    from diffbench.sweep.interleave import noise_floor_ci
+
+    ta, tb = a.timing, b.timing
+    if ta is None or tb is None:
+        return None, None, False, ["a run has no timing: no speed-up"]
+    base: list[float] | None = None
+    floor_src: list[float] | None = None
+    if ta.session_id and ta.session_id == tb.session_id and len(ta.samples_s) == len(tb.samples_s):
+        base = ta.samples_s
+        floor_src = tb.baseline_samples_s or ta.baseline_samples_s or (ta.samples_s if a.kind == "baseline" else None)
+    elif (a.kind == "baseline" and b.kind == "point" and a.sweep_id and a.sweep_id == b.sweep_id
+          and tb.baseline_samples_s and len(tb.baseline_samples_s) == len(tb.samples_s)):
+        base = floor_src = tb.baseline_samples_s
+    if base is not None:
+        sp = paired_speedup_ci(base, tb.samples_s)
+        floor = noise_floor_ci(floor_src) if floor_src else None
+        return sp, floor, True, []
+    when = []
+    for r in (a, b):
+        t = r.timing
+        span = t.measured_unix if t is not None and t.measured_unix else (r.created_unix, r.created_unix)
+        when.append(span)
+    gap = abs(when[1][0] - when[0][0])
+    warning = (
+        f"runs {a.id} and {b.id} were measured at different times ({gap:.0f} s apart, not interleaved in one "
+        f"process): their ratio carries the machine's drift between the two measurements and has no noise "
+        f"floor; to compare them, sweep both configurations in one `diffbench sweep`"
+    )
+    return speedup_ci(ta.samples_s, tb.samples_s), None, False, [warning]
 
 
 def _has_outputs(run: RunRecord) -> bool:

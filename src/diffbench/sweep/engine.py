@@ -6,6 +6,10 @@ DiffusersEngine` (anything with a ``pipe`` attribute): :meth:`set_cache` enables
 and every :meth:`generate` first resets the cache's state (``HookRegistry.reset_stateful_hooks``), so no
 measured run reuses residuals from the previous one. :meth:`info` reports the cache configuration in
 ``EngineInfo.cache``, so it enters the deployment fingerprint.
+
+Interleaved sweeps switch the cache between runs with :meth:`use` (a no-op when that configuration is
+already current; a switch costs well under a millisecond on tiny-flux and happens outside the timed
+window). Skip counts accumulate per value across switches (:meth:`skip_stats`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,10 @@ class CachedEngine:
     def __init__(self, inner: Engine) -> None:
         self.inner = inner
         self.cache = "none"
+        self._value: str | None = None
+        self._axis = ""
         self._probe: SkipProbe | None = None
+        self._tally: dict[str, tuple[int, int]] = {}  # value -> (total, computed) of detached probes
 
     @property
     def pipe(self) -> Any:
@@ -45,25 +52,49 @@ class CachedEngine:
         self.check(axis)
         self.denoiser.enable_cache(build_cache_config(axis, value, self.pipe, steps))
         self.cache = describe_cache(axis, value)
+        self._value, self._axis = value, axis
         self._probe = SkipProbe(self.denoiser, axis)
 
+    def use(self, axis: str, value: str | None, steps: int) -> None:
+        """Make cache ``axis`` = ``value`` current (``None``: no cache); nothing happens if it already is."""
+        if value == self._value:
+            return
+        if value is None:
+            self.clear_cache()
+        else:
+            self.set_cache(axis, value, steps)
+
     def clear_cache(self) -> None:
-        """Disable the cache (if any) and detach the probe."""
+        """Disable the cache (if any) and detach the probe (its counts are kept per value)."""
         if self._probe is not None:
+            if self._value is not None:
+                t, c = self._tally.get(self._value, (0, 0))
+                self._tally[self._value] = (t + self._probe.total, c + self._probe.computed)
             self._probe.detach()
             self._probe = None
+        self._value = None
         d = self.denoiser
         if d is not None and getattr(d, "is_cache_enabled", False):
             d.disable_cache()
         self.cache = "none"
 
     def reset_skips(self) -> None:
+        """Forget every skip count."""
         if self._probe is not None:
             self._probe.reset()
+        self._tally.clear()
 
-    def skip_stats(self) -> SkipStats | None:
-        """Skip counts since :meth:`reset_skips` (None without a cache)."""
-        return self._probe.stats() if self._probe is not None else None
+    def skip_stats(self, value: str | None = None) -> SkipStats | None:
+        """Skip counts of ``value`` (default: the current one) since :meth:`reset_skips`; None when its hooked
+        modules were never called."""
+        value = value if value is not None else self._value
+        if value is None:
+            return None
+        total, computed = self._tally.get(value, (0, 0))
+        probe = self._probe if self._value == value else None
+        if probe is not None:
+            total, computed = total + probe.total, computed + probe.computed
+        return SkipProbe.stats_of(self._axis, total, computed)
 
     def _reset_state(self) -> None:
         d = self.denoiser

@@ -15,12 +15,14 @@ from diffbench.engines.registry import EngineConfig
 from diffbench.quality.models import GateResult
 from diffbench.store.models import MetricStats, RunQuality, SkipStats
 from diffbench.sweep.bootstrap import DEFAULT_RESAMPLES, SpeedupCI
+from diffbench.sweep.interleave import DEFAULT_MAX_WARMUP, ScheduleInfo
+from diffbench.sweep.warmth import DEFAULT_WINDOW
 
 SCHEMA_VERSION = 1
 
 # Defaults for the embedded tiny models: (height, width, frames, steps). 20 steps so that step caches have
 # room to act; 128 px so that a sweep of 4 values finishes in about a minute on 2 CPU cores.
-TINY_PROMPTS, TINY_RUNS = 4, 12  # tiny models: a few prompts and modest runs (about a minute on 2 cores)
+TINY_PROMPTS, TINY_RUNS = 4, 24  # tiny models: a few prompts and modest runs (about a minute on 2 cores)
 TINY_DEFAULTS: dict[str, tuple[int, int, int | None, int]] = {
     "tiny-flux": (128, 128, None, 20),
     "tiny-sdxl": (128, 128, None, 20),
@@ -42,8 +44,12 @@ class SweepOptions(BaseModel):
     prompts_file: Path | None = None
     num_prompts: int | None = Field(default=None, gt=0, description="None: 4 for tiny models, else all 20")
     seeds: list[int] = [0]
-    warmup: int = Field(default=1, ge=0)
-    runs: int | None = Field(default=None, ge=1, description="None: 12 for tiny models, else one per request")
+    warmup: int = Field(default=1, ge=0, description="minimum warmup runs per configuration")
+    max_warmup: int = Field(default=DEFAULT_MAX_WARMUP, ge=1, description="warmup cap per configuration")
+    stable_window: int = Field(default=DEFAULT_WINDOW, ge=4, le=20,
+                               description="warm = no downward trend over this many last warmup runs")
+    schedule_seed: int = 0
+    runs: int | None = Field(default=None, ge=2, description="None: 24 for tiny models, else 2 per request")
     budget_db: float = 30.0
     gates: list[str] = []
     ssim: bool = True
@@ -82,6 +88,10 @@ class PointResult(BaseModel):
     speedup: float
     speedup_ci: tuple[float, float]
     speedup_detail: SpeedupCI
+    noise_floor: SpeedupCI | None = None
+    measurably_faster: bool = False
+    verdict: str = ""
+    session_id: str | None = None
     quality: RunQuality
     skipped_steps: float | None = None
     skipped_detail: SkipStats | None = None
@@ -91,7 +101,8 @@ class PointResult(BaseModel):
 
 
 class WorkingPoint(BaseModel):
-    """The fastest value whose quality passes every gate; ``value`` None when none does."""
+    """The fastest value that passes every quality gate *and* is measurably faster than the baseline
+    (see :func:`diffbench.sweep.working_point.speed_verdict`); ``value`` None when none is."""
 
     value: str | None
     speedup: float | None = None
@@ -113,6 +124,9 @@ class SweepResult(BaseModel):
     baseline: RunRef
     noise_floor: RunQuality | None = None
     noise_floor_psnr: MetricStats | None = None
+    timing_floor: SpeedupCI | None = None
+    schedule: ScheduleInfo | None = None
+    warmup_s: dict[str, list[float]] = {}
     gates: list[str]
     budget_db: float | None = None
     points: list[PointResult] = []

@@ -75,15 +75,20 @@ class SkipProbe:
 
     def stats(self) -> SkipStats | None:
         """Counts since the last :meth:`reset`; None when nothing hooked was called."""
-        if not self.total:
+        return self.stats_of(self.axis, self.total, self.computed)
+
+    @staticmethod
+    def stats_of(axis: str, total: int, computed: int) -> SkipStats | None:
+        """The stored form of ``computed`` of ``total`` hooked calls (None when ``total`` is 0)."""
+        if not total:
             return None
         unit = (
-            "denoiser forward (blocks after the first)" if self.axis in _LEADER_AXES else "attention call"
+            "denoiser forward (blocks after the first)" if axis in _LEADER_AXES else "attention call"
         )
         return SkipStats(
-            fraction=max(0.0, 1.0 - self.computed / self.total),
-            computed=self.computed,
-            total=self.total,
+            fraction=max(0.0, 1.0 - computed / total),
+            computed=computed,
+            total=total,
             unit=unit,
             method="torch pre-hooks on cache-hooked modules vs on their first parameterized child",
         )

@@ -1,9 +1,22 @@
-"""One sweep: baseline (measured or stored) → noise floor → one point per value → working point.
+"""One sweep: baseline outputs → quality noise floor → interleaved timing → one point per value → working point.
 
-Every run goes to the store as it finishes (status ``done``); an interrupted sweep leaves its finished
-points there, and rerunning the same command resumes: points are keyed by (sweep id, value, fingerprint
-hash) and are not recomputed. The sweep id hashes the model, shape, steps, prompts, seeds, protocol and the
-deployment fingerprint without the swept field, so any change to those starts a new sweep.
+Order of work:
+
+1. **Baseline outputs** (the quality reference): measured here, taken from the store (resume), or a stored
+   run (``--baseline``); then the baseline configuration once more (the quality noise floor).
+2. **Interleaved timing** of the live baseline and every value not yet in the store, in one process
+   (:mod:`diffbench.sweep.interleave`): every configuration warms up until its latency is stable, then
+   timed runs alternate in seeded random block order. The outputs of each value (for quality) and its skip
+   counts come from its warmup runs (and one untimed run per request the warmup did not reach).
+3. **Points**: each value's speed-up is the paired ratio of medians against the baseline samples of the
+   *same* blocks, beside the timing noise floor of the same session (baseline vs itself); the verdict and
+   the working point follow :mod:`diffbench.sweep.working_point`.
+
+Every run goes to the store as it finishes (status ``done``); a point stores its own samples together with
+the baseline samples it was interleaved with, so a resumed point keeps a drift-free ratio. Rerunning the
+same command resumes: points are keyed by (sweep id, value, fingerprint hash) and are not recomputed; an
+interrupted timing session leaves its points ``failed`` and is redone. The sweep id hashes the model,
+shape, steps, prompts, seeds, protocol and the deployment fingerprint without the swept field.
 """
 
 from __future__ import annotations
@@ -15,22 +28,22 @@ from collections.abc import Callable
 from pathlib import Path
 
 from diffbench.bench.outputs import OutputWriter
-from diffbench.bench.protocol import BenchConfig, run_bench
 from diffbench.bench.result import Conditions
 from diffbench.bench.session import IMAGE_DEFAULT, VIDEO_DEFAULT, BenchOptions, Shape, build_workload
 from diffbench.core.env import EnvInfo, capture_env
 from diffbench.core.fingerprint import deployment_fingerprint
 from diffbench.core.jsonio import strict_json_value
 from diffbench.core.stats import summarize
-from diffbench.engines.base import Engine, EngineInfo, GenerationRequest
+from diffbench.engines.base import Engine, EngineInfo, GenerationRequest, StageTimes
 from diffbench.engines.registry import EngineConfig, create_engine
-from diffbench.errors import InputError, UsageError
+from diffbench.errors import GenerationError, InputError
 from diffbench.store.models import RunQuality, RunRecord, RunTiming, SweepRecord, fingerprint_hash
 from diffbench.store.runs import RunStore, new_run_id
 from diffbench.sweep.axes import AXIS_FIELD, CACHE_AXES, describe_cache
-from diffbench.sweep.bootstrap import speedup_ci
+from diffbench.sweep.bootstrap import paired_speedup_ci
 from diffbench.sweep.compare import check_fingerprints
 from diffbench.sweep.engine import CachedEngine
+from diffbench.sweep.interleave import Arm, ScheduleInfo, noise_floor_ci, run_interleaved
 from diffbench.sweep.models import (
     TINY_DEFAULTS,
     TINY_PROMPTS,
@@ -41,7 +54,7 @@ from diffbench.sweep.models import (
     SweepResult,
 )
 from diffbench.sweep.pairs import Images, add_images, compare_images, image_key, load_images
-from diffbench.sweep.working_point import choose, default_gates, gate_rows
+from diffbench.sweep.working_point import choose, default_gates, gate_rows, speed_verdict
 
 Event = Callable[[str], None]
 EngineFactory = Callable[[EngineConfig], Engine]
@@ -70,10 +83,11 @@ def requests_for(opts: SweepOptions, info: EngineInfo) -> list[GenerationRequest
 
 
 def timed_runs(opts: SweepOptions, reqs: list[GenerationRequest]) -> int:
-    """``opts.runs``, else 12 for tiny models and one per request (prompts x seeds) otherwise."""
+    """Timed blocks: ``opts.runs``, else 24 for tiny models and two per request (prompts x seeds) otherwise
+    (blocks 2i and 2i+1 share a request)."""
     if opts.runs is not None:
         return opts.runs
-    return TINY_RUNS if opts.engine.model in TINY_DEFAULTS else max(len(reqs), 2)
+    return TINY_RUNS if opts.engine.model in TINY_DEFAULTS else max(2 * len(reqs), 4)
 
 
 def conditions_for(info: EngineInfo, req: GenerationRequest, env: EnvInfo) -> Conditions:
@@ -94,7 +108,8 @@ def sweep_identity(opts: SweepOptions, fp: dict[str, object], field: str, reqs: 
         "axis": opts.axis,
         "fingerprint": fingerprint_hash(fp, ignore=(field,)),
         "requests": [(r.prompt_id, r.prompt, r.seed, r.shape_key, r.guidance) for r in reqs],
-        "protocol": (opts.warmup, timed_runs(opts, reqs)),
+        "protocol": ("interleaved-v2", opts.warmup, opts.max_warmup, opts.stable_window, opts.schedule_seed,
+                     timed_runs(opts, reqs)),
         "baseline_run": opts.baseline_run,
     }
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -110,40 +125,6 @@ class _Sweep:
         self.env = capture_env()
         self.gates = list(opts.gates) or default_gates(opts.budget_db)
         self.forced_diff: list[str] = []
-
-    # -- measuring ----------------------------------------------------------------------------
-    def _measure(self, engine: Engine, reqs: list[GenerationRequest], out_dir: Path, cond: Conditions,
-                 fp: dict[str, object]) -> tuple[RunTiming, Images]:
-        writer = OutputWriter(out_dir, cond.model_dump(mode="json"), fp)
-        images: Images = {}
-
-        def sink(req: GenerationRequest, arr: object) -> None:
-            add_images(images, req, arr)  # type: ignore[arg-type]
-            writer(req, arr)  # type: ignore[arg-type]
-
-        runs = timed_runs(self.opts, reqs)
-        cfg = BenchConfig(warmup=self.opts.warmup, runs=runs, repro=False)
-        shapes = run_bench(engine, reqs, cfg, on_output=sink)
-        shape = shapes[0]
-        if shape.error:
-            raise UsageError(f"generation failed at {shape.shape}: {shape.error}")
-        for r in reqs:  # requests the timed runs did not reach (runs < prompts x seeds): untimed
-            if image_key(r.prompt_id, r.seed, 0) not in images:
-                res = engine.generate(r)
-                engine.sync()
-                if res.images is not None:
-                    sink(r, res.images)
-        timing = RunTiming(
-            samples_s=shape.samples_s,
-            warmup_s=shape.warmup_s,
-            latency_s=summarize(shape.samples_s, check=()),
-            denoise_median_s=shape.stages_s.denoise if shape.stages_s else None,
-            vae_decode_median_s=shape.stages_s.vae_decode if shape.stages_s else None,
-            step_median_s=shape.step_s.median if shape.step_s else None,
-            runs=runs,
-            warmup=self.opts.warmup,
-        )
-        return timing, images
 
     def _new_run(self, kind: str, value: str, info: EngineInfo, fp: dict[str, object], cond: Conditions,
                  sweep_id: str) -> RunRecord:
@@ -196,14 +177,16 @@ def run_sweep(
     Args:
         opts: the sweep options.
         store: an open run store.
-        engine_factory: creates (does not start) an engine from a config.
+        engine_factory: creates (does not start) an engine from a config. Option axes hold one engine per
+            value at once during the interleaved timing (plus the baseline's).
         on_event: progress messages for the console.
-        on_point: called with each point as it is finished (or found in the store).
+        on_point: called with each point once all are finished (or found in the store).
 
     Raises:
         UsageError: an axis the pipeline does not support, a stored baseline whose fingerprint differs in
-            anything but the swept field (unless ``opts.force``), a generation that failed.
+            anything but the swept field (unless ``opts.force``).
         InputError: a stored baseline whose outputs are gone or do not cover the prompts × seeds.
+        GenerationError: a generation failed (the runs of the session are stored as failed).
         StoreError: the store is locked, read-only or from a newer schema.
     """
     s = _Sweep(opts, store, engine_factory, on_event or _quiet)
@@ -236,47 +219,111 @@ def _run(s: _Sweep, engine: Engine, on_point: Callable[[PointResult], None] | No
         id=sweep_id, created_unix=old.created_unix if old else time.time(), updated_unix=time.time(),
         axis=opts.axis, model=info.model, status="running", options_json=opts.model_dump_json(),
     ))
-    base_run, base_images, resumed = _baseline(s, engine, info, base_fp, base_cond, reqs, sweep_id)
-    base_samples = base_run.timing.samples_s  # type: ignore[union-attr]
-    noise = _noise_floor(s, engine, info, base_fp, base_cond, reqs, sweep_id, base_run, base_images)
+    try:
+        base_run, base_images, resumed = _baseline(s, engine, info, base_fp, base_cond, reqs, sweep_id)
+        noise = _noise_floor(s, engine, info, base_fp, base_cond, reqs, sweep_id, base_run, base_images)
+        runs: dict[str, RunRecord] = {}
+        for value in opts.values:
+            found = _stored_point(s, base_fp, sweep_id, value, base_run.id)
+            if found is not None:
+                runs[value] = found
+        todo = [v for v in opts.values if v not in runs]
+        schedule: ScheduleInfo | None = None
+        warmups: dict[str, list[float]] = {}
+        stable: dict[str, bool] = {}
+        if todo:
+            schedule, made, live, warmups, stable = _session(s, engine, base_fp, reqs, sweep_id, todo, base_run.id,
+                                                             base_images)
+            runs.update(made)
+            if not opts.baseline_run:
+                base_run = _finish_timing(s, base_run, live)
+    except BaseException:
+        _save_partial(s, sweep_id, info)
+        raise
+    points = [_point_result(s, runs[v], noise, resumed=v not in todo) for v in opts.values]
+    live_samples = _live_baseline(points, runs)
+    base_lat = summarize(live_samples, check=()) if live_samples else (
+        base_run.timing.latency_s if base_run.timing else summarize([1.0], check=()))
     result = SweepResult(
         sweep_id=sweep_id, created_unix=time.time(), axis=opts.axis, field=s.field, store=str(store.path),
         baseline=RunRef(run_id=base_run.id, conditions=Conditions.model_validate(base_run.conditions),
-                        latency_s=base_run.timing.latency_s, outputs_dir=base_run.outputs_dir,  # type: ignore[union-attr]
-                        resumed=resumed),
+                        latency_s=base_lat, outputs_dir=base_run.outputs_dir, resumed=resumed),
         noise_floor=noise, noise_floor_psnr=noise.psnr if noise else None, gates=s.gates,
         budget_db=None if opts.gates else opts.budget_db, forced=bool(s.forced_diff),
-        fingerprint_differences=list(s.forced_diff),
+        fingerprint_differences=sorted(set(s.forced_diff)), points=points, schedule=schedule, warmup_s=warmups,
+        timing_floor=noise_floor_ci(live_samples, opts.bootstrap_resamples, opts.bootstrap_seed)
+        if live_samples else None,
     )
-    if opts.baseline_run and base_run.fingerprint.get(s.field) != base_fp.get(s.field):
+    if opts.baseline_run:
         result.warnings.append(
-            f"the stored baseline {base_run.id} has {s.field}={base_run.fingerprint.get(s.field)!r}, not this "
-            f"deployment's {base_fp.get(s.field)!r}: the points are compared with that configuration"
+            f"quality is measured against the stored run {base_run.id}; timing against this deployment's "
+            f"baseline configuration ({s.field}={base_fp.get(s.field)!r}), interleaved with the points in "
+            f"this process (a stored run's timing carries the machine's drift since it was measured)"
         )
+        if base_run.fingerprint.get(s.field) != base_fp.get(s.field):
+            result.warnings.append(
+                f"the stored baseline {base_run.id} has {s.field}={base_run.fingerprint.get(s.field)!r}, not this "
+                f"deployment's {base_fp.get(s.field)!r}: quality is compared with that configuration"
+            )
     if noise is not None and noise.psnr.p10 < 40:
         result.warnings.append(
             f"the baseline is not reproducible: the same configuration run twice gives psnr p10 "
             f"{noise.psnr.p10:.2f} dB (< 40 dB); quality differences below this noise floor are not "
             f"attributable to the option"
         )
-    try:
-        for value in opts.values:
-            point = _point(s, engine, info, base_fp, reqs, sweep_id, value, base_run.id, base_samples,
-                           base_images, noise)
-            result.points.append(point)
-            s.event(f"{opts.axis}={value}: {point.speedup:.3f}x, psnr p10 {point.quality.psnr.p10:.2f} dB"
-                    + (" (from the store)" if point.resumed else ""))
-            if on_point is not None:
-                on_point(point)
-    except BaseException:
-        _save(s, sweep_id, info, result, "failed")
-        raise
-    result.forced = bool(s.forced_diff)
-    result.fingerprint_differences = sorted(set(s.forced_diff))
+    for name, ok in stable.items():
+        if not ok:
+            result.warnings.append(
+                f"{name}: latency still falling after {len(warmups.get(name, []))} warmup runs (cap "
+                f"--max-warmup {opts.max_warmup}); its timed runs may include warmup drift"
+            )
+    if todo:
+        result.warnings += _load_warning(info, opts.engine.threads)
+    if any(p.resumed for p in points) and todo:
+        result.warnings.append(
+            "some points come from an earlier interleaved session (resumed): each is compared with the "
+            "baseline samples of its own session, never across sessions"
+        )
     result.working_point = choose(result.points, s.gates)
     result.partial = False
+    for p in points:
+        s.event(f"{opts.axis}={p.value}: {p.speedup:.3f}x ({p.verdict}), psnr p10 {p.quality.psnr.p10:.2f} dB"
+                + (" (from the store)" if p.resumed else ""))
     _save(s, sweep_id, info, result, "done")
+    if on_point is not None:
+        for p in points:
+            on_point(p)
     return result
+
+
+def _load_warning(info: EngineInfo, threads: int | None) -> list[str]:
+    """A warning when other work competed for the CPUs during the timing (1-minute load average)."""
+    import os
+
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return []
+    cpus = os.cpu_count() or 1
+    if load <= 0.75 * cpus:
+        return []
+    hint = ""
+    if info.device.startswith("cpu") and threads != 1:
+        hint = ("; on a shared CPU, --threads 1 avoids torch's OpenMP threads waiting on each other for whole "
+                "time slices (runs 10x slower and erratic)")
+    return [f"the machine was busy while timing (1-minute load average {load:.1f} on {cpus} CPUs): the "
+            f"intervals are wide, and the noise floor shows by how much{hint}"]
+
+
+def _live_baseline(points: list[PointResult], runs: dict[str, RunRecord]) -> list[float]:
+    """The baseline samples of the newest session among the points (for the header and the floor)."""
+    newest: RunTiming | None = None
+    for p in points:
+        t = runs[p.value].timing
+        if t is not None and t.baseline_samples_s and (
+                newest is None or (t.measured_unix or (0, 0))[1] > (newest.measured_unix or (0, 0))[1]):
+            newest = t
+    return list(newest.baseline_samples_s or []) if newest is not None else []
 
 
 def _save(s: _Sweep, sweep_id: str, info: EngineInfo, result: SweepResult, status: str) -> None:
@@ -288,14 +335,47 @@ def _save(s: _Sweep, sweep_id: str, info: EngineInfo, result: SweepResult, statu
     ))
 
 
+def _save_partial(s: _Sweep, sweep_id: str, info: EngineInfo) -> None:
+    old = s.store.get_sweep(sweep_id)
+    s.store.put_sweep(SweepRecord(
+        id=sweep_id, created_unix=old.created_unix if old else time.time(), updated_unix=time.time(),
+        axis=s.opts.axis, model=info.model, status="failed", options_json=s.opts.model_dump_json(),
+        result_json=old.result_json if old else None,
+    ))
+
+
+def _writer_sink(writer: OutputWriter, images: Images) -> Callable[[GenerationRequest, object], None]:
+    def sink(req: GenerationRequest, arr: object) -> None:
+        if image_key(req.prompt_id, req.seed, 0) in images:
+            return
+        add_images(images, req, arr)  # type: ignore[arg-type]
+        writer(req, arr)  # type: ignore[arg-type]
+
+    return sink
+
+
+def _generate_all(engine: Engine, reqs: list[GenerationRequest], sink: Callable[[GenerationRequest, object], None],
+                  images: Images) -> None:
+    """One untimed generation of every request whose output is not in ``images`` yet."""
+    for r in reqs:
+        if image_key(r.prompt_id, r.seed, 0) in images:
+            continue
+        res = engine.generate(r)
+        engine.sync()
+        if res.images is None:
+            raise GenerationError(f"{r.shape_label()}: the engine returned no images")
+        sink(r, res.images)
+
+
 def _baseline(s: _Sweep, engine: Engine, info: EngineInfo, fp: dict[str, object], cond: Conditions,
               reqs: list[GenerationRequest], sweep_id: str) -> tuple[RunRecord, Images, bool]:
+    """The quality reference: a stored run, this sweep's stored baseline, or one untimed pass now."""
     opts, store = s.opts, s.store
     if opts.baseline_run:
         run = store.get_run(opts.baseline_run)
         want = {image_key(r.prompt_id, r.seed, i) for r in reqs for i in range(r.batch)}
-        if run.timing is None or not run.outputs_dir:
-            raise InputError(f"baseline run {run.id} has no timing or outputs; pick a finished baseline run")
+        if not run.outputs_dir:
+            raise InputError(f"baseline run {run.id} has no outputs; pick a finished baseline run")
         images = load_images(Path(run.outputs_dir))
         missing = sorted(want - set(images))
         if missing or run.conditions.get("shape") != cond.shape:
@@ -315,21 +395,25 @@ def _baseline(s: _Sweep, engine: Engine, info: EngineInfo, fp: dict[str, object]
                 return done, images, True
             except InputError:
                 pass
-    s.event("baseline: measuring")
+    s.event("baseline: outputs")
     run = s._new_run("baseline", "baseline", info, fp, cond, sweep_id)
     store.put_run(run)
+    images: Images = {}
     try:
-        timing, images = s._measure(engine, reqs, Path(run.outputs_dir), cond, fp)  # type: ignore[arg-type]
+        if isinstance(engine, CachedEngine):
+            engine.use(opts.axis, None, reqs[0].steps)
+        writer = OutputWriter(Path(run.outputs_dir), cond.model_dump(mode="json"), fp)  # type: ignore[arg-type]
+        _generate_all(engine, reqs, _writer_sink(writer, images), images)
     except BaseException as exc:
         s._fail(run, exc)
         raise
-    return s._finish(run, timing=timing), images, False
+    return s._finish(run), images, False
 
 
 def _noise_floor(s: _Sweep, engine: Engine, info: EngineInfo, fp: dict[str, object], cond: Conditions,
                  reqs: list[GenerationRequest], sweep_id: str, base: RunRecord, base_images: Images,
                  ) -> RunQuality | None:
-    """The baseline configuration once more (untimed): its PSNR against the baseline is the noise floor."""
+    """The baseline configuration once more (untimed): its PSNR against the baseline is the quality floor."""
     store = s.store
     if s.opts.resume:
         done = store.find_done(sweep_id, "noise-floor", "baseline", fingerprint_hash(fp))
@@ -340,12 +424,9 @@ def _noise_floor(s: _Sweep, engine: Engine, info: EngineInfo, fp: dict[str, obje
     writer = OutputWriter(Path(run.outputs_dir), cond.model_dump(mode="json"), fp)  # type: ignore[arg-type]
     images: Images = {}
     try:
-        for r in reqs:
-            res = engine.generate(r)
-            engine.sync()
-            if res.images is not None:
-                add_images(images, r, res.images)
-                writer(r, res.images)
+        if isinstance(engine, CachedEngine):
+            engine.use(s.opts.axis, None, reqs[0].steps)
+        _generate_all(engine, reqs, _writer_sink(writer, images), images)
         quality = compare_images(base_images, images, base.id, s.opts.ssim)
     except BaseException as exc:
         s._fail(run, exc)
@@ -354,44 +435,47 @@ def _noise_floor(s: _Sweep, engine: Engine, info: EngineInfo, fp: dict[str, obje
     return quality
 
 
-def _point(s: _Sweep, engine: Engine, info: EngineInfo, base_fp: dict[str, object],
-           reqs: list[GenerationRequest], sweep_id: str, value: str, base_id: str, base_samples: list[float],
-           base_images: Images, noise: RunQuality | None) -> PointResult:
-    opts, store = s.opts, s.store
-    fp = _predicted_fp(base_fp, opts.axis, s.field, value)
-    run: RunRecord | None = None
-    if opts.resume:
-        run = store.find_done(sweep_id, "point", value, fingerprint_hash(fp))
-        if run is not None and (run.quality is None or run.quality.against_run != base_id):
-            run = None
-    resumed = run is not None
-    if run is None:
-        run = _measure_point(s, engine, info, base_fp, reqs, sweep_id, value, base_id, base_images)
-    assert run.timing is not None and run.quality is not None
-    sp = speedup_ci(base_samples, run.timing.samples_s, resamples=opts.bootstrap_resamples,
-                    seed=opts.bootstrap_seed)
-    rows = gate_rows(run.quality, s.gates, noise)
-    return PointResult(
-        value=value, run_id=run.id, conditions=Conditions.model_validate(run.conditions),
-        latency_s=run.timing.latency_s, speedup=sp.speedup, speedup_ci=(sp.low, sp.high), speedup_detail=sp,
-        quality=run.quality, skipped_steps=run.skipped.fraction if run.skipped else None,
-        skipped_detail=run.skipped, gates=rows, passed=all(r.gate.passed for r in rows), resumed=resumed,
-    )
+def _stored_point(s: _Sweep, base_fp: dict[str, object], sweep_id: str, value: str, base_id: str,
+                  ) -> RunRecord | None:
+    """A finished point of this sweep measured against this baseline, with interleaved timing."""
+    if not s.opts.resume:
+        return None
+    fp = _predicted_fp(base_fp, s.opts.axis, s.field, value)
+    run = s.store.find_done(sweep_id, "point", value, fingerprint_hash(fp))
+    if run is None or run.quality is None or run.quality.against_run != base_id:
+        return None
+    if run.timing is None or not run.timing.baseline_samples_s:
+        return None
+    return run
 
 
-def _measure_point(s: _Sweep, engine: Engine, info: EngineInfo, base_fp: dict[str, object],
-                   reqs: list[GenerationRequest], sweep_id: str, value: str, base_id: str,
-                   base_images: Images) -> RunRecord:
+class _Candidate:
+    """A value being measured in this session: its run record, engine, arm and outputs."""
+
+    def __init__(self, value: str, run: RunRecord, arm: Arm, own: Engine | None, images: Images,
+                 sink: Callable[[GenerationRequest, object], None]) -> None:
+        self.value, self.run, self.arm, self.own, self.images, self.sink = value, run, arm, own, images, sink
+
+
+def _prepare(s: _Sweep, engine: Engine, base_fp: dict[str, object], reqs: list[GenerationRequest],
+             sweep_id: str, value: str) -> _Candidate:
     opts = s.opts
-    s.event(f"{opts.axis}={value}: measuring")
     own: Engine | None = None
+    steps = reqs[0].steps
     if isinstance(engine, CachedEngine):
-        engine.set_cache(opts.axis, value, reqs[0].steps)
+        engine.use(opts.axis, value, steps)
         target: Engine = engine
+        ce = engine
+
+        def apply() -> None:
+            ce.use(opts.axis, value, steps)
     else:
         own = s.factory(_point_config(opts.engine, opts.axis, value))
         own.start()
         target = own
+
+        def apply() -> None:
+            return None
     try:
         pinfo = target.info()
         fp = deployment_fingerprint(pinfo, s.env)
@@ -399,18 +483,118 @@ def _measure_point(s: _Sweep, engine: Engine, info: EngineInfo, base_fp: dict[st
         cond = conditions_for(pinfo, reqs[0], s.env)
         run = s._new_run("point", value, pinfo, fp, cond, sweep_id)
         s.store.put_run(run)
-        try:
-            if isinstance(target, CachedEngine):
-                target.reset_skips()
-            timing, images = s._measure(target, reqs, Path(run.outputs_dir), cond, fp)  # type: ignore[arg-type]
-            skipped = target.skip_stats() if isinstance(target, CachedEngine) else None
-            quality = compare_images(base_images, images, base_id, opts.ssim)
-        except BaseException as exc:
-            s._fail(run, exc)
-            raise
-        return s._finish(run, timing=timing, quality=quality, skipped=skipped)
-    finally:
-        if isinstance(engine, CachedEngine):
-            engine.clear_cache()
+    except BaseException:
         if own is not None:
             own.stop()
+        raise
+    images: Images = {}
+    writer = OutputWriter(Path(run.outputs_dir), cond.model_dump(mode="json"), fp)  # type: ignore[arg-type]
+    sink = _writer_sink(writer, images)
+
+    def on_output(req: GenerationRequest, res: object) -> None:
+        arr = getattr(res, "images", None)
+        if arr is not None:
+            sink(req, arr)
+
+    arm = Arm(name=value, engine=target, apply=apply, on_output=on_output)
+    return _Candidate(value, run, arm, own, images, sink)
+
+
+def _stage_medians(stages: list[StageTimes]) -> dict[str, float | None]:
+    import numpy as np
+
+    if not stages:
+        return {"denoise_median_s": None, "vae_decode_median_s": None, "step_median_s": None}
+    steps = [x for st in stages for x in st.step_s]
+    return {
+        "denoise_median_s": float(np.median([st.denoise_s for st in stages])),
+        "vae_decode_median_s": float(np.median([st.vae_decode_s for st in stages])),
+        "step_median_s": float(np.median(steps)) if steps else None,
+    }
+
+
+def _timing(arm: Arm, sched: ScheduleInfo, base: list[float] | None, span: tuple[float, float]) -> RunTiming:
+    """The stored timing of one arm of a session (``base``: the baseline samples of the same blocks)."""
+    return RunTiming(
+        samples_s=list(arm.samples_s), warmup_s=list(arm.warmup_s), latency_s=summarize(arm.samples_s, check=()),
+        runs=len(arm.samples_s), warmup=len(arm.warmup_s), session_id=sched.session_id,
+        baseline_samples_s=None if base is None else list(base), stable=arm.stable, measured_unix=span,
+        **_stage_medians(arm.stages),  # type: ignore[arg-type]
+    )
+
+
+def _session(s: _Sweep, engine: Engine, base_fp: dict[str, object], reqs: list[GenerationRequest],
+             sweep_id: str, todo: list[str], base_id: str, base_images: Images,
+             ) -> tuple[ScheduleInfo, dict[str, RunRecord], RunTiming, dict[str, list[float]], dict[str, bool]]:
+    """Prepare every value in ``todo``, time them interleaved with the live baseline, store the points."""
+    opts = s.opts
+    steps = reqs[0].steps
+    cands: list[_Candidate] = []
+    made: dict[str, RunRecord] = {}
+    try:
+        for value in todo:
+            s.event(f"{opts.axis}={value}: preparing")
+            cands.append(_prepare(s, engine, base_fp, reqs, sweep_id, value))
+        if isinstance(engine, CachedEngine):
+            ce = engine
+            engine.reset_skips()
+
+            def base_apply() -> None:
+                ce.use(opts.axis, None, steps)
+        else:
+            def base_apply() -> None:
+                return None
+        base_arm = Arm(name="baseline", engine=engine, apply=base_apply)
+        arms = [base_arm] + [c.arm for c in cands]
+        t0 = time.time()
+        sched = run_interleaved(arms, reqs, timed_runs(opts, reqs), seed=opts.schedule_seed,
+                                min_warmup=opts.warmup, max_warmup=opts.max_warmup, window=opts.stable_window,
+                                on_event=s.event)
+        span = (t0, time.time())
+        for c in cands:
+            c.arm.apply()  # requests the warmup and the timed blocks did not reach: one untimed run each
+            _generate_all(c.arm.engine, reqs, c.sink, c.images)
+            skipped = engine.skip_stats(c.value) if isinstance(engine, CachedEngine) else None
+            quality = compare_images(base_images, c.images, base_id, opts.ssim)
+            made[c.value] = s._finish(c.run, timing=_timing(c.arm, sched, base_arm.samples_s, span),
+                                      quality=quality, skipped=skipped)
+    except BaseException as exc:
+        for c in cands:
+            if c.value not in made:
+                s._fail(c.run, exc)
+        raise
+    finally:
+        for c in cands:
+            if c.own is not None:
+                c.own.stop()
+        if isinstance(engine, CachedEngine):
+            engine.clear_cache()
+    warm = {a.name: list(a.warmup_s) for a in arms}
+    stable = {a.name: a.stable for a in arms}
+    return sched, made, _timing(base_arm, sched, None, span), warm, stable
+
+
+def _finish_timing(s: _Sweep, base_run: RunRecord, timing: RunTiming) -> RunRecord:
+    """Store the live baseline's timing of the newest session on this sweep's baseline run."""
+    done = base_run.model_copy(update={"timing": timing})
+    s.store.put_run(done)
+    return done
+
+
+def _point_result(s: _Sweep, run: RunRecord, noise: RunQuality | None, resumed: bool) -> PointResult:
+    opts = s.opts
+    t = run.timing
+    assert t is not None and t.baseline_samples_s and run.quality is not None
+    sp = paired_speedup_ci(t.baseline_samples_s, t.samples_s, resamples=opts.bootstrap_resamples,
+                           seed=opts.bootstrap_seed)
+    floor = noise_floor_ci(t.baseline_samples_s, opts.bootstrap_resamples, opts.bootstrap_seed)
+    skipped = run.skipped.fraction if run.skipped else None
+    fast, verdict = speed_verdict(sp, floor, skipped)
+    rows = gate_rows(run.quality, s.gates, noise)
+    return PointResult(
+        value=run.value or "", run_id=run.id, conditions=Conditions.model_validate(run.conditions),
+        latency_s=t.latency_s, speedup=sp.speedup, speedup_ci=(sp.low, sp.high), speedup_detail=sp,
+        noise_floor=floor, measurably_faster=fast, verdict=verdict, session_id=t.session_id,
+        quality=run.quality, skipped_steps=skipped, skipped_detail=run.skipped, gates=rows,
+        passed=all(r.gate.passed for r in rows), resumed=resumed,
+    )

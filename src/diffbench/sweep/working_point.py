@@ -1,4 +1,16 @@
-"""Gates per point and the working point: the fastest value whose quality passes every gate.
+"""Gates per point, the speed verdict, and the working point.
+
+Speed verdict (:func:`speed_verdict`), from the point's speed-up interval and the timing noise floor (the
+baseline against itself, diffbench.sweep.interleave.noise_floor_ci):
+
+- **measurably faster**: CI low > 1 *and* CI low > the floor's CI high (the intervals do not overlap);
+- **not faster, skipped nothing**: a cache value whose skip fraction is 0 computed exactly what the
+  baseline computed; whatever its timing says, it is never reported faster;
+- **measurably slower**: CI high < 1 and below the floor's CI low;
+- otherwise **not measurably faster** (the CI includes 1 or overlaps the floor).
+
+Working point (:func:`choose`): the highest speed-up among the points that pass every quality gate *and* are
+measurably faster. "No value is measurably faster within the budget" is a valid answer (value None).
 
 Default gates for a budget B dB (quality-metrics.md §9.3: gate on the worst image too, not only a
 percentile): ``psnr.p10 >= B`` and ``psnr.worst >= B - 3``. ``--gate`` expressions (grammar of
@@ -12,6 +24,7 @@ from collections.abc import Sequence
 
 from diffbench.quality.gates import evaluate_gates
 from diffbench.store.models import RunQuality
+from diffbench.sweep.bootstrap import SpeedupCI
 from diffbench.sweep.models import GateRow, PointResult, WorkingPoint
 from diffbench.sweep.pairs import summaries_of
 
@@ -30,14 +43,40 @@ def gate_rows(quality: RunQuality, gates: Sequence[str], noise: RunQuality | Non
     return [GateRow(gate=r, noise_floor=floor.get(r.expr)) for r in results]
 
 
-def choose(points: Sequence[PointResult], gates: Sequence[str]) -> WorkingPoint:
-    """The passing point with the highest speed-up (ties: the earlier value).
+def speed_verdict(sp: SpeedupCI, floor: SpeedupCI | None, skipped: float | None) -> tuple[bool, str]:
+    """(measurably faster?, verdict text) for a speed-up interval against the timing noise floor.
 
-    "No value meets the budget" is a valid answer: ``value`` is None and the message says so.
+    ``skipped``: the skip fraction of a cache value (None for option axes).
     """
-    passing = [p for p in points if p.passed]
+    lo, hi = sp.low, sp.high
+    if skipped is not None and skipped == 0.0:
+        return False, "not faster: skipped 0 % of computations (the same work as the baseline)"
+    if hi < 1.0:
+        if floor is None or hi < floor.low:
+            return False, f"measurably slower: the 95 % CI ({lo:.3f}-{hi:.3f}) lies below 1"
+        return False, (f"slower, within timing noise: the 95 % CI ({lo:.3f}-{hi:.3f}) overlaps the noise floor "
+                       f"({floor.low:.3f}-{floor.high:.3f})")
+    if lo <= 1.0:
+        return False, f"not measurably faster: the 95 % CI ({lo:.3f}-{hi:.3f}) includes 1"
+    if floor is not None and lo <= floor.high:
+        return False, (f"not measurably faster: the 95 % CI ({lo:.3f}-{hi:.3f}) overlaps the noise floor "
+                       f"({floor.low:.3f}-{floor.high:.3f})")
+    if floor is None:
+        return True, "faster (CI low > 1; no noise floor: fewer than 2 timed blocks)"
+    return True, "measurably faster"
+
+
+def choose(points: Sequence[PointResult], gates: Sequence[str]) -> WorkingPoint:
+    """The point with the highest speed-up among those passing every gate and measurably faster
+    (:func:`speed_verdict`, recomputed from the point's interval, floor and skip fraction); ties: the
+    earlier value.
+
+    "No value meets the budget" and "no value is measurably faster within the budget" are valid answers:
+    ``value`` is None and the message says which.
+    """
     if not points:
         return WorkingPoint(value=None, message="no point was measured")
+    passing = [p for p in points if p.passed]
     if not passing:
         best = max(points, key=lambda p: _psnr_key(p))
         return WorkingPoint(
@@ -47,16 +86,30 @@ def choose(points: Sequence[PointResult], gates: Sequence[str]) -> WorkingPoint:
                 f"(psnr p10 {best.quality.psnr.p10:.2f} dB, worst {best.quality.psnr.worst:.2f} dB)"
             ),
         )
-    wp = max(passing, key=lambda p: p.speedup)
+    faster = [p for p in passing if speed_verdict(p.speedup_detail, p.noise_floor, p.skipped_steps)[0]]
+    if not faster:
+        best = max(passing, key=lambda p: p.speedup)
+        lo, hi = best.speedup_ci
+        why = speed_verdict(best.speedup_detail, best.noise_floor, best.skipped_steps)[1]
+        return WorkingPoint(
+            value=None,
+            message=(
+                f"no value is measurably faster than the baseline within the quality budget: "
+                f"{len(passing)} value(s) pass the gates, the fastest is {best.value} at {best.speedup:.3f}x "
+                f"(95 % CI {lo:.3f}-{hi:.3f}): {why}"
+            ),
+        )
+    wp = max(faster, key=lambda p: p.speedup)
     lo, hi = wp.speedup_ci
-    note = "" if lo > 1.0 else f"; its 95 % interval includes 1 ({lo:.3f}–{hi:.3f}): not measurably faster"
+    nf = wp.noise_floor
+    floor = f"; noise floor {nf.low:.3f}-{nf.high:.3f}" if nf is not None else ""
     return WorkingPoint(
         value=wp.value,
         speedup=wp.speedup,
         speedup_ci=wp.speedup_ci,
         message=(
-            f"working point: {wp.value} at {wp.speedup:.3f}x (95 % CI {lo:.3f}–{hi:.3f}), psnr p10 "
-            f"{wp.quality.psnr.p10:.2f} dB, worst {wp.quality.psnr.worst:.2f} dB{note}"
+            f"working point: {wp.value} at {wp.speedup:.3f}x (95 % CI {lo:.3f}-{hi:.3f}{floor}), psnr p10 "
+            f"{wp.quality.psnr.p10:.2f} dB, worst {wp.quality.psnr.worst:.2f} dB"
         ),
     )
 

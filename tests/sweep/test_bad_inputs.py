@@ -1,0 +1,79 @@
+"""Bad input to ``diffbench sweep`` and ``diffbench runs``: exit code and a message naming the input and the fix.
+
+One row per bad input: (args, exit code, fragments of stderr). ``{tmp}`` is a fresh directory, ``{store}`` an
+existing empty store in it, ``{junk}`` a file that is not a database. Every row must fail before any model
+loads (checked: no output directory or store is created by a rejected sweep).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from diffbench.cli.main import main
+from diffbench.store.runs import RunStore
+
+SWEEP = ["sweep", "--cache", "first-block", "--values", "0.1", "--store", "{tmp}/s.sqlite"]
+
+ROWS = [
+    # sweep: axis and values
+    (["sweep", "--values", "0.1", "--store", "{tmp}/s.sqlite"], 2, ["exactly one of --cache"]),
+    (["sweep", "--cache", "first-block", "--option", "precision", "--values", "0.1"], 2, ["exactly one"]),
+    (["sweep", "--cache", "deepcache", "--values", "0.1"], 2, ["--cache 'deepcache'", "first-block"]),
+    (["sweep", "--option", "dtype", "--values", "float16"], 2, ["--option 'dtype'", "precision"]),
+    (["sweep", "--cache", "first-block", "--values", ""], 2, ["--values is empty"]),
+    (["sweep", "--cache", "first-block", "--values", "0.1,0.1"], 2, ["duplicate values 0.1"]),
+    (["sweep", "--cache", "first-block", "--values", "-1"], 2, ["threshold", ">= 0"]),
+    (["sweep", "--cache", "first-block", "--values", "nan"], 2, ["finite number"]),
+    (["sweep", "--cache", "taylorseer", "--values", "0"], 2, ["cache_interval", ">= 1"]),
+    (["sweep", "--option", "precision", "--values", "float8"], 2, ["precision must be one of"]),
+    (["sweep", "--option", "compile", "--values", "maybe"], 2, ["compile takes on or off"]),
+    ([*SWEEP, "--engine", "http"], 2, ["--engine 'http'"]),
+    ([*SWEEP, "--gate", "psnr.p10>>30"], 2, ["psnr.p10>>30"]),
+    # sweep: protocol bounds (typer)
+    ([*SWEEP, "--runs", "1"], 2, ["--runs"]),
+    ([*SWEEP, "--max-warmup", "0"], 2, ["--max-warmup"]),
+    ([*SWEEP, "--stable-window", "3"], 2, ["--stable-window"]),
+    # sweep: output paths, checked before anything runs; a missing directory is never created silently
+    ([*SWEEP, "--json", "{tmp}/missing/c.json"], 2, ["--json", "does not exist", "--mkdir"]),
+    ([*SWEEP, "--csv", "{tmp}/missing/c.csv"], 2, ["--csv", "does not exist", "--mkdir"]),
+    ([*SWEEP, "--json", "{tmp}"], 2, ["--json", "is a directory"]),
+    ([*SWEEP, "--outputs", "{tmp}/missing/deeper"], 2, ["--outputs", "--mkdir"]),
+    (["sweep", "--cache", "first-block", "--values", "0.1", "--store", "{tmp}/typo/s.sqlite"], 2,
+     ["--store", "does not exist", "--mkdir"]),
+    (["sweep", "--cache", "first-block", "--values", "0.1", "--store", "{tmp}"], 2, ["--store", "is a directory"]),
+    # runs
+    (["runs", "--store", "{tmp}/nothing.sqlite"], 2, ["--store", "no store there"]),
+    (["runs", "--store", "{tmp}/typo/s.sqlite"], 2, ["no store there"]),
+    (["runs", "--store", "{junk}"], 4, ["not a diffbench SQLite database"]),
+    (["runs", "--store", "{store}", "--limit", "0"], 2, ["--limit"]),
+    (["runs", "show", "nosuchrun", "--store", "{store}"], 2, ["no run 'nosuchrun'", "diffbench runs"]),
+    (["runs", "show", "x", "--store", "{tmp}/nothing.sqlite"], 2, ["no store there"]),
+    (["runs", "compare", "aaa", "bbb", "--store", "{store}"], 2, ["no run 'aaa'"]),
+]
+
+
+@pytest.mark.parametrize(("args", "code", "fragments"), ROWS, ids=[" ".join(r[0])[:60] for r in ROWS])
+def test_bad_input(tmp_path, capsys, args, code, fragments):
+    store = tmp_path / "existing.sqlite"
+    RunStore.open(store).close()
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"not a database " * 64)
+    before = set(tmp_path.rglob("*"))
+    argv = [a.format(tmp=tmp_path, store=store, junk=junk) for a in args]
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == code, err
+    flat = " ".join(err.split())
+    for f in fragments:
+        assert f in flat, (f, err)
+    assert "Traceback" not in err
+    if args[0] == "sweep":  # rejected before any work: nothing created (no store, no outputs)
+        assert set(tmp_path.rglob("*")) == before
+
+
+def test_mkdir_creates_the_missing_directories(tmp_path):
+    from diffbench.core.outpath import check_output_file
+
+    with RunStore.open(tmp_path / "new" / "dir" / "s.sqlite", mkdir=True) as st:
+        assert st.path.exists()
+    assert check_output_file(tmp_path / "a" / "c.json", "--json", mkdir=True).parent.is_dir()
