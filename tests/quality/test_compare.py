@@ -274,4 +274,7 @@ def test_bench_batch_1_vs_2_settings_diff_end_to_end(tmp_path: Path, capsys) -> 
     assert rc == 0 and q["n_pairs"] == 1 and [e["key"] for e in q["errors"]] == ["p00/seed0/1"]
     diff = {d["field"]: (d["baseline"], d["candidate"]) for d in q["settings_diff"]}
     assert diff["batch"] == (1, 2) and "torch" not in diff and "model" not in diff
-    assert "batch composition changes pixels" in " ".join(out.split())
+    notes = {d["field"]: d["note"] for d in q["settings_diff"]}
+    assert "batch composition changes pixels" in notes["batch"]
+    # The console names the differing setting (table cells wrap at the terminal width, so match one word).
+    assert "generation setting(s) differ" in " ".join(out.split()) and "│ batch " in out

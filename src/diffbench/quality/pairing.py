@@ -109,7 +109,7 @@ def _index(m: Manifest, root: Path, side: str, errors: list[PairError]) -> dict[
 SETTING_NOTES = {
     "batch": "batch composition changes pixels even at the same seed (batched kernels round differently)",
     "steps": "a different number of denoising steps",
-    "shape": "the run's shape label (H x W, steps, batch) differs",
+    "shape": "the run's shape label (W x H, steps, batch) differs",
     "guidance": "a different guidance scale",
     "cfg": "a different classifier-free guidance setting",
     "precision": "a different dtype changes every kernel's rounding",
