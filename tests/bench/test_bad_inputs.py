@@ -91,16 +91,12 @@ def no_model_build(monkeypatch):
 
 
 @pytest.mark.parametrize(("args", "code", "fragments"), ROWS, ids=[" ".join(r[0][7:]) for r in ROWS])
-def test_bad_input(args, code, fragments, tmp_path: Path, capsys, no_model_build) -> None:
+def test_bad_input(args, code, fragments, tmp_path: Path, capsys, no_model_build, one_line_error) -> None:
     (tmp_path / "afile").write_text("x")
     argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
     rc = main(["bench", *argv])
     err = capsys.readouterr().err
-    assert rc == code, err
-    lines = [ln for ln in err.strip().splitlines() if ln]
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    for frag in fragments:
-        assert frag in err, (frag, err)
+    one_line_error(rc, err, code, fragments)
     assert not (tmp_path / "typo").exists()  # nothing created by a refused command
 
 

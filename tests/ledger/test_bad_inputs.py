@@ -57,17 +57,13 @@ CATALOGS = {
 
 
 @pytest.mark.parametrize(("args", "code", "fragments"), ROWS, ids=[" ".join(r[0][6:]) or r[0][3] for r in ROWS])
-def test_bad_input(args, code, fragments, tmp_path, capsys) -> None:
+def test_bad_input(args, code, fragments, tmp_path, capsys, one_line_error) -> None:
     for name, text in CATALOGS.items():
         (tmp_path / name).write_text(text)
     argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
     rc = main(["ledger", *argv])
     err = capsys.readouterr().err
-    assert rc == code, err
-    lines = [ln for ln in err.strip().splitlines() if ln]
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    for frag in fragments:
-        assert frag in err, (frag, err)
+    one_line_error(rc, err, code, fragments)
     assert "catalog.yaml:" not in err  # never blames the built-in file for a user's value
     assert not (tmp_path / "typo").exists()
 

@@ -51,15 +51,11 @@ ROWS: list[tuple[list[str], int, list[str]]] = [
 
 
 @pytest.mark.parametrize(("args", "code", "fragments"), ROWS, ids=[" ".join(r[2][:1]) for r in ROWS])
-def test_bad_input(args, code, fragments, tmp_path, capsys) -> None:
+def test_bad_input(args, code, fragments, tmp_path, capsys, one_line_error) -> None:
     argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
     rc = main(["plan", *argv])
     err = capsys.readouterr().err
-    assert rc == code, err
-    lines = [ln for ln in err.strip().splitlines() if ln]
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    for frag in fragments:
-        assert frag in err, (frag, err)
+    one_line_error(rc, err, code, fragments)
     for ghost in ("--slo-p99-s", "--quality-budget-db"):  # flags that do not exist are never named
         assert ghost not in err
     assert not (tmp_path / "typo").exists()

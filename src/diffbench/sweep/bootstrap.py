@@ -60,16 +60,19 @@ def speedup_ci(
     """
     b = np.asarray(baseline_s, dtype=np.float64)
     c = np.asarray(candidate_s, dtype=np.float64)
-    if b.size == 0 or c.size == 0:
-        raise ValueError("speedup_ci needs at least one baseline and one candidate sample")
-    if not (np.all(np.isfinite(b)) and np.all(np.isfinite(c)) and (b > 0).all() and (c > 0).all()):
-        raise ValueError("latency samples must be finite and > 0 seconds")
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    _check(b, c, confidence)
     rng = np.random.Generator(np.random.PCG64(seed))
     bi = rng.integers(0, b.size, size=(resamples, b.size))
     ci = rng.integers(0, c.size, size=(resamples, c.size))
     ratios = np.median(b[bi], axis=1) / np.median(c[ci], axis=1)
+    return _result(b, c, ratios, confidence, resamples)
+
+
+def _result(
+    b: np.ndarray, c: np.ndarray, ratios: np.ndarray, confidence: float, resamples: int,
+    statistic: str = "ratio of medians (baseline / candidate)",
+) -> SpeedupCI:
+    """Percentile interval of the bootstrap ``ratios`` around the observed ratio of medians."""
     alpha = (1.0 - confidence) / 2.0
     low, high = np.percentile(ratios, [100 * alpha, 100 * (1 - alpha)])
     return SpeedupCI(
@@ -80,6 +83,7 @@ def speedup_ci(
         resamples=resamples,
         n_baseline=int(b.size),
         n_candidate=int(c.size),
+        statistic=statistic,
     )
 
 
@@ -120,15 +124,7 @@ def paired_speedup_ci(
     rng = np.random.Generator(np.random.PCG64(seed))
     idx = rng.integers(0, b.size, size=(resamples, b.size))
     ratios = np.median(b[idx], axis=1) / np.median(c[idx], axis=1)
-    alpha = (1.0 - confidence) / 2.0
-    low, high = np.percentile(ratios, [100 * alpha, 100 * (1 - alpha)])
-    return SpeedupCI(
-        speedup=float(np.median(b) / np.median(c)),
-        low=float(low),
-        high=float(high),
-        confidence=confidence,
-        resamples=resamples,
-        n_baseline=int(b.size),
-        n_candidate=int(c.size),
+    return _result(
+        b, c, ratios, confidence, resamples,
         statistic="ratio of medians (baseline / candidate), paired by interleaved block",
     )
