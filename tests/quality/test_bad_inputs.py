@@ -37,12 +37,14 @@ def _setup(tmp: Path) -> dict[str, str]:
     e = ManifestEntry(prompt_id="p", seed=0, height=32, width=48, file="x.png",
                       sha256=hashlib.sha256((m / "x.png").read_bytes()).hexdigest())
     write_manifest(m, Manifest(entries=[e]))
+    tr = _run_dir(tmp / "TR")
+    (tr / "x.png").write_bytes((tr / "x.png").read_bytes()[:-12])  # IEND cut off: pixels still decode
     ro = tmp / "ro"
     ro.mkdir()
     ro.chmod(0o500)
     return {"A": str(a), "B": str(b), "B2": str(tmp / "B2"), "EMPTY": str(tmp / "empty"),
             "FILE": str(tmp / "file.txt"), "MISSING": str(tmp / "nope"), "ADIR": str(tmp / "adir"),
-            "BADMAN": str(bad), "M": str(m), "RO": str(ro), "T": str(tmp)}
+            "BADMAN": str(bad), "M": str(m), "RO": str(ro), "T": str(tmp), "TR": str(tr)}
 
 
 # (id, argv after "quality" with {PLACEHOLDERS}, exit code, fragment of stderr)
@@ -70,6 +72,7 @@ CASES = [
      "--json and --csv both name"),
     ("clip-without-manifest", ["{A}", "{B}", "--clip", "{ADIR}"], 2, "--clip needs prompts"),
     ("corrupt-manifest", ["{BADMAN}", "{M}"], 2, "cannot read manifest"),
+    ("truncated-png-iend", ["{A}", "{TR}"], 2, "{TR}/x.png: cannot decode image: truncated PNG"),
     ("pair-size-mismatch", ["{A}", "{B2}"], 2, "x.png: size mismatch: baseline 48x32, candidate 40x32"),
 ]
 BEFORE_WORK = {"bad-gate-syntax", "unknown-gate-metric", "unknown-gate-stat", "gate-not-a-number", "unknown-preset",

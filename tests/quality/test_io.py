@@ -148,3 +148,54 @@ def test_decompression_bomb_is_an_input_error(tmp_path: Path, monkeypatch) -> No
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
     with pytest.raises(InputError, match="x.png"):
         load_any(tmp_path / "x.png")
+
+
+# Cut points of a PNG's tail: 1-12 lose (part of) IEND, 13-16 the last IDAT CRC, 20 four bytes of zlib data,
+# 40 deep into IDAT. Pillow decodes the pixels of all but the last exactly, so only an integrity check sees them.
+@pytest.mark.parametrize("cut", [1, 4, 8, 12, 13, 16, 20, 40])
+def test_truncated_png_tail_is_a_pair_error(tmp_path: Path, cut: int) -> None:
+    a, b = _pair_dirs(tmp_path)
+    img = np.random.default_rng(cut).integers(0, 256, (16, 16, 3), dtype=np.uint8)
+    Image.fromarray(img).save(a / "x.png")
+    Image.fromarray(img).save(b / "x.png")
+    raw = (b / "x.png").read_bytes()
+    (b / "x.png").write_bytes(raw[:-cut])
+    msg = _only_error(a, b)
+    assert str(b / "x.png") in msg and ("truncated" in msg or "corrupt" in msg), msg
+    with pytest.raises(InputError, match="x.png"):
+        load_any(b / "x.png")
+
+
+def test_png_with_a_flipped_crc_byte_is_corrupt(tmp_path: Path) -> None:
+    p = tmp_path / "x.png"
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(p)
+    raw = bytearray(p.read_bytes())
+    raw[-13] ^= 0xFF  # last byte of the last IDAT chunk's CRC (IEND is the final 12 bytes)
+    p.write_bytes(bytes(raw))
+    with pytest.raises(InputError, match="CRC"):
+        load_any(p)
+
+
+def test_intact_png_with_trailing_bytes_still_loads(tmp_path: Path) -> None:
+    p = tmp_path / "x.png"
+    img = np.random.default_rng(1).integers(0, 256, (8, 8, 3), dtype=np.uint8)
+    Image.fromarray(img).save(p)
+    p.write_bytes(p.read_bytes() + b"trailer")  # data after IEND is not a truncation
+    assert (load_any(p).array == img).all()
+
+
+def test_truncated_png_listed_in_a_manifest_is_a_sha256_error(tmp_path: Path) -> None:
+    import hashlib
+
+    from diffbench.core.manifest import Manifest, ManifestEntry, write_manifest
+
+    a, b = _pair_dirs(tmp_path)
+    img = np.random.default_rng(2).integers(0, 256, (16, 16, 3), dtype=np.uint8)
+    for d in (a, b):
+        Image.fromarray(img).save(d / "x.png")
+        e = ManifestEntry(prompt_id="p", seed=0, height=16, width=16, file="x.png",
+                          sha256=hashlib.sha256((d / "x.png").read_bytes()).hexdigest())
+        write_manifest(d, Manifest(entries=[e]))
+    (b / "x.png").write_bytes((b / "x.png").read_bytes()[:-12])  # IEND gone after the run
+    msg = _only_error(a, b)
+    assert str(b / "x.png") in msg and "sha256 differs" in msg

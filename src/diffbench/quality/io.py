@@ -27,6 +27,8 @@ Policies (reported in :attr:`Loaded.notes` and in the report settings):
 from __future__ import annotations
 
 import re
+import struct
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -100,6 +102,42 @@ def _png_bit_depth(path: Path) -> int | None:
     return None
 
 
+_PNG_SIG = b"\x89PNG\r\n\x1a\n"
+
+
+def check_png_integrity(path: Path) -> None:
+    """Walk a PNG's chunks: every chunk complete, every CRC right, and an ``IEND`` chunk present.
+
+    Pillow decodes a PNG whose IEND, last IDAT CRC or last bytes of zlib data are missing to the
+    right pixels without complaint, so a truncated file would score as identical; this check makes
+    any truncation an error. Bytes after IEND are ignored (not a truncation). Chunk layout and CRC-32
+    from the PNG specification (W3C PNG 3rd ed., section 5.3). Files that do not start with the PNG
+    signature are left to the decoder.
+
+    Raises:
+        InputError: a chunk is cut short, a CRC does not match, or there is no IEND chunk.
+    """
+    data = Path(path).read_bytes()
+    if not data.startswith(_PNG_SIG):
+        return
+    pos = len(_PNG_SIG)
+    while True:
+        if pos + 8 > len(data):
+            raise InputError(f"{path}: cannot decode image: truncated PNG: ends at byte {len(data)} without an IEND chunk")
+        length, ctype = struct.unpack(">I4s", data[pos:pos + 8])
+        end = pos + 8 + length + 4
+        name = ctype.decode("latin-1")
+        if end > len(data):
+            raise InputError(f"{path}: cannot decode image: truncated PNG: chunk {name!r} at byte {pos} needs {end - pos} bytes, "
+                             f"file ends after {len(data) - pos}")
+        (crc,) = struct.unpack(">I", data[end - 4:end])
+        if zlib.crc32(data[pos + 4:end - 4]) != crc:
+            raise InputError(f"{path}: cannot decode image: corrupt PNG: CRC mismatch in chunk {name!r} at byte {pos}")
+        if ctype == b"IEND":
+            return
+        pos = end
+
+
 def _apply_alpha(rgba: np.ndarray, policy: str, path: Path, notes: list[str]) -> np.ndarray:
     if policy == "reject":
         raise InputError(
@@ -122,6 +160,9 @@ def load_image(path: Path, alpha: str = "reject") -> Loaded:
     An image with more than one frame (animated GIF / APNG / WebP) is returned as a video
     (``is_video=True, animated=True``) holding every frame; see :func:`_load_animated`.
 
+    A PNG (or APNG) must be intact: complete chunks, matching CRCs, an IEND chunk
+    (:func:`check_png_integrity`); other formats pass Pillow's ``Image.verify()`` first.
+
     Raises:
         InputError: unreadable, truncated or corrupt file; 16-bit; alpha under ``reject``; odd modes;
             decoded size above :data:`MAX_DECODED_BYTES`.
@@ -133,6 +174,9 @@ def load_image(path: Path, alpha: str = "reject") -> Loaded:
     if path.suffix.lower() == ".png" and _png_bit_depth(path) == 16:
         raise InputError(f"{path}: 16-bit PNG is not supported (8-bit expected); convert it to 8-bit explicitly")
     try:
+        check_png_integrity(path)
+        with Image.open(path) as im:  # a fresh open: verify() checks what the format allows, then is spent
+            im.verify()
         with Image.open(path) as im:
             if getattr(im, "n_frames", 1) > 1:
                 return _load_animated(path, im, alpha)
