@@ -32,13 +32,13 @@ from diffbench.bench.result import (
     StagesSummary,
     StepSummary,
 )
+from diffbench.bench.stability import FIRST_RUN_OUTLIER, timing_notes
 from diffbench.core.clock import Timer, no_sync
 from diffbench.core.psnr import psnr_uint8
 from diffbench.core.stats import percentile_warnings, summarize
 from diffbench.engines.base import Engine, GenerationRequest, GenerationResult
 from diffbench.errors import GenerationError
 
-FIRST_RUN_OUTLIER = 3.0  # first timed run > 3x the median of the others -> it carried a compile
 UNSYNC_TOLERANCE = 0.05  # pending work > 5 % of the measured time at the end read -> unsynchronized
 
 
@@ -196,6 +196,7 @@ class _ShapeRun:
                         ),
                     )
                 )
+        notes += timing_notes(r.shape, samples, r.warmup_s)
         for msg in percentile_warnings(len(samples), cfg.percentiles):
             notes.append(Note(code="percentile_unsupported", message=f"{r.shape}: {msg}"))
         if r.repro is not None and r.repro.reproducible is False:

@@ -217,6 +217,10 @@ def run_session(
             r = r.with_primary()
             if any(w.code == "unsynchronized" for w in r.warnings) or not opts.protocol.sync:
                 r = r.model_copy(update={"valid": False})
+            if not partial or interrupted:
+                from diffbench.bench.stability import load_notes
+
+                r.warnings.extend(load_notes(info, opts.engine.threads))
             if interrupted:
                 r.warnings.append(
                     Note(code="interrupted", message="interrupted: results cover the runs done so far")
