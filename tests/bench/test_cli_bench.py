@@ -6,6 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from diffbench.cli.main import main
@@ -404,3 +405,50 @@ def test_multi_shape_summary_at_the_top(tmp_path: Path, capsys) -> None:
     m = md.read_text()
     assert m.index("## Summary") < m.index(f"## {labels[0]}")
     assert all(f"| {label} |" in m for label in labels)
+
+
+def test_interrupt_during_warmup_keeps_the_warmups_and_says_what_was_measured(tmp_path: Path, monkeypatch,
+                                                                               capsys) -> None:
+    from diffbench.engines.sim import SimEngine
+
+    real = SimEngine.generate
+    calls = []
+
+    def generate(self, request):
+        calls.append(1)
+        if len(calls) == 3:  # Ctrl-C in the third of four warmup runs
+            raise KeyboardInterrupt
+        return real(self, request)
+
+    monkeypatch.setattr(SimEngine, "generate", generate)
+    out = tmp_path / "w.json"
+    rc = _bench("--engine", "sim", "--warmup", "4", "--runs", "5", "--json", str(out))
+    cap = capsys.readouterr()
+    r = json.loads(out.read_text())
+    assert rc == 130 and r["partial"] is True and r["interrupted"] is True
+    assert len(r["shapes"][0]["warmup_s"]) == 2 and r["shapes"][0]["samples_s"] == []
+    assert r["warmup_s"] == r["shapes"][0]["warmup_s"]  # the top level shows the warmups that ran
+    err = " ".join(cap.err.split())
+    assert "2 warmup runs" in err and "0 timed runs" in err and str(out) in err, cap.err
+
+
+def test_interrupt_during_timed_runs_prints_a_partial_summary(tmp_path: Path, monkeypatch, capsys) -> None:
+    from diffbench.engines.sim import SimEngine
+
+    real = SimEngine.generate
+    calls = []
+
+    def generate(self, request):
+        calls.append(1)
+        if len(calls) == 1 + 6 + 1:  # 1 warmup + 6 timed runs, then Ctrl-C in the next
+            raise KeyboardInterrupt
+        return real(self, request)
+
+    monkeypatch.setattr(SimEngine, "generate", generate)
+    out = tmp_path / "t.json"
+    rc = _bench("--engine", "sim", "--warmup", "1", "--runs", "50", "--json", str(out))
+    err = " ".join(capsys.readouterr().err.split())
+    r = json.loads(out.read_text())
+    assert rc == 130 and len(r["shapes"][0]["samples_s"]) == 6
+    p50 = float(np.median(r["shapes"][0]["samples_s"]))
+    assert "1 warmup runs" in err and "6 timed runs" in err and f"p50 {p50:.4g} s" in err, err

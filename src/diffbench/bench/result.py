@@ -214,8 +214,11 @@ class BenchResult(BaseModel):
         primary = next((s for s in self.shapes if s.latency_s is not None), None)
         notes = [w for s in self.shapes for w in s.warnings]
         summary = [ShapeHeadline.of(s) for s in self.shapes]
-        if primary is None:
-            return self.model_copy(update={"warnings": notes, "summary": summary})
+        if primary is None:  # nothing timed yet (e.g. interrupted in warmup): show the warmups that ran
+            warm = next((s for s in self.shapes if s.warmup_s), None)
+            return self.model_copy(update={"warnings": notes, "summary": summary,
+                                           "warmup_s": list(warm.warmup_s) if warm else [],
+                                           "primary_shape": warm.shape if warm else None})
         return self.model_copy(
             update=dict(
                 latency_s=primary.latency_s,

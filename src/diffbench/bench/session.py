@@ -238,6 +238,8 @@ def run_session(
         except KeyboardInterrupt:
             partial = assemble(state["result"].shapes, partial=True, interrupted=True)
             _write(opts, partial, markdown=True)
+            if on_update:
+                on_update(partial)
             raise
         final = assemble(shapes, partial=False)
         _write(opts, final, markdown=True)

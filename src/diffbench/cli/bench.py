@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from diffbench.errors import UsageError
+
+if TYPE_CHECKING:
+    from diffbench.bench.result import BenchResult
 from diffbench.workload.prompts import parse_seeds
 
 ENGINE_HELP = "sim (simulated GPU-like device) or diffusers (a real pipeline)."
@@ -189,15 +193,22 @@ def register(app: typer.Typer) -> None:
             markdown_path=markdown_path,
             save_outputs=save_outputs,
         )
+        latest: dict[str, BenchResult] = {}  # the newest (partial) result, for the Ctrl-C summary
         try:
-            result = run_session(opts)
+            result = run_session(opts, on_update=lambda r: latest.__setitem__("r", r))
         except ShapeError as exc:
             raise ShapeError(f"{_shape_option(str(exc), shapes)}: {exc}") from None
         except KeyboardInterrupt:
+            from diffbench.report.bench_report import partial_lines
+
+            for line in partial_lines(latest["r"]) if latest else []:
+                typer.echo(line, err=True)
             written = json_path is not None and json_path.exists()
             typer.secho(
                 f"interrupted: the partial result was written to {json_path}"
                 if written
+                else "interrupted: nothing was written (no --json)"
+                if json_path is None
                 else "interrupted before the first measured run; nothing was written",
                 fg="red",
                 err=True,

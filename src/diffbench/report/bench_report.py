@@ -21,6 +21,19 @@ def _db(v: float | None) -> str:
     return "inf (bitwise identical)" if math.isinf(v) else f"{v:.2f} dB"
 
 
+def partial_lines(r: BenchResult) -> list[str]:
+    """What an interrupted run measured, one line per shape begun (warmups, timed runs, p50 of those)."""
+    lines = []
+    for s in r.shapes:
+        warm = ", ".join(f"{w:.4g}" for w in s.warmup_s)
+        line = f"partial: {s.shape}: {len(s.warmup_s)} warmup runs" + (f" ({warm} s)" if warm else "")
+        line += f", {len(s.samples_s)} timed runs"
+        if s.latency_s is not None and s.samples_s:
+            line += f", p50 {s.latency_s.p50:.4g} s (n={s.latency_s.n}; partial, not a full result)"
+        lines.append(line)
+    return lines or ["partial: interrupted before any run finished"]
+
+
 def conditions_line(r: BenchResult) -> str:
     """The conditions block in one line, in the field's minimal-report order."""
     c = r.conditions
