@@ -36,6 +36,9 @@ ROWS: list[tuple[list[str], int, list[str]]] = [
     ([*SIM, "--save-outputs", "{tmp}/typo/out"], 2, ["--save-outputs", "does not exist", "--mkdir"]),
     ([*SIM, "--json", "{tmp}/afile/r.json"], 2, ["--json", "not a directory"]),
     ([*SIM, "--markdown", "{tmp}"], 2, ["--markdown", "is a directory"]),
+    # a parent that exists but cannot hold files (/proc): refused before the run, naming the option
+    ([*SIM, "--json", "/proc/x.json"], 2, ["--json /proc/x.json", "cannot create a file"]),
+    ([*SIM, "--markdown", "/proc/x.md"], 2, ["--markdown /proc/x.md", "cannot create a file"]),
     # sizes no deployment uses: refused at once with the limit and the override flag
     ([*SIM, "--steps", "1000000"], 2, ["--steps 1000000", "1000", "--allow-large"]),
     ([*WAN, "--frames", "4097", "--height", "64", "--width", "64"], 2, ["--frames 4097", "1025", "--allow-large"]),

@@ -43,6 +43,7 @@ ROWS: list[tuple[list[str], int, list[str]]] = [
     (["--model", "flux.1-dev", "--size", "1000x1024", "--gpu", "h100-sxm"], 2, ["--size", "width 1000"]),
     ([*BASE, "--json", "{tmp}/typo/l.json"], 2, ["--json", "does not exist", "--mkdir"]),
     ([*BASE, "--catalog", "{tmp}/nope.yaml"], 2, ["--catalog", "file not found"]),
+    ([*BASE, "--catalog", "{tmp}"], 2, ["--catalog", "is a directory", "pass a YAML file"]),
     # a partial override (denoiser.blocks only) with a bad value: the user's file and line, not the built-in
     ([*BASE, "--catalog", "{tmp}/partial_bad.yaml"], 2, ["partial_bad.yaml:5", "denoiser.blocks.0.count"]),
     ([*BASE, "--catalog", "{tmp}/partial_missing.yaml"], 2, ["partial_missing.yaml:5", "blocks.0.weights_d2"]),

@@ -250,7 +250,10 @@ def run_session(
 
 def _write(opts: BenchOptions, result: BenchResult, markdown: bool) -> None:
     if opts.json_path:
-        write_json_atomic(opts.json_path, result.model_dump(mode="json"))
+        try:
+            write_json_atomic(opts.json_path, result.model_dump(mode="json"))
+        except InputError as exc:
+            raise InputError(f"--json {exc}") from exc
     if markdown and opts.markdown_path:
         from diffbench.report.bench_report import to_markdown
 

@@ -151,10 +151,12 @@ def register(app: typer.Typer) -> None:
             check_number(flag, value, lo, hi, what)
         shape_list = parse_shapes(shapes) if shapes else [Shape(height=height, width=width, frames=frames)]
         check_limits(steps=steps, batch=batch, shapes=[s.limit_spec() for s in shape_list], allow_large=allow_large)
-        if json_path is not None:
-            check_output_file(json_path, "--json", mkdir=mkdir)
-        if markdown_path is not None:
-            check_output_file(markdown_path, "--markdown", mkdir=mkdir)
+        from diffbench.bench.outputs import probe_file_writable
+
+        for option, out_path in (("--json", json_path), ("--markdown", markdown_path)):
+            if out_path is not None:
+                check_output_file(out_path, option, mkdir=mkdir)
+                probe_file_writable(out_path, option)
         if save_outputs is not None:
             check_output_dir(save_outputs, "--save-outputs", mkdir=mkdir)
         sim = SimParams(

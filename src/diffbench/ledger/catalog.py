@@ -127,6 +127,8 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
     if path is None:
         return _builtin()
     p = Path(path)
+    if p.is_dir():
+        raise InputError(f"--catalog {p} is a directory; pass a YAML file such as {p / 'overrides.yaml'}")
     if not p.is_file():
         raise InputError(f"--catalog {p}: file not found; pass an existing YAML file")
     try:
