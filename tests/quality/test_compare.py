@@ -180,8 +180,9 @@ def test_identical_pairs_counted_in_every_row(tmp_path: Path, capsys) -> None:
     assert s["psnr"]["n_inf"] == 2 and s["ssim"]["n_inf"] == 0
     assert s["psnr"]["mean"] == pytest.approx(np.mean([sk_psnr(ia[i], ib[i], data_range=255) for i in changed]))
     assert s["ssim"]["mean"] == pytest.approx(np.mean([_sk_ssim(ia[i], ib[i]) for i in changed]), abs=1e-4)
-    rows = {line.split("│")[1].strip(): line.split("│")[3].strip() for line in out.splitlines()
-            if line.count("│") > 4 and line.split("│")[1].strip() in ("psnr", "ssim", "ms_ssim")}
+    # the summary table has no outer edge: cells are metric │ n │ identical │ ...
+    rows = {line.split("│")[0].strip(): line.split("│")[2].strip() for line in out.splitlines()
+            if line.count("│") > 4 and line.split("│")[0].strip() in ("psnr", "ssim", "ms_ssim")}
     assert rows == {"psnr": "2", "ssim": "2", "ms_ssim": "2"}  # the console's identical column
 
 

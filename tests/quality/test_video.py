@@ -142,3 +142,29 @@ def test_temporal_metrics_refuse_a_still_image() -> None:
         temporal_flicker(img)
     with pytest.raises(ShapeError, match="per_frame takes"):
         per_frame(img, img, 255.0)
+
+
+def test_summary_table_at_80_columns_shows_every_metric_name_whole(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from diffbench.report.quality_render import render_console
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    base, cand = _smooth(6, 4), _smooth(6, 2)
+    for root, vid in ((a, base), (b, cand)):
+        (root / "v1").mkdir(parents=True)
+        for t, f in enumerate(vid):
+            Image.fromarray(f).save(root / "v1" / f"{t:05d}.png")
+    rep = compare_dirs(a, b, QualityOptions(workers=1, ms_ssim=False))
+    con = Console(width=80, record=True, color_system=None)
+    render_console(rep, con)
+    text = con.export_text()
+    summary = text.split("per-pair metrics")[1].split("worst 1 by psnr")[0]  # up to the next table's title
+    assert "…" not in text, text  # nothing cut anywhere: names, numbers, paths (folded instead)
+    rows = [ln.strip("│ ") for ln in summary.splitlines()]
+    for name in ("frame_psnr", "frame_ssim", "flicker_delta", "motion_ratio"):
+        assert name in rep.summaries, name
+        line = next((r for r in rows if r.startswith(name + " ")), None)  # the name whole, then the numbers
+        assert line is not None, (name, summary)
+        st = rep.summaries[name]
+        assert f"{st.p10:.4f}" in line and f"{st.worst:.4f}" in line, line  # numbers whole, on the name's line

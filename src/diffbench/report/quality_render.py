@@ -82,10 +82,17 @@ def render_console(report: QualityReport, console: Console | None = None) -> Non
             st.add_row(f"{d.field}" + (f" ({d.source})" if d.source != "conditions" else ""), str(d.baseline),
                        str(d.candidate), d.note)
         c.print(st)
-    t = Table(title="per-pair metrics (worst is direction-aware)")
-    for col in ("metric", "n", "identical", "mean (non-identical)", "p50", "p10", "p90", "worst"):
-        t.add_column(col, justify="right" if col != "metric" else "left")
+    # never cut a metric name or a number at 80 columns: the metric column is as wide as its longest name
+    # (a " (lower better)" suffix wraps under it), numbers never wrap, only the long headers fold; no outer
+    # edge, so that 8 columns fit in 80
+    t = Table(title="per-pair metrics (worst is direction-aware)", show_edge=False, pad_edge=False,
+              collapse_padding=True)
     names = [k for k in _ORDER if k in report.summaries] + sorted(set(report.summaries) - set(_ORDER))
+    t.add_column("metric", justify="left", min_width=max((len(k) for k in names), default=6), overflow="fold")
+    t.add_column("n", justify="right", no_wrap=True)
+    t.add_column("identical", justify="right", overflow="fold", max_width=5)
+    for col in ("mean (non-identical)", "p50", "p10", "p90", "worst"):  # _f: at most 8 characters
+        t.add_column(col, justify="right", min_width=8, max_width=8, overflow="fold")
     for k in names:
         s = report.summaries[k]
         t.add_row(k + ("" if s.higher_is_better else " (lower better)"), str(s.n), str(s.n_identical), _f(s.mean),
@@ -97,9 +104,9 @@ def render_console(report: QualityReport, console: Console | None = None) -> Non
         if not s.worst_pairs or k.startswith("frame_"):
             continue
         wt = Table(title=f"worst {len(s.worst_pairs)} by {k}")
-        wt.add_column("key")
-        wt.add_column(k, justify="right")
-        wt.add_column("candidate")
+        wt.add_column("key", overflow="fold")
+        wt.add_column(k, justify="right", no_wrap=True)
+        wt.add_column("candidate", overflow="fold")  # a path cut with an ellipsis cannot be opened
         for wp in s.worst_pairs:
             flag = " (differs only in the 5-px border)" if wp.key in border_only else ""
             wt.add_row(wp.key + flag, _f(wp.value), wp.candidate)
