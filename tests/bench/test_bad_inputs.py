@@ -39,6 +39,8 @@ ROWS: list[tuple[list[str], int, list[str]]] = [
     # a parent that exists but cannot hold files (/proc): refused before the run, naming the option
     ([*SIM, "--json", "/proc/x.json"], 2, ["--json /proc/x.json", "cannot create a file"]),
     ([*SIM, "--markdown", "/proc/x.md"], 2, ["--markdown /proc/x.md", "cannot create a file"]),
+    ([*SIM, "--warmup", "soon"], 2, ["--warmup 'soon'", "'auto'"]),
+    ([*SIM, "--warmup", "-1"], 2, ["--warmup '-1'", "[0, 10000]"]),
     # sizes no deployment uses: refused at once with the limit and the override flag
     ([*SIM, "--steps", "1000000"], 2, ["--steps 1000000", "1000", "--allow-large"]),
     ([*WAN, "--frames", "4097", "--height", "64", "--width", "64"], 2, ["--frames 4097", "1025", "--allow-large"]),

@@ -105,3 +105,39 @@ def test_busy_machine_warns_with_the_load_average(monkeypatch, tmp_path) -> None
     run_session(opts)
     notes = {w["code"]: w["message"] for w in json.loads(out.read_text())["warnings"]}
     assert f"load average {2.0 * cpus:.1f} on {cpus} CPUs" in notes["machine_busy"]
+
+
+def test_auto_warmup_runs_until_the_sweep_test_calls_it_warm() -> None:
+    from diffbench.sweep.warmth import DEFAULT_WINDOW, is_warm
+
+    eng = _ColdSim([0.9 * 0.7**i for i in range(12)], jitter=0.02, seed=1)  # a cold start fading over 12 calls
+    eng.start()
+    (r,) = run_bench(eng, [REQ], BenchConfig(warmup_auto=True, runs=20, repro=False))
+    w = r.warmup_s
+    assert is_warm(w) and not any(is_warm(w[:k]) for k in range(DEFAULT_WINDOW, len(w)))  # stopped at once
+    assert len(w) > 2 + DEFAULT_WINDOW  # more than the fixed default: the falling calls stayed in warmup ...
+    assert "warmup_insufficient" not in _codes(r)  # ... so none leaked into the statistics
+    assert max(r.samples_s) < 3 * float(np.median(r.samples_s))
+
+
+def test_auto_warmup_that_never_settles_says_so() -> None:
+    eng = _ColdSim([1.0 * 0.9**i for i in range(40)], jitter=0.0)
+    eng.start()
+    (r,) = run_bench(eng, [REQ], BenchConfig(warmup_auto=True, max_warmup=8, runs=5, repro=False))
+    assert len(r.warmup_s) == 8
+    msg = next(w.message for w in r.warnings if w.code == "warmup_not_stable")
+    assert "8 warmup runs" in msg and "--max-warmup" in msg
+
+
+def test_cli_warmup_auto_and_bad_values(tmp_path, capsys) -> None:
+    import json
+
+    from diffbench.cli.main import main
+
+    out = tmp_path / "a.json"
+    assert main(["bench", "--engine", "sim", "--warmup", "auto", "--runs", "3", "--no-repro", "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["protocol"]["warmup_auto"] is True and len(r["warmup_s"]) >= 5
+    assert r["protocol"]["warmup_per_shape"] is None and r["protocol"]["max_warmup"] == 20
+    assert main(["bench", "--engine", "sim", "--warmup", "soon"]) == 2
+    assert "--warmup 'soon'" in capsys.readouterr().err

@@ -3,7 +3,10 @@
 For each distinct shape (height, width, frames, steps, batch) of the workload:
 
 1. **Warmup**: ``warmup`` untimed-for-statistics runs with the real prompts at that shape (the first call
-   compiles, autotunes and grows the memory pool); their times are kept apart in ``warmup_s``.
+   compiles, autotunes and grows the memory pool); their times are kept apart in ``warmup_s``. With
+   ``warmup_auto``, warmup runs until the sweep's warm-until-stable test passes
+   (:func:`diffbench.sweep.warmth.is_warm`: the last 5 show no significant downward trend), at most
+   ``max_warmup`` runs (a ``warmup_not_stable`` note when the cap is hit).
 2. **Timed runs**: ``runs`` generations cycling through the workload's prompts × seeds. The device is
    synchronized before every clock read (:class:`~diffbench.core.clock.Timer`). After each run the
    protocol checks that no device work was still pending at the end-time read; pending work means the
@@ -38,6 +41,7 @@ from diffbench.core.psnr import psnr_uint8
 from diffbench.core.stats import percentile_warnings, summarize
 from diffbench.engines.base import Engine, GenerationRequest, GenerationResult
 from diffbench.errors import GenerationError
+from diffbench.sweep.warmth import DEFAULT_WINDOW, is_warm
 
 UNSYNC_TOLERANCE = 0.05  # pending work > 5 % of the measured time at the end read -> unsynchronized
 
@@ -50,6 +54,8 @@ class BenchConfig(BaseModel):
     """
 
     warmup: int = Field(default=2, ge=0)
+    warmup_auto: bool = False  # warm until sweep.warmth.is_warm (last 5 runs, no downward trend), <= max_warmup
+    max_warmup: int = Field(default=20, ge=1)
     runs: int = Field(default=100, ge=1)
     sync: bool = True
     repro: bool = True
@@ -174,7 +180,7 @@ class _ShapeRun:
                 r.video_seconds_per_s = per_call * r.frames / r.fps
         r.sync_pending_s = max(self.pending) if self.pending else 0.0
         notes = list(r.warnings)
-        if cfg.warmup == 0:
+        if cfg.warmup == 0 and not cfg.warmup_auto:
             notes.append(
                 Note(
                     code="no_warmup",
@@ -280,11 +286,19 @@ def _run_shape(
     on_output: OutputSink | None,
     progress: Callable[[], None],
 ) -> None:
-    for i in range(cfg.warmup):
+    i = 0
+    while (not is_warm(run.result.warmup_s) and i < cfg.max_warmup) if cfg.warmup_auto else i < cfg.warmup:
         t0 = timer.now_ns()
         engine.generate(group[i % len(group)])
         t1 = timer.now_ns()
         run.result.warmup_s.append((t1 - t0) / 1e9)
+        i += 1
+    if cfg.warmup_auto and not is_warm(run.result.warmup_s):
+        w = run.result.warmup_s
+        run.result.warnings.append(Note(code="warmup_not_stable", message=(
+            f"{run.result.shape}: still getting faster after {len(w)} warmup runs ({w[-DEFAULT_WINDOW]:.4g} s -> "
+            f"{w[-1]:.4g} s over the last {DEFAULT_WINDOW}): the timed runs may carry the end of a cold start; "
+            "raise --max-warmup")))
     first_images: dict[tuple[str, int], np.ndarray] = {}
     seen: set[tuple[str, int]] = set()
     for i in range(cfg.runs):

@@ -172,7 +172,9 @@ class Conditions(BaseModel):
 class Protocol(BaseModel):
     """How the numbers were taken."""
 
-    warmup_per_shape: int
+    warmup_per_shape: int | None  # None with --warmup auto (each shape's count is len(warmup_s))
+    warmup_auto: bool = False
+    max_warmup: int | None = None  # the cap of --warmup auto
     runs_per_shape: int
     synchronized: bool
     percentile_method: str

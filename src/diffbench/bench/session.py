@@ -198,7 +198,9 @@ def run_session(
             conditions=_conditions(info, requests, hw, env.driver, env.cuda),
             env=env,
             protocol=Protocol(
-                warmup_per_shape=opts.protocol.warmup,
+                warmup_per_shape=None if opts.protocol.warmup_auto else opts.protocol.warmup,
+                warmup_auto=opts.protocol.warmup_auto,
+                max_warmup=opts.protocol.max_warmup if opts.protocol.warmup_auto else None,
                 runs_per_shape=opts.protocol.runs,
                 synchronized=opts.protocol.sync,
                 percentile_method=PERCENTILE_METHOD,

@@ -85,9 +85,12 @@ def register(app: typer.Typer) -> None:
         ),
         num_prompts: int = typer.Option(4, min=1, help="How many built-in prompts to cycle through."),
         seeds: str = typer.Option("0", help="Comma-separated seeds, e.g. 0,1."),
-        warmup: int = typer.Option(
-            2, min=0, help="Warmup runs per shape (reported apart, never in the statistics)."
+        warmup: str = typer.Option(
+            "2",
+            help="Warmup runs per shape (reported apart, never in the statistics), or 'auto': run until the "
+            "last 5 show no downward trend (the sweep's warm test), at most --max-warmup.",
         ),
+        max_warmup: int = typer.Option(20, min=1, max=10000, help="Cap of --warmup auto per shape."),
         runs: int = typer.Option(100, min=1, help="Timed runs per shape (p99 needs >= 100)."),
         no_sync: bool = typer.Option(
             False,
@@ -149,6 +152,9 @@ def register(app: typer.Typer) -> None:
             ("--sim-tail-s", sim_tail_s, 0, 3600, "seconds"),
         ):
             check_number(flag, value, lo, hi, what)
+        warmup_auto = warmup.strip().lower() == "auto"
+        if not warmup_auto and not (warmup.strip().isdigit() and int(warmup) <= 10000):
+            raise UsageError(f"--warmup {warmup!r}: expected a count of runs in [0, 10000] or 'auto'")
         shape_list = parse_shapes(shapes) if shapes else [Shape(height=height, width=width, frames=frames)]
         check_limits(steps=steps, batch=batch, shapes=[s.limit_spec() for s in shape_list], allow_large=allow_large)
         from diffbench.bench.outputs import probe_file_writable
@@ -190,7 +196,8 @@ def register(app: typer.Typer) -> None:
             prompts_file=prompts,
             num_prompts=num_prompts,
             seeds=parse_seeds(seeds),
-            protocol=BenchConfig(warmup=warmup, runs=runs, sync=not no_sync, repro=repro, fps=fps),
+            protocol=BenchConfig(warmup=0 if warmup_auto else int(warmup), warmup_auto=warmup_auto,
+                                 max_warmup=max_warmup, runs=runs, sync=not no_sync, repro=repro, fps=fps),
             json_path=json_path,
             markdown_path=markdown_path,
             save_outputs=save_outputs,

@@ -21,6 +21,14 @@ def _db(v: float | None) -> str:
     return "inf (bitwise identical)" if math.isinf(v) else f"{v:.2f} dB"
 
 
+def _warmup_text(r: BenchResult) -> str:
+    p = r.protocol
+    if not p.warmup_auto:
+        return str(p.warmup_per_shape)
+    counts = "/".join(str(len(s.warmup_s)) for s in r.shapes)
+    return f"auto (until warm, max {p.max_warmup}: {counts})"
+
+
 def partial_lines(r: BenchResult) -> list[str]:
     """What an interrupted run measured, one line per shape begun (warmups, timed runs, p50 of those)."""
     lines = []
@@ -138,7 +146,7 @@ def print_console(r: BenchResult) -> None:
     con = Console(width=max(Console().width, 120))
     con.print(f"[bold]conditions[/bold]: {conditions_line(r)}")
     con.print(
-        f"protocol: warmup {r.protocol.warmup_per_shape}/shape (reported apart) · "
+        f"protocol: warmup {_warmup_text(r)}/shape (reported apart) · "
         f"{r.protocol.runs_per_shape} timed runs/shape · synchronized {r.protocol.synchronized} · "
         f"percentiles: {r.protocol.percentile_method}"
     )
