@@ -40,12 +40,35 @@ ROWS = [
     (["--rates", "1", "--jsonl", "no/such/dir/r.jsonl"], 2, "--jsonl no/such/dir/r.jsonl: directory"),
     (["--rates", "1", "--json", "."], 2, "--json . is a directory"),
     (["--rates", "1", "--url", "ftp://x"], 2, "--url: "),
+    # files (fresh-user trial): binary, missing, a directory, empty, malformed; created by _make_files
+    (["--rates", "1", "--workload", "a.png"], 2, "--workload a.png is a binary file, not UTF-8 text; expected a "
+                                                 "text file with a YAML or JSON mapping"),
+    (["--rates", "1", "--workload", "missing.yaml"], 2, "--workload missing.yaml: file not found"),
+    (["--rates", "1", "--workload", "adir"], 2, "--workload adir is a directory"),
+    (["--rates", "1", "--workload", "empty.txt"], 2, "--workload empty.txt is empty"),
+    (["--rates", "1", "--workload", "bad.json"], 2, "--workload bad.json is not valid JSON"),
+    (["--rates", "1", "--workload", "list.yaml"], 2, "--workload list.yaml must hold a mapping"),
+    (["--rates", "1", "--prompts", "a.png"], 2, "--prompts a.png is a binary file, not UTF-8 text; expected a "
+                                                "text file with one prompt per line"),
+    (["--rates", "1", "--prompts", "missing.txt"], 2, "--prompts missing.txt: file not found"),
+    (["--rates", "1", "--prompts", "adir"], 2, "--prompts adir is a directory"),
+    (["--rates", "1", "--prompts", "empty.txt"], 2, "--prompts empty.txt is empty"),
 ]
+
+
+def _make_files(root) -> None:
+    """The odd files the file rows name (a PNG signature with NUL bytes is what a real image starts with)."""
+    (root / "a.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe")
+    (root / "adir").mkdir()
+    (root / "empty.txt").write_text("")
+    (root / "bad.json").write_text("{")
+    (root / "list.yaml").write_text("- 1\n- 2\n")
 
 
 @pytest.mark.parametrize("argv, code, fragment", ROWS, ids=[" ".join(r[0]) for r in ROWS])
 def test_bad_input_is_a_clear_error(argv, code, fragment, capsys, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
+    _make_files(tmp_path)
     assert main(URL + argv) == code
     err = capsys.readouterr().err
     assert fragment in err, err

@@ -221,11 +221,10 @@ def trace(path: str | Path, duration: float | None = None, speed: float = 1.0) -
     speed = _check_positive("trace speed", speed)
     if duration is not None:
         duration = _check_positive("duration", duration)
+    from diffbench.load.textfile import read_text_input
+
     p = Path(path)
-    try:
-        lines = p.read_text().splitlines()
-    except OSError as exc:
-        raise InputError(f"cannot read trace file {p}: {exc.strerror or exc}; pass an existing file to --trace") from exc
+    lines = read_text_input(p, "--trace", "one timestamp per line (seconds, or JSONL with \"t\")").splitlines()
     values = []
     for lineno, raw in enumerate(lines, start=1):
         text = raw.strip()
