@@ -252,7 +252,13 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
     from diffbench.load.client.control import JsonlSink, RunControl
     from diffbench.load.client.dialects import sends_steps_and_frames, shape_label
     from diffbench.load.client.http import HttpBackend, Target
-    from diffbench.load.client.sweep import NoSuccessError, SweepConfig, run_sweep
+    from diffbench.load.client.sweep import (
+        NoSuccessError,
+        SweepConfig,
+        WarmupFailed,
+        run_sweep,
+        warmup_failure_result,
+    )
     from diffbench.load.client.workload import RequestPlanner, RequestSpec, Workload, resolve_prompts
 
     assert isinstance(cfg, SweepConfig) and isinstance(wl, Workload) and isinstance(target, Target)
@@ -313,6 +319,11 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
         sweep = asyncio.run(main())
     except asyncio.CancelledError:
         raise KeyboardInterrupt from None
+    except WarmupFailed as exc:
+        if o.json_out:  # the README promises --json for a failed run too: warm-up counts, no rows
+            write_json_atomic(o.json_out, warmup_failure_result(cfg, exc, conditions).model_dump(mode="json"))
+            console.print(f"failed-run result written to {o.json_out} (no rows: the warm-up failed)")
+        raise
     finally:
         if sink is not None:
             sink.close()

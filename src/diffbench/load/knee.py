@@ -66,7 +66,9 @@ class SweepResult(BaseModel):
     ``source`` is ``"load"`` or ``"simulate"``; ``conditions`` holds the run's conditions as text
     (e.g. ``{"devices": "4", "service": "3.0*N(1,0.02)+0.8*B(0.1)"}``) so a saved result re-renders alone.
     ``n``/``n_ok``/``outcomes``/``failed_fraction`` total every row; ``capacity_source`` says which rows the
-    capacity came from. ``partial`` and ``interrupted`` are true for a run stopped by Ctrl-C.
+    capacity came from. ``partial`` and ``interrupted`` are true for a run stopped by Ctrl-C. A run that
+    ended before any measurement (every warm-up request failed to connect) has no rows, ``partial`` true,
+    the reason in ``error`` and the warm-up outcome counts in ``warmup_outcomes``.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -88,6 +90,8 @@ class SweepResult(BaseModel):
     interrupted: bool = False
     conditions: dict[str, str] = {}
     warnings: list[str] = []
+    error: str | None = None
+    warmup_outcomes: dict[str, int] = {}
 
 
 def _load_key(row: RateSummary) -> float:
