@@ -39,6 +39,21 @@ ROWS = [
     (["--rates", "1", "--json", "no/such/dir/r.json"], 2, "--json no/such/dir/r.json: directory no/such/dir does"),
     (["--rates", "1", "--jsonl", "no/such/dir/r.jsonl"], 2, "or pass --mkdir"),
     (["--rates", "1", "--max-requests", "0"], 2, "--max-requests"),
+    # numbers that are not finite or are out of range
+    (["--rates", "1", "--duration", "inf"], 2, "--duration must be a positive finite number, got inf"),
+    (["--rates", "1", "--duration", "nan"], 2, "--duration must be a positive finite number, got nan"),
+    (["--rates", "1", "--duration", "-1"], 2, "--duration must be a positive finite number, got -1"),
+    (["--rates", "1", "--slo", "inf"], 2, "--slo must be a finite number of seconds > 0, got inf"),
+    (["--rates", "1", "--slo", "nan"], 2, "--slo must be a finite number of seconds > 0, got nan"),
+    (["--rates", "1", "--slo", "-1"], 2, "--slo must be a finite number of seconds > 0, got -1"),
+    (["--rates", "inf"], 2, "--rates: rate inf is not a finite number of requests per second"),
+    (["--rates", "nan"], 2, "--rates: rate nan is not a finite number"),
+    (["--rates", "1", "--arrival", "gamma", "--burstiness", "inf"], 2, "--burstiness must be a positive finite"),
+    (["--rates", "1", "--arrival", "gamma", "--burstiness", "nan"], 2, "--burstiness must be a positive finite"),
+    (["--arrival", "ramp", "--ramp", "1:inf"], 2, "--ramp end rate must be a positive finite number, got inf"),
+    (["--arrival", "ramp", "--ramp", "nan:2"], 2, "--ramp start rate must be a positive finite number, got nan"),
+    (["--rates", "1", "--seed", "-1"], 2, "--seed must be >= 0"),
+    (["--mode", "closed", "--users", "2", "--think", "nan"], 2, "--think 'nan': unknown factor"),
     # files (fresh-user trial): binary, missing, a directory, empty, malformed; created by _make_files
     (["--rates", "1", "--service-from", "a.png"], 2, "--service-from a.png is a binary file, not UTF-8 text; "
                                                      "expected a text file with latencies"),

@@ -323,7 +323,9 @@ def parse_rate_list(text: str, option: str = "--rates") -> list[float]:
             value = float(part)
         except ValueError as exc:
             raise UsageError(f"{option}: {part!r} is not a number; use e.g. {option} 0.5,1,2") from exc
-        if not math.isfinite(value) or value <= 0:
+        if not math.isfinite(value):
+            raise UsageError(f"{option}: rate {part} is not a finite number of requests per second")
+        if value <= 0:
             raise UsageError(f"{option}: rate must be > 0, got {part}")
         out.append(value)
     if not out:
