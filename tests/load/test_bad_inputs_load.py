@@ -71,6 +71,7 @@ ROWS = [
     (["--rates", "1", "--workload", "adir"], 2, "--workload adir is a directory"),
     (["--rates", "1", "--workload", "empty.txt"], 2, "--workload empty.txt is empty"),
     (["--rates", "1", "--workload", "bad.json"], 2, "--workload bad.json is not valid JSON"),
+    (["--rates", "1", "--workload", "bad.yaml"], 2, "--workload bad.yaml is not valid YAML: "),
     (["--rates", "1", "--workload", "list.yaml"], 2, "--workload list.yaml must hold a mapping"),
     (["--rates", "1", "--prompts", "a.png"], 2, "--prompts a.png is a binary file, not UTF-8 text; expected a "
                                                 "text file with one prompt per line"),
@@ -87,6 +88,7 @@ def _make_files(root) -> None:
     (root / "empty.txt").write_text("")
     (root / "bad.json").write_text("{")
     (root / "list.yaml").write_text("- 1\n- 2\n")
+    (root / "bad.yaml").write_text("shapes: [\n  {size: 64x64\n")
 
 
 @pytest.mark.parametrize("argv, code, fragment", ROWS, ids=[" ".join(r[0]) for r in ROWS])
