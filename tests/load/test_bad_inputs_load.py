@@ -40,12 +40,61 @@ ROWS = [
     (["--rates", "1", "--jsonl", "no/such/dir/r.jsonl"], 2, "--jsonl no/such/dir/r.jsonl: directory"),
     (["--rates", "1", "--json", "."], 2, "--json . is a directory"),
     (["--rates", "1", "--url", "ftp://x"], 2, "--url: "),
+    # numbers that are not finite or are out of range (fresh-user trial: --duration inf said "~inf requests")
+    (["--rates", "1", "--duration", "inf"], 2, "--duration must be a finite number of seconds, got inf"),
+    (["--rates", "1", "--duration", "nan"], 2, "--duration must be a finite number of seconds, got nan"),
+    (["--rates", "1", "--timeout", "inf"], 2, "--timeout must be a finite number of seconds, got inf"),
+    (["--rates", "1", "--timeout", "nan"], 2, "--timeout must be a finite number of seconds, got nan"),
+    (["--rates", "1", "--timeout", "-2"], 2, "--timeout must be > 0 seconds, got -2"),
+    (["--rates", "1", "--slo", "inf"], 2, "--slo must be a finite number of seconds, got inf"),
+    (["--rates", "1", "--slo", "nan"], 2, "--slo must be a finite number of seconds, got nan"),
+    (["--rates", "1", "--slo", "-1"], 2, "--slo must be > 0 seconds, got -1"),
+    (["--rates", "1", "--poll-interval", "inf"], 2, "--poll-interval must be a finite number of seconds"),
+    (["--rates", "1", "--poll-interval", "0"], 2, "--poll-interval must be > 0 seconds, got 0"),
+    (["--rates", "1", "--drain", "inf"], 2, "--drain must be a finite number of seconds, got inf"),
+    (["--rates", "1", "--drain", "nan"], 2, "--drain must be a finite number of seconds, got nan"),
+    (["--rates", "1", "--drain", "-1"], 2, "--drain must be >= 0 seconds, got -1"),
+    (["--mode", "closed", "--think-time", "inf"], 2, "--think-time must be a finite number of seconds, got inf"),
+    (["--mode", "closed", "--think-time", "nan"], 2, "--think-time must be a finite number of seconds"),
+    (["--mode", "closed", "--think-time", "-1"], 2, "--think-time must be >= 0 seconds, got -1"),
+    (["--rates", "1", "--warmup", "-1"], 2, "--warmup must be >= 0 requests per shape, got -1"),
+    (["--rates", "1", "--seed", "-1"], 2, "--seed must be >= 0"),
+    (["--rates", "inf"], 2, "--rates: rate inf is not a finite number of requests per second"),
+    (["--rates", "1,nan"], 2, "--rates: rate nan is not a finite number"),
+    (["--rates", "1", "--arrival", "gamma", "--burstiness", "inf"], 2, "--burstiness must be a positive finite"),
+    (["--rates", "1", "--arrival", "gamma", "--burstiness", "nan"], 2, "--burstiness must be a positive finite"),
+    (["--rates", "1", "--arrival", "gamma", "--burstiness", "-1"], 2, "--burstiness must be a positive finite"),
+    # files (fresh-user trial): binary, missing, a directory, empty, malformed; created by _make_files
+    (["--rates", "1", "--workload", "a.png"], 2, "--workload a.png is a binary file, not UTF-8 text; expected a "
+                                                 "text file with a YAML or JSON mapping"),
+    (["--rates", "1", "--workload", "missing.yaml"], 2, "--workload missing.yaml: file not found"),
+    (["--rates", "1", "--workload", "adir"], 2, "--workload adir is a directory"),
+    (["--rates", "1", "--workload", "empty.txt"], 2, "--workload empty.txt is empty"),
+    (["--rates", "1", "--workload", "bad.json"], 2, "--workload bad.json is not valid JSON"),
+    (["--rates", "1", "--workload", "bad.yaml"], 2, "--workload bad.yaml is not valid YAML: "),
+    (["--rates", "1", "--workload", "list.yaml"], 2, "--workload list.yaml must hold a mapping"),
+    (["--rates", "1", "--prompts", "a.png"], 2, "--prompts a.png is a binary file, not UTF-8 text; expected a "
+                                                "text file with one prompt per line"),
+    (["--rates", "1", "--prompts", "missing.txt"], 2, "--prompts missing.txt: file not found"),
+    (["--rates", "1", "--prompts", "adir"], 2, "--prompts adir is a directory"),
+    (["--rates", "1", "--prompts", "empty.txt"], 2, "--prompts empty.txt is empty"),
 ]
+
+
+def _make_files(root) -> None:
+    """The odd files the file rows name (a PNG signature with NUL bytes is what a real image starts with)."""
+    (root / "a.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe")
+    (root / "adir").mkdir()
+    (root / "empty.txt").write_text("")
+    (root / "bad.json").write_text("{")
+    (root / "list.yaml").write_text("- 1\n- 2\n")
+    (root / "bad.yaml").write_text("shapes: [\n  {size: 64x64\n")
 
 
 @pytest.mark.parametrize("argv, code, fragment", ROWS, ids=[" ".join(r[0]) for r in ROWS])
 def test_bad_input_is_a_clear_error(argv, code, fragment, capsys, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
+    _make_files(tmp_path)
     assert main(URL + argv) == code
     err = capsys.readouterr().err
     assert fragment in err, err

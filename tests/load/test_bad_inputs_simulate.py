@@ -39,13 +39,52 @@ ROWS = [
     (["--rates", "1", "--json", "no/such/dir/r.json"], 2, "--json no/such/dir/r.json: directory no/such/dir does"),
     (["--rates", "1", "--jsonl", "no/such/dir/r.jsonl"], 2, "or pass --mkdir"),
     (["--rates", "1", "--max-requests", "0"], 2, "--max-requests"),
+    # numbers that are not finite or are out of range
+    (["--rates", "1", "--duration", "inf"], 2, "--duration must be a positive finite number, got inf"),
+    (["--rates", "1", "--duration", "nan"], 2, "--duration must be a positive finite number, got nan"),
+    (["--rates", "1", "--duration", "-1"], 2, "--duration must be a positive finite number, got -1"),
+    (["--rates", "1", "--slo", "inf"], 2, "--slo must be a finite number of seconds > 0, got inf"),
+    (["--rates", "1", "--slo", "nan"], 2, "--slo must be a finite number of seconds > 0, got nan"),
+    (["--rates", "1", "--slo", "-1"], 2, "--slo must be a finite number of seconds > 0, got -1"),
+    (["--rates", "inf"], 2, "--rates: rate inf is not a finite number of requests per second"),
+    (["--rates", "nan"], 2, "--rates: rate nan is not a finite number"),
+    (["--rates", "1", "--arrival", "gamma", "--burstiness", "inf"], 2, "--burstiness must be a positive finite"),
+    (["--rates", "1", "--arrival", "gamma", "--burstiness", "nan"], 2, "--burstiness must be a positive finite"),
+    (["--arrival", "ramp", "--ramp", "1:inf"], 2, "--ramp end rate must be a positive finite number, got inf"),
+    (["--arrival", "ramp", "--ramp", "nan:2"], 2, "--ramp start rate must be a positive finite number, got nan"),
+    (["--rates", "1", "--seed", "-1"], 2, "--seed must be >= 0"),
+    (["--mode", "closed", "--users", "2", "--think", "nan"], 2, "--think 'nan': unknown factor"),
+    # files (fresh-user trial): binary, missing, a directory, empty, malformed; created by _make_files
+    (["--rates", "1", "--service-from", "a.png"], 2, "--service-from a.png is a binary file, not UTF-8 text; "
+                                                     "expected a text file with latencies"),
+    (["--rates", "1", "--service-from", "missing.jsonl"], 2, "--service-from missing.jsonl: file not found"),
+    (["--rates", "1", "--service-from", "adir"], 2, "--service-from adir is a directory"),
+    (["--rates", "1", "--service-from", "empty.txt"], 2, "--service-from empty.txt is empty"),
+    (["--rates", "1", "--service-from", "bad.json"], 2, "--service-from bad.json: not valid JSON"),
+    (["--rates", "1", "--service-from", "notes.txt"], 2, "--service-from notes.txt:1: 'hello' is not a number"),
+    (["--arrival", "trace", "--trace", "a.png"], 2, "--trace a.png is a binary file, not UTF-8 text; expected "
+                                                    "a text file with one timestamp per line"),
+    (["--arrival", "trace", "--trace", "missing.txt"], 2, "--trace missing.txt: file not found"),
+    (["--arrival", "trace", "--trace", "adir"], 2, "--trace adir is a directory"),
+    (["--arrival", "trace", "--trace", "empty.txt"], 2, "--trace empty.txt is empty"),
+    (["--arrival", "trace", "--trace", "notes.txt"], 2, "notes.txt:1: cannot read 'hello' as a timestamp"),
 ]
+
+
+def _make_files(root) -> None:
+    """The odd files the file rows name (a PNG signature with NUL bytes is what a real image starts with)."""
+    (root / "a.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe")
+    (root / "adir").mkdir()
+    (root / "empty.txt").write_text("")
+    (root / "bad.json").write_text("{")
+    (root / "notes.txt").write_text("hello\n")
 
 
 @pytest.mark.parametrize("argv, code, fragment", ROWS, ids=[" ".join(r[0]) for r in ROWS])
 def test_bad_input_is_a_clear_error(argv, code, fragment, capsys, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    base = BASE + ([] if "--service" in argv else ["--service", "1.0"])
+    _make_files(tmp_path)
+    base = BASE + ([] if {"--service", "--service-from"} & set(argv) else ["--service", "1.0"])
     assert main(base + argv) == code
     err = capsys.readouterr().err
     assert fragment in err, err

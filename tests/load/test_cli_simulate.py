@@ -54,7 +54,7 @@ def test_acceptance_closed_loop(tmp_path, capsys) -> None:
 
 def test_missing_service_file_is_input_error(tmp_path, capsys) -> None:
     rc = main(["simulate", "--service-from", str(tmp_path / "nope.json"), "--rates", "1", "--duration", "10"])
-    assert rc == 2 and "cannot read --service-from" in capsys.readouterr().err
+    assert rc == 2 and "nope.json: file not found" in capsys.readouterr().err
 
 
 def test_gamma_and_ramp_runs(tmp_path) -> None:

@@ -53,7 +53,8 @@ def test_achieved_rate_within_2_percent_of_target(fake):
     assert abs(achieved / 100.0 - 1.0) < 0.02
     s = summarize_rate(run.records, offered_rate=100.0, duration_s=3.0)
     assert s.outcomes["ok"] == 300
-    assert s.achieved_rate == pytest.approx(achieved)
+    # the summary counts sends over [0, max(duration, last send)] (summary module docstring)
+    assert s.achieved_rate == pytest.approx(sent.size / max(3.0, sent.max()), rel=1e-12)
 
 
 def test_pause_shows_from_intended_arrival_and_a_cap_hides_it_from_send(fake):

@@ -73,7 +73,7 @@ def test_weighted_mix_and_prompt_file(tmp_path):
     assert [s.prompt for s in specs[:3]] == ["first prompt", "second prompt", "first prompt"]
     again = RequestPlanner(wl, ["x"], seed=7).take(50)
     assert [s.shape for s in again] == [s.shape for s in specs[:50]]  # seeded
-    with pytest.raises(InputError, match="holds no prompt"):
+    with pytest.raises(InputError, match=r"--prompts .*empty\.txt is empty; expected a text file with one prompt"):
         load_prompts(_write(tmp_path, "empty.txt", "\n  \n"))
 
 

@@ -76,11 +76,18 @@ def test_closed_loop_where_nothing_succeeds_exits_1(fake, tmp_path, capsys, mode
 
 
 def test_refused_during_warmup_exits_1_with_the_error(tmp_path, capsys):
+    out = tmp_path / "closed.json"
     rc = main(["load", "--url", f"http://127.0.0.1:{_closed_port()}", "--rates", "2", "--duration", "1",
-               "--timeout", "2"])
+               "--timeout", "2", "--json", str(out)])
     assert rc == 1
     err = capsys.readouterr().err
     assert "no warm-up request succeeded" in err and "connection_error 1" in err and "--url" in err
+    # the README promises --json even for a failed run: the warm-up outcomes, no rows, partial, the error
+    res = json.loads(out.read_text())
+    assert res["rates"] == [] and res["n"] == 0 and res["n_ok"] == 0 and res["capacity_rps"] is None
+    assert res["partial"] is True and res["interrupted"] is False
+    assert res["warmup_outcomes"] == {"connection_error": 1}
+    assert "no warm-up request succeeded" in res["error"] and res["knee"]["index"] is None
 
 
 def test_auto_rates_against_a_failing_server_exits_1(fake, tmp_path, capsys):

@@ -165,3 +165,34 @@ def test_capacity_never_contradicts_the_closed_loop_probe() -> None:
     high = _open([1.0, 1.6], seed=1, duration=600.0)  # the open loop saturated too: the higher one wins
     merged = merge_probe_capacity(high, probe)
     assert merged.capacity_rps == max(high.capacity_rps, probe.capacity_rps) and merged.capacity_saturated
+
+
+def _rates_named(sentence: str) -> list[float]:
+    head = sentence.split(": ")[0]
+    return [float(part.split()[0]) for part in head.split(", ")]
+
+
+def test_unstable_sentence_agrees_with_the_capacity_line() -> None:
+    # fresh-user trial (--rates auto): "18.1 req/s ... offered load above capacity" printed under
+    # "capacity: 24.18 ok/s" (from the closed-loop probe). One device, 1/16 s per request: capacity 16 req/s.
+    from diffbench.load.knee import merge_probe_capacity
+
+    mark = "unstable: p99 depends on test duration"
+
+    res = simulate_sweep(SimConfig(devices=1, service="0.0625", mode="open", rates=[8.0, 18.1], duration_s=60.0,
+                                   seed=3))
+    assert [r.unstable for r in res.rates] == [False, True]  # 18.1 > 16: the queue grows
+    assert res.capacity_rps == pytest.approx(16.0, rel=0.03)  # the drain runs at 1/S
+    (own,) = [w for w in res.warnings if mark in w]
+    assert "above" in own and _rates_named(own) == [18.1] and res.capacity_rps < 18.1
+    # a closed-loop probe of the same run measured more (24.18 ok/s): the capacity line says 24.18, so the
+    # sentence must not call 18.1 req/s "above capacity"
+    probe = res.model_copy(update={"mode": "closed", "capacity_rps": 24.18, "capacity_saturated": True})
+    merged = merge_probe_capacity(res, probe)
+    assert merged.capacity_rps == 24.18
+    sentences = [w for w in merged.warnings if mark in w]
+    assert len(sentences) == 1 and "above" not in sentences[0]
+    assert "although offered below the capacity 24.18 ok/s" in sentences[0]
+    for w in sentences:  # the one rule: "above" names only rates above the reported capacity
+        if "above" in w:
+            assert all(r > merged.capacity_rps for r in _rates_named(w))

@@ -107,7 +107,7 @@ def test_trace_bad_line_names_file_and_line(tmp_path) -> None:
     g.write_text('{"t": 0}\n{"time": 1}\n')
     with pytest.raises(InputError, match=r"bad\.jsonl:2.*\"t\""):
         sch.trace(g)
-    with pytest.raises(InputError, match="cannot read trace file"):
+    with pytest.raises(InputError, match="--trace .*missing.txt: file not found"):
         sch.trace(tmp_path / "missing.txt")
     empty = tmp_path / "empty.txt"
     empty.write_text("# nothing\n")

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from diffbench.core.records import OUTCOMES, RequestRecord
+from diffbench.load.schedules import constant
 from diffbench.load.summary import detect_divergence, summarize_rate
 
 
@@ -52,10 +53,10 @@ def test_summary_matches_numpy() -> None:
     assert set(s.outcomes) == set(OUTCOMES)
     assert s.outcomes["rejected"] == 8 and s.outcomes["cancelled"] == 1
 
-    sent = np.array([r.sent_s for r in recs])
-    assert s.achieved_rate == pytest.approx((sent.size - 1) / (sent.max() - sent.min()), rel=1e-12)
+    sent = np.array([r.sent_s for r in recs])  # every rate: a count over [0, max(duration, last event)]
+    assert s.achieved_rate == s.sent_rate == pytest.approx(sent.size / max(100.0, sent.max()), rel=1e-12)
     intended = np.array([r.intended_s for r in recs])
-    assert s.scheduled_rate == pytest.approx((intended.size - 1) / (intended.max() - intended.min()))
+    assert s.scheduled_rate == pytest.approx(intended.size / max(100.0, intended.max()), rel=1e-12)
     completed = [r for r in recs if r.done_s is not None and r.outcome != "cancelled"]
     any_window = max(100.0, max(r.done_s for r in completed))  # [0, max(duration, last completion)]
     ok_window = max(100.0, max(r.done_s for r in ok))
@@ -99,6 +100,29 @@ def test_lag_and_sent_rate_warnings() -> None:
                for i in range(200)]
     s2 = summarize_rate(on_time, offered_rate=10.0, duration_s=20.0)
     assert not any("lag" in w or "below" in w for w in s2.warnings)
+
+
+def test_sent_and_ok_rates_share_one_window() -> None:
+    # fresh-user trial: --rates 1 --duration 8 drew 8 Poisson arrivals, all ok; sent/s was (n-1)/send span
+    # = 1.51 next to ok/s 1.00, as if the client had sent faster than the schedule.
+    rng = np.random.default_rng(3)
+    times = np.sort(rng.uniform(0.5, 6.5, 8))  # 8 arrivals inside [0, 8 s), first well after 0
+    recs = [RequestRecord(id=i, intended_s=t, sent_s=t + 1e-3, done_s=t + 0.3) for i, t in enumerate(times)]
+    s = summarize_rate(recs, offered_rate=1.0, duration_s=8.0)
+    assert s.sent_rate == pytest.approx(8 / 8.0) and s.ok_rate == pytest.approx(8 / 8.0)
+    assert s.scheduled_rate == pytest.approx(8 / 8.0)
+    # a constant schedule: n arrivals at i / r, all sent on time -> sent/s = n / duration = r exactly
+    for rate, duration in ((1.0, 8.0), (4.0, 8.0), (29.0, 3.0)):
+        t = constant(rate, duration)
+        recs = [RequestRecord(id=i, intended_s=x, sent_s=x, done_s=x + 0.05) for i, x in enumerate(t)]
+        s = summarize_rate(recs, offered_rate=rate, duration_s=duration)
+        assert s.sent_rate == pytest.approx(t.size / duration, rel=1e-12) == pytest.approx(rate)
+        assert s.sent_rate >= s.ok_rate  # ok window ends at the last ok done, after the last send
+    # sends that spill past the window (client lag) stretch the sent window: 10 sends ending at 12.5 s
+    late = [RequestRecord(id=i, intended_s=float(i), sent_s=i * 1.25 + 1.25, done_s=i * 1.25 + 1.5)
+            for i in range(10)]
+    s = summarize_rate(late, offered_rate=1.0, duration_s=10.0)
+    assert s.sent_rate == pytest.approx(10 / 12.5) and s.ok_rate == pytest.approx(10 / 12.75)
 
 
 def test_closed_mode_and_bad_duration() -> None:

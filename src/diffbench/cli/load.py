@@ -122,11 +122,22 @@ class LoadOptions:
     max_requests: int = MAX_REQUESTS
 
 
-def _positive(name: str, value: float | None) -> None:
+def _seconds(name: str, value: float | None, *, zero_ok: bool = False) -> None:
+    """Refuse a time option that is not finite (nan, inf) or not > 0 (>= 0 with ``zero_ok``).
+
+    Raises:
+        UsageError: naming the option and the value.
+    """
+    import math
+
     from diffbench.errors import UsageError
 
-    if value is not None and not value > 0:
-        raise UsageError(f"{name} must be > 0, got {value:g}")
+    if value is None:
+        return
+    if not math.isfinite(value):
+        raise UsageError(f"{name} must be a finite number of seconds, got {value:g}")
+    if value < 0 or (value == 0 and not zero_ok):
+        raise UsageError(f"{name} must be {'>= 0' if zero_ok else '> 0'} seconds, got {value:g}")
 
 
 _OPTION_OF_FIELD = {"width": "--size", "height": "--size", "steps": "--steps", "frames": "--frames"}
@@ -187,11 +198,15 @@ def run_load_command(o: LoadOptions) -> None:
         raise UsageError(f"--dialect must be openai, vllm-omni or sglang, got {o.dialect!r}")
     for name, value in (("--duration", o.duration), ("--timeout", o.timeout), ("--slo", o.slo),
                         ("--poll-interval", o.poll_interval)):
-        _positive(name, value)
+        _seconds(name, value)
+    _seconds("--drain", o.drain, zero_ok=True)
+    _seconds("--think-time", o.think_time, zero_ok=True)
     if o.max_inflight is not None and o.max_inflight < 1:
         raise UsageError(f"--max-inflight must be >= 1, got {o.max_inflight}")
-    if o.drain < 0 or o.think_time < 0 or o.warmup < 0:
-        raise UsageError("--drain, --think-time and --warmup must be >= 0")
+    if o.warmup < 0:
+        raise UsageError(f"--warmup must be >= 0 requests per shape, got {o.warmup}")
+    if o.seed < 0:
+        raise UsageError(f"--seed must be >= 0 (a numpy seed), got {o.seed}")
     rates = None if o.rates.strip().lower() == "auto" else parse_rate_list(o.rates, "--rates")
     users = parse_int_list(o.users, "--users")
     if o.mode == "closed" and o.max_inflight is not None:
@@ -252,7 +267,13 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
     from diffbench.load.client.control import JsonlSink, RunControl
     from diffbench.load.client.dialects import sends_steps_and_frames, shape_label
     from diffbench.load.client.http import HttpBackend, Target
-    from diffbench.load.client.sweep import NoSuccessError, SweepConfig, run_sweep
+    from diffbench.load.client.sweep import (
+        NoSuccessError,
+        SweepConfig,
+        WarmupFailed,
+        run_sweep,
+        warmup_failure_result,
+    )
     from diffbench.load.client.workload import RequestPlanner, RequestSpec, Workload, resolve_prompts
 
     assert isinstance(cfg, SweepConfig) and isinstance(wl, Workload) and isinstance(target, Target)
@@ -313,6 +334,11 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
         sweep = asyncio.run(main())
     except asyncio.CancelledError:
         raise KeyboardInterrupt from None
+    except WarmupFailed as exc:
+        if o.json_out:  # the README promises --json for a failed run too: warm-up counts, no rows
+            write_json_atomic(o.json_out, warmup_failure_result(cfg, exc, conditions).model_dump(mode="json"))
+            console.print(f"failed-run result written to {o.json_out} (no rows: the warm-up failed)")
+        raise
     finally:
         if sink is not None:
             sink.close()

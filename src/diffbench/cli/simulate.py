@@ -63,6 +63,8 @@ def register(app: typer.Typer) -> None:
                                               "than this (checked before anything is drawn)."),
     ) -> None:
         """Simulate c devices with a FCFS queue under open- or closed-loop load; print the per-rate table."""
+        import math
+
         from rich.console import Console
 
         from diffbench.core.jsonio import write_json_atomic
@@ -79,8 +81,10 @@ def register(app: typer.Typer) -> None:
         m = mode.strip().lower()
         if m not in ("open", "closed"):
             raise UsageError(f"--mode {mode!r}: use open or closed")
-        if slo is not None and not slo > 0:
-            raise UsageError(f"--slo must be > 0 seconds, got {slo:g}")
+        if slo is not None and not (math.isfinite(slo) and slo > 0):
+            raise UsageError(f"--slo must be a finite number of seconds > 0, got {slo:g}")
+        if seed < 0:
+            raise UsageError(f"--seed must be >= 0 (a numpy seed), got {seed}")
         if duration is None:
             duration = 600.0
             if trace is not None and m == "open":

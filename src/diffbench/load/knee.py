@@ -66,7 +66,9 @@ class SweepResult(BaseModel):
     ``source`` is ``"load"`` or ``"simulate"``; ``conditions`` holds the run's conditions as text
     (e.g. ``{"devices": "4", "service": "3.0*N(1,0.02)+0.8*B(0.1)"}``) so a saved result re-renders alone.
     ``n``/``n_ok``/``outcomes``/``failed_fraction`` total every row; ``capacity_source`` says which rows the
-    capacity came from. ``partial`` and ``interrupted`` are true for a run stopped by Ctrl-C.
+    capacity came from. ``partial`` and ``interrupted`` are true for a run stopped by Ctrl-C. A run that
+    ended before any measurement (every warm-up request failed to connect) has no rows, ``partial`` true,
+    the reason in ``error`` and the warm-up outcome counts in ``warmup_outcomes``.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -88,6 +90,8 @@ class SweepResult(BaseModel):
     interrupted: bool = False
     conditions: dict[str, str] = {}
     warnings: list[str] = []
+    error: str | None = None
+    warmup_outcomes: dict[str, int] = {}
 
 
 def _load_key(row: RateSummary) -> float:
@@ -256,10 +260,7 @@ def analyze_sweep(
     capacity, saturated = estimate_capacity(ordered)
     totals = _totals(ordered)
     warnings = []
-    unstable = [_label(r) for r in ordered if r.unstable]
-    if unstable:
-        warnings.append(f"{', '.join(unstable)}: unstable: p99 depends on test duration (offered load above "
-                        "capacity; the queue grows for as long as the test runs)")
+    warnings.extend(unstable_warnings(ordered, capacity))
     sat = [_label(r) for r in ordered if r.saturated and not r.unstable]
     if sat:
         warnings.append(f"{', '.join(sat)}: saturated: the ok rate does not keep up with the offered rate "
@@ -276,6 +277,30 @@ def analyze_sweep(
                        conditions=conditions or {}, warnings=warnings, **totals)  # type: ignore[arg-type]
 
 
+UNSTABLE_MARK = "unstable: p99 depends on test duration"
+
+
+def unstable_warnings(rows: Sequence[RateSummary], capacity: float | None) -> list[str]:
+    """The sweep-level sentences for unstable rows, worded against the capacity the result reports.
+
+    A row is called "above capacity" only when its offered rate (req/s) exceeds ``capacity`` (ok req/s,
+    the figure of the capacity line) or no capacity is known; an unstable row at or below it is named as
+    such, so the sentence and the capacity line never contradict each other.
+    """
+    out = []
+    above = [_label(r) for r in rows if r.unstable and (capacity is None or _load_key(r) > capacity)]
+    below = [_label(r) for r in rows if r.unstable and capacity is not None and _load_key(r) <= capacity]
+    cap = "" if capacity is None else f" {capacity:.4g} ok/s"
+    if above:
+        out.append(f"{', '.join(above)}: {UNSTABLE_MARK} (offered load above the capacity{cap}; the queue "
+                   "grows for as long as the test runs)")
+    if below:
+        out.append(f"{', '.join(below)}: {UNSTABLE_MARK}, although offered below the capacity{cap}: the "
+                   "queue grew during this run (bursts, or the open loop sustains less than that capacity); "
+                   "a longer --duration tells which")
+    return out
+
+
 def merge_probe_capacity(result: SweepResult, probe: SweepResult | None) -> SweepResult:
     """Fold the closed-loop capacity probe of the same run into an open-loop sweep's capacity.
 
@@ -285,7 +310,7 @@ def merge_probe_capacity(result: SweepResult, probe: SweepResult | None) -> Swee
     if probe is None or probe.capacity_rps is None:
         return result
     own = result.capacity_rps or 0.0
-    warnings = [w for w in result.warnings if "is a lower bound" not in w]
+    warnings = [w for w in result.warnings if "is a lower bound" not in w and UNSTABLE_MARK not in w]
     saturated = result.capacity_saturated or probe.capacity_saturated
     if probe.capacity_rps > own:
         capacity, src = probe.capacity_rps, "closed-loop capacity probe"
@@ -294,6 +319,7 @@ def merge_probe_capacity(result: SweepResult, probe: SweepResult | None) -> Swee
     else:
         capacity, src = own, (result.capacity_source or "open-loop rows") + \
             f" (closed-loop probe {probe.capacity_rps:.4g} ok/s)"
+    warnings = unstable_warnings(result.rates, capacity) + warnings  # worded against the merged capacity
     if not saturated:
         warnings.append(f"capacity {capacity:.4g} ok/s is a lower bound: no row saturated the service")
     return result.model_copy(update={"capacity_rps": capacity, "capacity_saturated": saturated,
@@ -308,4 +334,5 @@ __all__ = [
     "estimate_capacity",
     "find_knee",
     "merge_probe_capacity",
+    "unstable_warnings",
 ]

@@ -221,11 +221,10 @@ def trace(path: str | Path, duration: float | None = None, speed: float = 1.0) -
     speed = _check_positive("trace speed", speed)
     if duration is not None:
         duration = _check_positive("duration", duration)
+    from diffbench.load.textfile import read_text_input
+
     p = Path(path)
-    try:
-        lines = p.read_text().splitlines()
-    except OSError as exc:
-        raise InputError(f"cannot read trace file {p}: {exc.strerror or exc}; pass an existing file to --trace") from exc
+    lines = read_text_input(p, "--trace", "one timestamp per line (seconds, or JSONL with \"t\")").splitlines()
     values = []
     for lineno, raw in enumerate(lines, start=1):
         text = raw.strip()
@@ -324,7 +323,9 @@ def parse_rate_list(text: str, option: str = "--rates") -> list[float]:
             value = float(part)
         except ValueError as exc:
             raise UsageError(f"{option}: {part!r} is not a number; use e.g. {option} 0.5,1,2") from exc
-        if not math.isfinite(value) or value <= 0:
+        if not math.isfinite(value):
+            raise UsageError(f"{option}: rate {part} is not a finite number of requests per second")
+        if value <= 0:
             raise UsageError(f"{option}: rate must be > 0, got {part}")
         out.append(value)
     if not out:

@@ -279,23 +279,23 @@ def load_service_samples(path: str | Path) -> EmpiricalService:
         InputError: unreadable file, a malformed line (names file and line), or no usable latency (all
             values must be finite and >= 0).
     """
+    from diffbench.load.textfile import read_text_input
+
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise InputError(f"cannot read --service-from {p}: {exc.strerror or exc}") from exc
+    text = read_text_input(p, "--service-from", "latencies (a bench .json, a load .jsonl, or one number "
+                           "of seconds per line)")
     values: list[float] = []
     if p.suffix == ".json":
         try:
             _latency_lists(json.loads(text), values)
         except json.JSONDecodeError as exc:
-            raise InputError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+            raise InputError(f"--service-from {p}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
     else:
         for lineno, raw in enumerate(text.splitlines(), start=1):
             line = raw.strip()
             if not line or line.startswith("#"):
                 continue
-            where = f"{p}:{lineno}"
+            where = f"--service-from {p}:{lineno}"
             if p.suffix == ".jsonl" or line.startswith("{"):
                 try:
                     obj = json.loads(line)
@@ -315,12 +315,12 @@ def load_service_samples(path: str | Path) -> EmpiricalService:
                     raise InputError(f"{where}: {line[:40]!r} is not a number of seconds") from exc
     arr = np.asarray(values, dtype=np.float64)
     if arr.size == 0:
-        raise InputError(f"{p}: no latencies found (expected \"samples_s\" in a bench JSON, ok records "
+        raise InputError(f"--service-from {p}: no latencies found (expected \"samples_s\" in a bench JSON, ok records "
                          "in a load JSONL, or one number per line)")
     if not np.all(np.isfinite(arr)) or np.any(arr < 0):
-        raise InputError(f"{p}: latencies must be finite and >= 0 seconds")
+        raise InputError(f"--service-from {p}: latencies must be finite and >= 0 seconds")
     if not arr.mean() > 0:
-        raise InputError(f"{p}: the mean latency is 0 s; a service time must be > 0")
+        raise InputError(f"--service-from {p}: the mean latency is 0 s; a service time must be > 0")
     return EmpiricalService(arr, p.name)
 
 

@@ -5,17 +5,23 @@ per-request records (:class:`~diffbench.core.records.RequestRecord`) and never r
 
 Definitions (all times in seconds on the run clock):
 
-- *scheduled rate*: ``(n - 1) / (last intended - first intended)`` over all records (open loop only): the
-  rate of the schedule actually drawn, so the Poisson count noise of a random schedule is not blamed on the
-  client.
-- *sent rate*: ``(n_sent - 1) / (last send - first send)``: sends per second over the send window (how
-  well the client kept the schedule). Warned when below 98 % of the scheduled rate (open loop).
-- *ok rate* (``ok/s``): ``ok`` requests per second over the ok window ``[0, max(duration, last ok done)]``.
+Every rate is a count over one kind of window, ``[t0, max(duration, last event))`` with ``t0 = min(0,
+first intended arrival)`` (the run clock starts at the schedule's 0): never shorter than the arrival
+window, so one early event cannot make a high rate, and events after the window (late sends, the drain of
+a queue) stretch it. Since ``n_sent >= n_ok`` and the last send precedes the last ok completion, ``sent/s
+>= ok/s`` always; for a constant schedule of ``n`` arrivals all sent within the window, ``sent/s = n /
+duration``.
+
+- *scheduled rate*: all records over ``[t0, max(duration, last intended)]`` (open loop only): the rate of
+  the schedule actually drawn, so the Poisson count noise of a random schedule is not blamed on the client.
+- *sent rate* (``sent/s``): sent requests over ``[t0, max(duration, last send)]`` (did the client keep
+  the schedule). Warned when below 98 % of the scheduled rate (open loop).
+- *ok rate* (``ok/s``): ``ok`` requests over ``[t0, max(duration, last ok done)]``.
   The throughput of the service: the only rate the knee, the capacity and ``--rates auto`` use.
 - *goodput*: ``ok`` requests whose latency from intended arrival is ``<= slo_s``, per second over the same
   window; without an SLO it equals the ok rate. Failed requests never count as good.
 - *completed rate* (``completed/s``): requests that ended with any outcome except ``cancelled``, per
-  second over ``[0, max(duration, last done)]``. Secondary: a server that fails fast completes fast.
+  second over ``[t0, max(duration, last done)]``. Secondary: a server that fails fast completes fast.
 - *achieved rate*: open loop, the sent rate; closed loop, the ok rate (ok completions/s).
 - *failed fraction*: requests that ended not ``ok`` over requests that ended (``cancelled`` left out).
 - *latency from arrival* = done − intended (free of coordinated omission); *latency from send* = done − sent;
@@ -149,14 +155,6 @@ class RateSummary(BaseModel):
     warnings: list[str] = []
 
 
-def _span_rate(times: np.ndarray) -> float:
-    """(n - 1) / (max - min); NaN when fewer than 2 times or a zero span."""
-    if times.size < 2:
-        return math.nan
-    span = float(times.max() - times.min())
-    return (times.size - 1) / span if span > 0 else math.nan
-
-
 def detect_divergence(
     intended: np.ndarray,
     done: np.ndarray,
@@ -279,22 +277,21 @@ def summarize_columns(
     s_lag = summarize(lag)
     s_cq = summarize(cq)
 
-    scheduled = _span_rate(intended) if mode == "open" else None
-    sent_rate = _span_rate(sent[is_sent])
-    if math.isnan(sent_rate):
-        sent_rate = int(is_sent.sum()) / duration_s
-    if scheduled is not None and math.isnan(scheduled):
-        scheduled = n / duration_s
-
-    # Rates are counts over [0, max(duration, last completion)]: never shorter than the arrival window, so
-    # one early success cannot make a high rate, and the drain of an overloaded queue is counted.
+    # One window rule for every rate (module docstring): [t0, max(duration, last event)], t0 = min(0, first
+    # intended arrival); never shorter than the arrival window, so one early event cannot make a high rate,
+    # and late sends or the drain of an overloaded queue stretch it.
     t_start = min(0.0, float(intended.min())) if n else 0.0
     n_ok = int(ok.sum())
     n_completed = int(completed.sum())
-    ok_end = float(done[ok].max()) if n_ok else t_start
-    any_end = float(done[completed].max()) if n_completed else t_start
-    ok_window = max(duration_s, ok_end - t_start)
-    any_window = max(duration_s, any_end - t_start)
+    n_sent = int(is_sent.sum())
+
+    def window(last: np.ndarray) -> float:
+        return max(duration_s, float(last.max()) - t_start) if last.size else duration_s
+
+    scheduled = n / window(intended) if mode == "open" else None
+    sent_rate = n_sent / window(sent[is_sent])
+    ok_window = window(done[ok])
+    any_window = window(done[completed])
     ok_rate = n_ok / ok_window
     completed_rate = n_completed / any_window
     good = int(np.count_nonzero(lat_arrival <= slo_s)) if slo_s is not None else n_ok

@@ -56,9 +56,9 @@ def sweep_table(result: SweepResult, title: str | None = None) -> Table:
     """The per-rate table of a sweep (rates or users as rows, knee marked)."""
     closed = result.mode == "closed"
     table = Table(title=title or f"{result.source} · {result.mode} loop", title_justify="left",
-                  box=box.SIMPLE_HEAD, caption="rates per second: ok/s counts ok requests only, goodput ok "
-                  "requests within the SLO, completed/s any outcome" + ("" if closed else ", sent/s the "
-                  "client's sends") + "; p50..p99.9: latency from intended arrival (ok requests); p99 send: "
+                  box=box.SIMPLE_HEAD, caption="rates per second over [0, max(duration, last event)]: ok/s "
+                  "counts ok requests only, goodput ok requests within the SLO, completed/s any outcome"
+                  + ("" if closed else ", sent/s the client's sends") + "; p50..p99.9: latency from intended arrival (ok requests); p99 send: "
                   "from actual send", caption_justify="left")
     table.add_column("users" if closed else "offered", justify="right", no_wrap=True)
     names = ([] if closed else ["sent/s"]) + ["ok/s", "goodput", "completed/s", "failed", "p50", "p90", "p99",

@@ -39,6 +39,27 @@ class NoSuccessError(DiffbenchError):
     exit_code = 1
 
 
+class WarmupFailed(NoSuccessError):
+    """Every warm-up request failed to connect: nothing was measured (exit 1). ``report`` holds the counts."""
+
+    def __init__(self, message: str, report: WarmupReport) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+def warmup_failure_result(cfg: SweepConfig, exc: WarmupFailed, conditions: dict[str, str]) -> SweepResult:
+    """The :class:`SweepResult` written to ``--json`` when the warm-up failed: no rows, no knee, no
+    capacity, ``partial`` true, the error text and the warm-up outcome counts."""
+    from diffbench.load.knee import Knee
+
+    method = "slo" if cfg.slo_s is not None else ("saturation" if cfg.mode == "closed" else "tail_ratio")
+    return SweepResult(source="load", mode=cfg.mode, slo_s=cfg.slo_s, rates=[],
+                       knee=Knee(index=None, method=method, reason="none: nothing was measured"),
+                       capacity_rps=None, capacity_saturated=False, partial=True, conditions=conditions,
+                       error=str(exc), warmup_outcomes=dict(exc.report.outcomes),
+                       warnings=[f"warm-up error: {e}" for e in exc.report.errors])
+
+
 class StoppedBeforeMeasuring(DiffbenchError):
     """Ctrl-C before any measured request finished: nothing to summarize or write (exit 130, as bench)."""
 
@@ -101,7 +122,7 @@ async def warmup(backend: Backend, planner: RequestPlanner, per_shape: int) -> W
     """Send ``per_shape`` requests of every distinct shape, one at a time; nothing is recorded.
 
     Raises:
-        NoSuccessError: every warm-up request failed with a connection error (refused, reset, TLS): nothing
+        WarmupFailed: every warm-up request failed with a connection error (refused, reset, TLS): nothing
             is measured against a service that cannot be reached.
     """
     rep = WarmupReport()
@@ -122,9 +143,9 @@ async def warmup(backend: Backend, planner: RequestPlanner, per_shape: int) -> W
             if a.error and a.error not in rep.errors and len(rep.errors) < 5:
                 rep.errors.append(a.error)
     if rep.outcomes.get("connection_error", 0) == rep.n:
-        raise NoSuccessError(f"no warm-up request succeeded (connection_error {rep.n}): "
-                             f"{rep.errors[0] if rep.errors else 'connection error'}; nothing was measured. "
-                             "Check --url and that the server is up")
+        raise WarmupFailed(f"no warm-up request succeeded (connection_error {rep.n}): "
+                           f"{rep.errors[0] if rep.errors else 'connection error'}; nothing was measured. "
+                           "Check --url and that the server is up", rep)
     return rep
 
 
@@ -186,7 +207,7 @@ async def run_sweep(
 
     Raises:
         UsageError: bad rates (<= 0) or a schedule above ``max_requests``.
-        NoSuccessError: no warm-up request reached the service.
+        WarmupFailed: no warm-up request reached the service.
         StoppedBeforeMeasuring: a stop before any request finished (exit 130).
     """
     control = control or RunControl()

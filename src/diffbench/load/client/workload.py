@@ -128,7 +128,7 @@ def _format_validation(path: Path, exc: ValidationError) -> str:
         if err["type"] == "extra_forbidden":
             msg = "unknown field (check its spelling; allowed fields are listed in the workload docs)"
         lines.append(f"{where}: {msg}")
-    return f"workload file {path}: " + "; ".join(lines)
+    return f"--workload {path}: " + "; ".join(lines)
 
 
 def load_workload(path: str | Path) -> Workload:
@@ -138,11 +138,10 @@ def load_workload(path: str | Path) -> Workload:
         InputError: missing or unreadable file, bad YAML/JSON, an unknown field (named), or an invalid
             shape (named, with the bound it violates).
     """
+    from diffbench.load.textfile import read_text_input
+
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise InputError(f"cannot read workload file {p}: {exc.strerror or exc}") from exc
+    text = read_text_input(p, "--workload", "a YAML or JSON mapping with 'shapes'")
     try:
         if p.suffix.lower() == ".json":
             data = json.loads(text)
@@ -151,9 +150,11 @@ def load_workload(path: str | Path) -> Workload:
 
             data = yaml.safe_load(text)
     except (ValueError, Exception) as exc:  # json.JSONDecodeError / yaml.YAMLError
-        raise InputError(f"workload file {p} is not valid {p.suffix.lstrip('.') or 'YAML'}: {exc}") from exc
+        raise InputError(f"--workload {p} is not valid {p.suffix.lstrip('.').upper() or 'YAML'}: "
+                         f"{' '.join(str(exc).split())}") from None
     if not isinstance(data, dict):
-        raise InputError(f"workload file {p} must hold a mapping with at least 'shapes'")
+        raise InputError(f"--workload {p} must hold a mapping with at least 'shapes', got "
+                         f"{type(data).__name__}")
     try:
         wl = Workload.model_validate(data)
     except ValidationError as exc:
@@ -166,20 +167,19 @@ def load_workload(path: str | Path) -> Workload:
     return wl
 
 
-def load_prompts(path: str | Path) -> list[str]:
-    """One prompt per line; blank lines are skipped.
+def load_prompts(path: str | Path, option: str = "--prompts") -> list[str]:
+    """One prompt per line; blank lines are skipped (``option`` names the file's source in messages).
 
     Raises:
         InputError: unreadable file or no prompt in it (never silently replaced by a dummy prompt).
     """
+    from diffbench.load.textfile import read_text_input
+
     p = Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read prompt file {p}: {exc}") from exc
+    lines = read_text_input(p, option, "one prompt per line").splitlines()
     prompts = [ln.strip() for ln in lines if ln.strip()]
     if not prompts:
-        raise InputError(f"prompt file {p} holds no prompt (one prompt per line expected)")
+        raise InputError(f"{option} {p} holds no prompt (one prompt per line expected)")
     return prompts
 
 
@@ -202,7 +202,7 @@ def resolve_prompts(workload: Workload, prompt_file: str | Path | None) -> tuple
     if prompt_file is not None:
         return load_prompts(prompt_file), f"file {prompt_file}"
     if workload.prompt_file is not None:
-        return load_prompts(workload.prompt_file), f"file {workload.prompt_file}"
+        return load_prompts(workload.prompt_file, "--workload prompt_file"), f"file {workload.prompt_file}"
     if workload.prompts:
         return [p for p in workload.prompts if p.strip()], "workload prompts"
     return list(DEFAULT_PROMPTS), "built-in prompts"
