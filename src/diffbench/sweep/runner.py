@@ -13,10 +13,12 @@ Order of work:
    the working point follow :mod:`diffbench.sweep.working_point`.
 
 Every run goes to the store as it finishes (status ``done``); a point stores its own samples together with
-the baseline samples it was interleaved with, so a resumed point keeps a drift-free ratio. Rerunning the
-same command resumes: points are keyed by (sweep id, value, fingerprint hash) and are not recomputed; an
-interrupted timing session leaves its points ``failed`` and is redone. The sweep id hashes the model,
-shape, steps, prompts, seeds, protocol and the deployment fingerprint without the swept field.
+the baseline samples it was interleaved with, so a resumed point keeps a drift-free ratio (the baseline run
+itself holds the quality reference and no timing: stored runs are immutable). Rerunning the same command
+resumes: points are keyed by (sweep id, value, fingerprint hash) and are not recomputed; an interrupted
+timing session leaves its points ``failed`` and is redone. The sweep id hashes the sorted value set, the
+model, shape, steps, prompts, seeds, protocol and the deployment fingerprint without the swept field: a
+sweep with other values is a separate sweep and never touches another's runs or result.
 """
 
 from __future__ import annotations
@@ -103,9 +105,12 @@ def conditions_for(info: EngineInfo, req: GenerationRequest, env: EnvInfo) -> Co
 
 
 def sweep_identity(opts: SweepOptions, fp: dict[str, object], field: str, reqs: list[GenerationRequest]) -> str:
-    """sha256 (16 hex) of what makes points comparable (everything but the values)."""
+    """sha256 (16 hex) of the sweep: what makes points comparable, and the sorted value set (a sweep with
+    other values is another sweep, with its own baseline and result; the order of ``--values`` does not count).
+    """
     data = {
         "axis": opts.axis,
+        "values": sorted(opts.values),
         "fingerprint": fingerprint_hash(fp, ignore=(field,)),
         "requests": [(r.prompt_id, r.prompt, r.seed, r.shape_key, r.guidance) for r in reqs],
         "protocol": ("interleaved-v2", opts.warmup, opts.max_warmup, opts.stable_window, opts.schedule_seed,
@@ -232,11 +237,12 @@ def _run(s: _Sweep, engine: Engine, on_point: Callable[[PointResult], None] | No
         warmups: dict[str, list[float]] = {}
         stable: dict[str, bool] = {}
         if todo:
-            schedule, made, live, warmups, stable = _session(s, engine, base_fp, reqs, sweep_id, todo, base_run.id,
+            schedule, made, _live, warmups, stable = _session(s, engine, base_fp, reqs, sweep_id, todo, base_run.id,
                                                              base_images)
             runs.update(made)
-            if not opts.baseline_run:
-                base_run = _finish_timing(s, base_run, live)
+            # the baseline's samples of a session are stored on each of its points, never on the baseline
+            # run: that run is finished (immutable) before its first session, and a resumed sweep may time it
+            # again in another session
     except BaseException:
         _save_partial(s, sweep_id, info)
         raise
@@ -572,13 +578,6 @@ def _session(s: _Sweep, engine: Engine, base_fp: dict[str, object], reqs: list[G
     warm = {a.name: list(a.warmup_s) for a in arms}
     stable = {a.name: a.stable for a in arms}
     return sched, made, _timing(base_arm, sched, None, span), warm, stable
-
-
-def _finish_timing(s: _Sweep, base_run: RunRecord, timing: RunTiming) -> RunRecord:
-    """Store the live baseline's timing of the newest session on this sweep's baseline run."""
-    done = base_run.model_copy(update={"timing": timing})
-    s.store.put_run(done)
-    return done
 
 
 def _point_result(s: _Sweep, run: RunRecord, noise: RunQuality | None, resumed: bool) -> PointResult:
