@@ -190,3 +190,50 @@ def test_import_is_light():
             "print(sorted(m for m in ('torch', 'diffusers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_compare_runs_of_different_shapes_names_the_shapes(tmp_path, factory, small):
+    """Reproduction: `runs compare` of runs with different shapes said only "outputs do not pair: 2 key(s)
+    on one side only"."""
+    from diffbench.errors import InputError
+
+    with RunStore.open(tmp_path / "s.sqlite") as st:
+        a = run_sweep(small(["1000000"], steps=4), st, engine_factory=factory)
+        b = run_sweep(small(["1000000"], steps=4, height=32), st, engine_factory=factory)
+        with pytest.raises(InputError) as exc:
+            compare_runs(st, a.baseline.run_id, b.points[0].run_id)
+    msg = str(exc.value)
+    assert "shape" in msg and a.baseline.conditions.shape in msg and b.points[0].conditions.shape in msg
+
+
+def test_failure_after_the_timing_marks_the_sweep_failed(tmp_path, factory, small):
+    """A sweep that fails after its session (a nan budget once failed on its gates there) never stays
+    'running' in the store."""
+
+    def late(msg: str) -> None:
+        if "psnr p10" in msg:  # emitted once the result is assembled, just before it is stored
+            raise RuntimeError("late failure")
+
+    with RunStore.open(tmp_path / "s.sqlite") as st:
+        with pytest.raises(RuntimeError, match="late failure"):
+            run_sweep(small(["0.1"], steps=4), st, engine_factory=factory, on_event=late)
+        assert [sw.status for sw in st.list_sweeps()] == ["failed"]
+
+
+def test_interrupt_is_stored_and_carries_the_partial_result(tmp_path, factory, small):
+    from diffbench.sweep.runner import SweepInterrupted
+
+    def ctrl_c(msg: str) -> None:
+        if msg.startswith("timed block 2/"):
+            raise KeyboardInterrupt
+
+    with RunStore.open(tmp_path / "s.sqlite") as st:
+        with pytest.raises(SweepInterrupted) as exc:
+            run_sweep(small(["0.1"], steps=4), st, engine_factory=factory, on_event=ctrl_c)
+        sw = st.get_sweep(exc.value.sweep_id)
+        assert sw is not None and sw.status == "interrupted"
+        part = exc.value.result
+        assert part is not None and part.partial and part.interrupted and part.points == []
+        assert st.get_run(part.baseline.run_id).status == "done"
+        again = run_sweep(small(["0.1"], steps=4), st, engine_factory=factory)  # the same command resumes
+    assert again.sweep_id == exc.value.sweep_id and again.baseline.resumed and not again.partial

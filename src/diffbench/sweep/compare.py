@@ -20,7 +20,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from diffbench.core.fingerprint import fingerprint_diff
-from diffbench.errors import UsageError
+from diffbench.errors import InputError, UsageError
 from diffbench.store.models import RunQuality, RunRecord
 from diffbench.store.runs import RunStore
 from diffbench.sweep.bootstrap import SpeedupCI, paired_speedup_ci, speedup_ci
@@ -54,6 +54,9 @@ def check_fingerprints(
     return diff
 
 
+PAIRING_CONDITIONS = ("shape", "steps", "guidance", "batch")  # what makes two runs' outputs and timings comparable
+
+
 class RunComparison(BaseModel):
     """Candidate run vs baseline run: speed-up with its interval and per-image quality."""
 
@@ -81,7 +84,8 @@ def compare_runs(
 
     Raises:
         UsageError: unknown run, or differing fingerprints without ``force``.
-        InputError: the outputs of a run are gone or do not pair.
+        InputError: the runs differ in :data:`PAIRING_CONDITIONS` (the message names each), or the outputs
+            of a run are gone or do not pair.
     """
     from diffbench.sweep.pairs import compare_images, load_images
 
@@ -96,6 +100,14 @@ def compare_runs(
         if not paired:
             fast = False
             verdict = f"{verdict}; not interleaved: the ratio carries machine drift, it cannot show a speed-up"
+    differ = [f"{k} {a.conditions.get(k)!r} vs {b.conditions.get(k)!r}" for k in PAIRING_CONDITIONS
+              if a.conditions.get(k) != b.conditions.get(k)]
+    if differ:
+        raise InputError(
+            f"runs {a.id} and {b.id} were generated under different conditions ({'; '.join(differ)}): their "
+            f"outputs do not pair and their timings measure different work; compare runs made with the same "
+            f"shape, steps, guidance and batch"
+        )
     quality = None
     if _has_outputs(a) and _has_outputs(b):
         quality = compare_images(load_images(a.outputs_dir), load_images(b.outputs_dir), a.id, ssim)  # type: ignore[arg-type]
