@@ -29,6 +29,24 @@ ROWS = [
     (["sweep", "--option", "compile", "--values", "maybe"], 2, ["compile takes on or off"]),
     ([*SWEEP, "--engine", "http"], 2, ["--engine 'http'"]),
     ([*SWEEP, "--gate", "psnr.p10>>30"], 2, ["psnr.p10>>30"]),
+    # sweep: every number checked before anything loads (a nan budget once ran the whole sweep first, then
+    # failed on a gate the user never typed, and left the sweep 'running' in the store)
+    ([*SWEEP, "--budget", "nan"], 2, ["--budget nan", "(0, 100]"]),
+    ([*SWEEP, "--budget", "inf"], 2, ["--budget inf", "(0, 100]"]),
+    ([*SWEEP, "--budget", "0"], 2, ["--budget 0", "(0, 100]"]),
+    ([*SWEEP, "--budget", "-5"], 2, ["--budget -5", "(0, 100]"]),
+    ([*SWEEP, "--budget", "101"], 2, ["--budget 101", "(0, 100]"]),
+    ([*SWEEP, "--guidance", "nan"], 2, ["--guidance nan", "finite"]),
+    ([*SWEEP, "--guidance", "-1"], 2, ["--guidance -1"]),
+    ([*SWEEP, "--gate", "psnr.p10>=nan"], 2, ["bad gate 'psnr.p10>=nan'"]),
+    ([*SWEEP, "--gate", "psnr.p99>=30"], 2, ["unknown statistic 'p99'"]),
+    ([*SWEEP, "--device", "tpu"], 2, ["--device tpu: unknown device"]),
+    ([*SWEEP, "--steps", "1000000"], 2, ["--steps 1000000", "--allow-large"]),
+    ([*SWEEP, "--width", "100000", "--height", "100000"], 2, ["--width 100000 --height 100000", "--allow-large"]),
+    # sweep: the shape, checked against the pipeline before it loads; the message names the option
+    ([*SWEEP, "--width", "100"], 2, ["--width: width 100 is not a multiple of 16", "96 or 112"]),
+    ([*SWEEP, "--height", "70"], 2, ["--height: height 70 is not a multiple of 16"]),
+    ([*SWEEP, "--frames", "9"], 2, ["--frames: frames 9", "image model"]),
     # sweep: protocol bounds (typer)
     ([*SWEEP, "--runs", "1"], 2, ["--runs"]),
     ([*SWEEP, "--max-warmup", "0"], 2, ["--max-warmup"]),
@@ -52,7 +70,7 @@ ROWS = [
 ]
 
 
-@pytest.mark.parametrize(("args", "code", "fragments"), ROWS, ids=[" ".join(r[0])[:60] for r in ROWS])
+@pytest.mark.parametrize(("args", "code", "fragments"), ROWS, ids=[" ".join(r[0][7:] if r[0][:7] == SWEEP else r[0])[:60] for r in ROWS])
 def test_bad_input(tmp_path, capsys, args, code, fragments):
     store = tmp_path / "existing.sqlite"
     RunStore.open(store).close()

@@ -75,3 +75,29 @@ def test_newer_store_schema_exits_4(tmp_path, capsys):
         conn.execute("UPDATE schema_version SET version = 999")
     assert main(["runs", "--store", str(path)]) == 4
     assert "newer" in capsys.readouterr().err
+
+
+def test_ctrl_c_writes_partial_json_and_says_how_to_resume(tmp_path, capsys, monkeypatch):
+    """Reproduction: Ctrl-C on `sweep` exited 130 with no output and no --json."""
+    import diffbench.sweep.runner as runner
+
+    orig = runner.run_sweep
+
+    def interrupted(opts, st, on_event=None, **kw):
+        def ev(msg: str) -> None:
+            if msg.startswith("timed block 2/"):
+                raise KeyboardInterrupt
+
+        return orig(opts, st, on_event=ev, **kw)
+
+    monkeypatch.setattr(runner, "run_sweep", interrupted)
+    store, out = tmp_path / "s.sqlite", tmp_path / "c.json"
+    rc = main(["sweep", "--model", "tiny-flux", "--cache", "first-block", "--values", "0.1", "--store", str(store),
+               "--json", str(out), *FAST])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == 130
+    assert "interrupted" in err and "rerun the same command to resume" in err and str(out) in err
+    doc = json.loads(out.read_text())
+    assert doc["partial"] is True and doc["interrupted"] is True and doc["points"] == []
+    with RunStore.open(store) as st:
+        assert st.get_sweep(doc["sweep_id"]).status == "interrupted"  # type: ignore[union-attr]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import math
 
 import pytest
@@ -93,15 +94,36 @@ def test_resume_after_interruption(tmp_path, factory, shared_flux, small):
             ("baseline", "done"), ("noise-floor", "done"), ("point", "failed"), ("point", "failed")]
         assert st.get_sweep(next(r.sweep_id for r in first if r.sweep_id)).status == "failed"  # type: ignore[union-attr]
         res = run_sweep(small(values), st, engine_factory=factory)
-        # the same command with one more value: the finished points are kept, only the new one is timed
-        # (with a live baseline in a new session); each point's ratio uses the baseline of its own session
-        more = run_sweep(small([*values, "0.3"]), st, engine_factory=factory)
+        # the identical command once more: everything comes from the store, nothing is timed again
+        again = run_sweep(small(values), st, engine_factory=factory)
+    assert res.sweep_id == again.sweep_id
     assert res.baseline.resumed and not any(p.resumed for p in res.points)
-    assert [p.resumed for p in more.points] == [True, True, False]
-    assert [p.run_id for p in more.points[:2]] == [p.run_id for p in res.points]
-    assert more.points[0].speedup == res.points[0].speedup  # same samples, same seed
-    assert more.points[2].session_id != more.points[0].session_id == more.points[1].session_id
-    assert any("earlier interleaved session" in w for w in more.warnings)
+    assert all(p.resumed for p in again.points)
+    assert [p.run_id for p in again.points] == [p.run_id for p in res.points]
+    assert again.points[0].speedup == res.points[0].speedup  # same samples, same seed
+
+
+def test_other_values_are_a_separate_sweep(tmp_path, factory, small):
+    """Reproduction: `--values 0,0.2` then `--values 0.1` on one store got the same sweep id; the second
+    replaced the first sweep's result and rewrote its baseline run's timing."""
+    path = tmp_path / "s.sqlite"
+    with RunStore.open(path) as st:
+        first = run_sweep(small(["0", "0.2"]), st, engine_factory=factory)
+        runs_before = {r.id: r.model_dump() for r in st.list_runs(limit=1000)}
+        sweep_before = st.get_sweep(first.sweep_id)
+        second = run_sweep(small(["0.1"]), st, engine_factory=factory)
+        runs_after = {r.id: r.model_dump() for r in st.list_runs(limit=1000)}
+        sweep_after = st.get_sweep(first.sweep_id)
+        # the value set is part of the identity; the order of --values is not
+        same = run_sweep(small(["0.2", "0"]), st, engine_factory=factory)
+    assert second.sweep_id != first.sweep_id
+    assert second.baseline.run_id != first.baseline.run_id and not second.baseline.resumed
+    assert not any(p.resumed for p in second.points)
+    assert same.sweep_id == first.sweep_id and all(p.resumed for p in same.points)
+    # every run of the first sweep is unchanged, and its stored result still lists its own points
+    assert {k: runs_after[k] for k in runs_before} == runs_before
+    assert sweep_before is not None and sweep_after is not None
+    assert sweep_after.result_json == sweep_before.result_json and sweep_after.status == "done"
 
 
 def test_fingerprint_mismatch_refused_then_forced(tmp_path, factory, small):
@@ -118,8 +140,9 @@ def test_fingerprint_mismatch_refused_then_forced(tmp_path, factory, small):
         assert "compile" in str(exc.value) and "--force" in str(exc.value)
         assert len(st.list_runs()) == n_runs
         # same deployment, but the stored baseline's fingerprint says compile on: refused, then --force
-        base = st.get_run(base_id)
-        st.put_run(base.model_copy(update={"fingerprint": {**base.fingerprint, "compile": True}}))
+        base = st.get_run(base_id)  # stored runs are immutable: tamper with the file directly
+        st.db.conn.execute("UPDATE runs SET fingerprint_json = ? WHERE id = ?",
+                           (json.dumps({**base.fingerprint, "compile": True}, sort_keys=True), base_id))
         with pytest.raises(UsageError, match="compile"):
             run_sweep(small(["0.2"], baseline_run=base_id), st, engine_factory=factory)
         forced = run_sweep(small(["0.2"], baseline_run=base_id, force=True), st, engine_factory=factory)
@@ -167,3 +190,50 @@ def test_import_is_light():
             "print(sorted(m for m in ('torch', 'diffusers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_compare_runs_of_different_shapes_names_the_shapes(tmp_path, factory, small):
+    """Reproduction: `runs compare` of runs with different shapes said only "outputs do not pair: 2 key(s)
+    on one side only"."""
+    from diffbench.errors import InputError
+
+    with RunStore.open(tmp_path / "s.sqlite") as st:
+        a = run_sweep(small(["1000000"], steps=4), st, engine_factory=factory)
+        b = run_sweep(small(["1000000"], steps=4, height=32), st, engine_factory=factory)
+        with pytest.raises(InputError) as exc:
+            compare_runs(st, a.baseline.run_id, b.points[0].run_id)
+    msg = str(exc.value)
+    assert "shape" in msg and a.baseline.conditions.shape in msg and b.points[0].conditions.shape in msg
+
+
+def test_failure_after_the_timing_marks_the_sweep_failed(tmp_path, factory, small):
+    """A sweep that fails after its session (a nan budget once failed on its gates there) never stays
+    'running' in the store."""
+
+    def late(msg: str) -> None:
+        if "psnr p10" in msg:  # emitted once the result is assembled, just before it is stored
+            raise RuntimeError("late failure")
+
+    with RunStore.open(tmp_path / "s.sqlite") as st:
+        with pytest.raises(RuntimeError, match="late failure"):
+            run_sweep(small(["0.1"], steps=4), st, engine_factory=factory, on_event=late)
+        assert [sw.status for sw in st.list_sweeps()] == ["failed"]
+
+
+def test_interrupt_is_stored_and_carries_the_partial_result(tmp_path, factory, small):
+    from diffbench.sweep.runner import SweepInterrupted
+
+    def ctrl_c(msg: str) -> None:
+        if msg.startswith("timed block 2/"):
+            raise KeyboardInterrupt
+
+    with RunStore.open(tmp_path / "s.sqlite") as st:
+        with pytest.raises(SweepInterrupted) as exc:
+            run_sweep(small(["0.1"], steps=4), st, engine_factory=factory, on_event=ctrl_c)
+        sw = st.get_sweep(exc.value.sweep_id)
+        assert sw is not None and sw.status == "interrupted"
+        part = exc.value.result
+        assert part is not None and part.partial and part.interrupted and part.points == []
+        assert st.get_run(part.baseline.run_id).status == "done"
+        again = run_sweep(small(["0.1"], steps=4), st, engine_factory=factory)  # the same command resumes
+    assert again.sweep_id == exc.value.sweep_id and again.baseline.resumed and not again.partial

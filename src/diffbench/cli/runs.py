@@ -112,6 +112,10 @@ def register(app: typer.Typer) -> None:
             lat = r.timing.latency_s
             con.print(f"latency: median {lat.p50 * 1e3:.2f} ms, mean {lat.mean * 1e3:.2f} ms, min "
                       f"{lat.min * 1e3:.2f} ms, max {lat.max * 1e3:.2f} ms (n={lat.n}; warmup {r.timing.warmup})")
+        elif r.kind == "baseline" and r.sweep_id:
+            con.print("latency: none on the baseline run (the quality reference); each point of sweep "
+                      f"{r.sweep_id} holds the baseline's samples from its own interleaved session (`diffbench "
+                      f"runs show {r.sweep_id}`)")
         if r.quality:
             q = r.quality
             con.print(f"quality vs run {q.against_run}: psnr p50 {_db(q.psnr.p50)} dB · p10 {_db(q.psnr.p10)} dB · "

@@ -11,6 +11,29 @@ from diffbench.errors import UsageError
 from diffbench.workload.prompts import parse_seeds
 
 
+def _interrupted(exc: Any, json_path: Path | None, console: Any) -> None:
+    """Ctrl-C: the partial result (what had finished) on the console and in ``--json``, and how to resume."""
+    from diffbench.core.jsonio import write_json_atomic
+    from diffbench.report.sweep_report import print_console, write_json
+
+    result = exc.result
+    if result is not None:
+        print_console(result, console)
+    if json_path is not None:
+        if result is not None:
+            write_json(result, json_path)
+        else:
+            write_json_atomic(json_path, {"kind": "diffbench.sweep", "sweep_id": exc.sweep_id, "partial": True,
+                                          "interrupted": True, "points": [], "working_point": None})
+    done = len(result.points) if result is not None else 0
+    typer.secho(
+        f"interrupted: sweep {exc.sweep_id} is stored as 'interrupted' with {done} finished value(s)"
+        + (f"; the partial result was written to {json_path}" if json_path else "")
+        + "; rerun the same command to resume (finished points are reused, the rest are timed again in one "
+        "interleaved session)", fg="red", err=True,
+    )
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def sweep(
@@ -73,23 +96,43 @@ def register(app: typer.Typer) -> None:
         mkdir: bool = typer.Option(
             False, "--mkdir", help="Create missing parent directories of --store, --json, --csv and --outputs."
         ),
+        allow_large: bool = typer.Option(
+            False, "--allow-large", help="Allow steps, pixels or frames above the limits (see `bench --help`)."
+        ),
     ) -> None:
         """Sweep a cache threshold or a pipeline option: speed-up (95 % paired bootstrap CI, baseline and values
         interleaved after each is warm) beside the timing noise floor, per-image quality vs the baseline
         (p50/p10/worst PSNR), skipped steps and the working point (measurably faster and within budget)."""
+        import math
+
+        from diffbench.bench.limits import check_limits, check_number
+        from diffbench.bench.session import Shape
+        from diffbench.cli.bench import _shape_option
         from diffbench.core.outpath import check_output_dir, check_output_file
-        from diffbench.engines.registry import EngineConfig
+        from diffbench.engines.registry import EngineConfig, check_device
+        from diffbench.errors import ShapeError
+        from diffbench.quality.gates import parse_gate
         from diffbench.report.sweep_report import make_console, print_console, write_csv, write_json
         from diffbench.store.runs import RunStore
         from diffbench.sweep.axes import axis_name, parse_values
         from diffbench.sweep.models import SweepOptions
-        from diffbench.sweep.runner import run_sweep
+        from diffbench.sweep.runner import SweepInterrupted, preflight, run_sweep
+        from diffbench.sweep.working_point import default_gates
 
+        # Every check that needs no model runs here, before anything is loaded or created.
         if engine != "diffusers":
             raise UsageError(
                 f"--engine {engine!r}: sweep runs the diffusers engine in-process (cache hooks need the "
                 "pipeline); an http engine is not available yet"
             )
+        if not math.isfinite(budget) or not 0 < budget <= 100:
+            raise UsageError(f"--budget {budget:g}: must be a finite PSNR budget in (0, 100] dB, e.g. 30")
+        check_number("--guidance", guidance, 0, 50, "guidance / CFG scale")
+        device = check_device(device)
+        check_limits(steps=steps, batch=1, shapes=[Shape(height=height, width=width, frames=frames).limit_spec()],
+                     allow_large=allow_large)
+        for g in list(gate) or default_gates(budget):
+            parse_gate(g)
         axis = axis_name(cache, option)
         opts = SweepOptions(
             engine=EngineConfig(engine="diffusers", model=model, device=device, dtype=dtype,
@@ -100,11 +143,10 @@ def register(app: typer.Typer) -> None:
             budget_db=budget, gates=list(gate), ssim=ssim, baseline_run=baseline,
             force=force, resume=resume, outputs_dir=outputs,
         )
-        if opts.gates:
-            from diffbench.quality.gates import parse_gate
-
-            for g in opts.gates:
-                parse_gate(g)
+        try:
+            preflight(opts)
+        except ShapeError as exc:
+            raise ShapeError(f"{_shape_option(str(exc), None)}: {exc}") from None
         if json_path is not None:  # before anything runs: a bad path fails now, not after the sweep
             check_output_file(json_path, "--json", mkdir=mkdir)
         if csv_path is not None:
@@ -112,8 +154,16 @@ def register(app: typer.Typer) -> None:
         if outputs is not None:
             check_output_dir(outputs, "--outputs", mkdir=mkdir)
         console: Any = make_console()
-        with RunStore.open(store, mkdir=mkdir) as st, console.status("sweep: starting") as status:
-            result = run_sweep(opts, st, on_event=lambda msg: status.update(f"sweep: {msg}"))
+        try:
+            with RunStore.open(store, mkdir=mkdir) as st, console.status("sweep: starting") as status:
+                result = run_sweep(opts, st, on_event=lambda msg: status.update(f"sweep: {msg}"))
+        except SweepInterrupted as exc:
+            _interrupted(exc, json_path, console)
+            raise typer.Exit(130) from None
+        except KeyboardInterrupt:
+            typer.secho("interrupted before the sweep started: nothing was stored"
+                        + (f" and {json_path} was not written" if json_path else ""), fg="red", err=True)
+            raise typer.Exit(130) from None
         print_console(result, console)
         if json_path:
             write_json(result, json_path)

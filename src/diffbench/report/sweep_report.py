@@ -71,7 +71,8 @@ def to_csv(result: SweepResult) -> str:
         ssim = q.ssim if q is not None else None  # type: ignore[union-attr]
         w.writerow([
             value, sp, lo, hi, nf.speedup if nf else None, nf.low if nf else None,  # type: ignore[union-attr]
-            nf.high if nf else None, fast, verdict, nwarm, lat.p50, lat.n,  # type: ignore[union-attr]
+            nf.high if nf else None, fast, verdict, nwarm, lat.p50 if lat else None,  # type: ignore[union-attr]
+            lat.n if lat else None,  # type: ignore[union-attr]
             psnr.p50 if psnr else None, psnr.p10 if psnr else None, psnr.worst if psnr else None,
             ssim.p50 if ssim else None, ssim.worst if ssim else None, skip, passed, is_wp, rid,
             c.model, c.shape, c.steps, c.cfg, c.engine, c.engine_version, c.attention_backend,  # type: ignore[union-attr]
@@ -105,8 +106,11 @@ def print_console(result: SweepResult, console: object | None = None) -> None:
     nf = result.noise_floor_psnr
     con.print(f"[bold]sweep {result.sweep_id}[/bold] · axis {result.axis} (fingerprint field '{result.field}') "
               f"· store {result.store}")
-    con.print(f"baseline run {b.run_id}{' (from the store)' if b.resumed else ''}: median "
-              f"{b.latency_s.p50 * 1e3:.2f} ms (n={b.latency_s.n})")
+    if result.interrupted:
+        con.print("[bold red]INTERRUPTED: partial result (only the values that had finished)[/bold red]")
+    blat = (f"median {b.latency_s.p50 * 1e3:.2f} ms (n={b.latency_s.n})" if b.latency_s is not None
+            else "no timed session finished")
+    con.print(f"baseline run {b.run_id}{' (from the store)' if b.resumed else ''}: {blat}")
     if nf is not None:
         con.print(f"quality noise floor (baseline configuration run twice): psnr p50 {_db(nf.p50)} dB · p10 "
                   f"{_db(nf.p10)} dB · worst {_db(nf.worst)} dB (n={nf.n})")
@@ -126,7 +130,7 @@ def print_console(result: SweepResult, console: object | None = None) -> None:
     for col in ("value", "median ms (n)", "speed-up", "95 % CI", "noise floor CI", "faster?", "psnr p50",
                 "psnr p10", "psnr worst", "ssim worst", "skipped", "gates"):
         t.add_column(col, justify="right" if col not in ("value", "gates", "faster?") else "left")
-    t.add_row("baseline", f"{b.latency_s.p50 * 1e3:.2f} ({b.latency_s.n})", "1.000", "—",
+    t.add_row("baseline", f"{b.latency_s.p50 * 1e3:.2f} ({b.latency_s.n})" if b.latency_s else "—", "1.000", "—",
               f"{tf.low:.3f}–{tf.high:.3f}" if tf else "—", "reference", "—", "—", "—", "—", "—", "—")
     wp = result.working_point.value if result.working_point else None
     for p in result.points:

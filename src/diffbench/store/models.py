@@ -17,6 +17,7 @@ from diffbench.core.stats import Summary
 
 RunKind = Literal["baseline", "noise-floor", "point"]
 RunStatus = Literal["running", "done", "failed"]
+SweepStatus = Literal["running", "done", "failed", "interrupted"]
 
 
 class RunTiming(BaseModel):
@@ -107,7 +108,7 @@ class SweepRecord(BaseModel):
     updated_unix: float
     axis: str
     model: str
-    status: RunStatus
+    status: SweepStatus
     options_json: str
     result_json: str | None = None
 

@@ -1,7 +1,8 @@
 """Reading and writing runs and sweeps in the store.
 
 Points are keyed by (sweep id, value, fingerprint hash): a rerun of an interrupted sweep finds the points
-that finished and does not recompute them.
+that finished and does not recompute them. A run, once stored ``done`` or ``failed``, is immutable
+(:meth:`RunStore.put_run` refuses to rewrite it).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from diffbench.core.jsonio import strict_json_value
-from diffbench.errors import UsageError
+from diffbench.errors import StoreError, UsageError
 from diffbench.store.db import DEFAULT_TIMEOUT_S, Database, open_db
 from diffbench.store.models import RunKind, RunRecord, SweepRecord
 
@@ -66,7 +67,13 @@ class RunStore:
 
     # -- runs ---------------------------------------------------------------------------------
     def put_run(self, run: RunRecord) -> None:
-        """Insert or replace ``run``."""
+        """Insert ``run``, or finish it: a run stored ``running`` may be replaced (to record it ``done`` or
+        ``failed``); a run stored finished is immutable.
+
+        Raises:
+            StoreError: ``run.id`` is already stored as ``done`` or ``failed`` (a stored result is never
+                rewritten; a new measurement is a new run id), or the store is locked / read-only.
+        """
         extra = {"skipped": run.skipped.model_dump() if run.skipped else None, "error": run.error}
         row = (
             run.id,
@@ -87,6 +94,12 @@ class RunStore:
             _dumps(extra),
         )
         with self.db.write() as conn:
+            found = conn.execute("SELECT status FROM runs WHERE id = ?", (run.id,)).fetchone()
+            if found is not None and found[0] != "running":
+                raise StoreError(
+                    f"run {run.id} is already stored as {found[0]} in {self.path}: stored runs are immutable "
+                    f"(a new measurement gets a new run id)"
+                )
             conn.execute(
                 "INSERT OR REPLACE INTO runs (id, created_unix, kind, status, sweep_id, axis, value, model, "
                 "fingerprint_hash, fingerprint_json, conditions_json, manifest_json, outputs_dir, timing_json, "

@@ -6,11 +6,11 @@ is refused, naming every differing field, unless forced (and then the result say
 
 Timing in ``runs compare`` (:func:`compare_timing`):
 
-- both runs from **one interleaved session** (same ``session_id``: two points of one sweep, or a sweep's
-  baseline and a point of its newest session): the paired bootstrap over their blocks, beside the timing
-  noise floor of that session (the baseline against itself, even vs odd blocks);
-- a sweep's **baseline and one of its points from an older session**: the point's own interleaved
-  baseline samples stand in for the baseline run's (same configuration, same blocks), again paired;
+- a sweep's **baseline and one of its points**: the point's own interleaved baseline samples (same
+  configuration, same blocks; the baseline run itself holds no timing, stored runs being immutable), paired,
+  beside the timing noise floor of that session (the baseline against itself, even vs odd blocks);
+- both runs from **one interleaved session** (same ``session_id``: two points of one sweep): the paired
+  bootstrap over their blocks, beside that session's floor;
 - otherwise the runs were **measured at different times**: the independent bootstrap, no floor, and a
   warning that their ratio carries the machine's drift between the two measurements.
 """
@@ -20,7 +20,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from diffbench.core.fingerprint import fingerprint_diff
-from diffbench.errors import UsageError
+from diffbench.errors import InputError, UsageError
 from diffbench.store.models import RunQuality, RunRecord
 from diffbench.store.runs import RunStore
 from diffbench.sweep.bootstrap import SpeedupCI, paired_speedup_ci, speedup_ci
@@ -54,6 +54,9 @@ def check_fingerprints(
     return diff
 
 
+PAIRING_CONDITIONS = ("shape", "steps", "guidance", "batch")  # what makes two runs' outputs and timings comparable
+
+
 class RunComparison(BaseModel):
     """Candidate run vs baseline run: speed-up with its interval and per-image quality."""
 
@@ -81,7 +84,8 @@ def compare_runs(
 
     Raises:
         UsageError: unknown run, or differing fingerprints without ``force``.
-        InputError: the outputs of a run are gone or do not pair.
+        InputError: the runs differ in :data:`PAIRING_CONDITIONS` (the message names each), or the outputs
+            of a run are gone or do not pair.
     """
     from diffbench.sweep.pairs import compare_images, load_images
 
@@ -96,6 +100,14 @@ def compare_runs(
         if not paired:
             fast = False
             verdict = f"{verdict}; not interleaved: the ratio carries machine drift, it cannot show a speed-up"
+    differ = [f"{k} {a.conditions.get(k)!r} vs {b.conditions.get(k)!r}" for k in PAIRING_CONDITIONS
+              if a.conditions.get(k) != b.conditions.get(k)]
+    if differ:
+        raise InputError(
+            f"runs {a.id} and {b.id} were generated under different conditions ({'; '.join(differ)}): their "
+            f"outputs do not pair and their timings measure different work; compare runs made with the same "
+            f"shape, steps, guidance and batch"
+        )
     quality = None
     if _has_outputs(a) and _has_outputs(b):
         quality = compare_images(load_images(a.outputs_dir), load_images(b.outputs_dir), a.id, ssim)  # type: ignore[arg-type]
@@ -122,6 +134,11 @@ def compare_timing(a: RunRecord, b: RunRecord) -> tuple[SpeedupCI | None, Speedu
     from diffbench.sweep.interleave import noise_floor_ci
 
     ta, tb = a.timing, b.timing
+    own_base = (a.kind == "baseline" and b.kind == "point" and a.sweep_id and a.sweep_id == b.sweep_id
+                and tb is not None and tb.baseline_samples_s and len(tb.baseline_samples_s) == len(tb.samples_s))
+    if tb is not None and own_base:  # the baseline run holds no timing: its samples of b's session are on b
+        own = list(tb.baseline_samples_s or [])
+        return paired_speedup_ci(own, tb.samples_s), noise_floor_ci(own), True, []
     if ta is None or tb is None:
         return None, None, False, ["a run has no timing: no speed-up"]
     base: list[float] | None = None
@@ -129,9 +146,6 @@ def compare_timing(a: RunRecord, b: RunRecord) -> tuple[SpeedupCI | None, Speedu
     if ta.session_id and ta.session_id == tb.session_id and len(ta.samples_s) == len(tb.samples_s):
         base = ta.samples_s
         floor_src = tb.baseline_samples_s or ta.baseline_samples_s or (ta.samples_s if a.kind == "baseline" else None)
-    elif (a.kind == "baseline" and b.kind == "point" and a.sweep_id and a.sweep_id == b.sweep_id
-          and tb.baseline_samples_s and len(tb.baseline_samples_s) == len(tb.samples_s)):
-        base = floor_src = tb.baseline_samples_s
     if base is not None:
         sp = paired_speedup_ci(base, tb.samples_s)
         floor = noise_floor_ci(floor_src) if floor_src else None

@@ -50,7 +50,7 @@ class SweepOptions(BaseModel):
                                description="warm = no downward trend over this many last warmup runs")
     schedule_seed: int = 0
     runs: int | None = Field(default=None, ge=2, description="None: 24 for tiny models, else 2 per request")
-    budget_db: float = 30.0
+    budget_db: float = Field(default=30.0, gt=0, le=100, allow_inf_nan=False, description="PSNR budget, dB")
     gates: list[str] = []
     ssim: bool = True
     baseline_run: str | None = None
@@ -66,7 +66,7 @@ class RunRef(BaseModel):
 
     run_id: str
     conditions: Conditions
-    latency_s: Summary
+    latency_s: Summary | None = None
     outputs_dir: str | None = None
     resumed: bool = False
 
@@ -118,6 +118,7 @@ class SweepResult(BaseModel):
     sweep_id: str
     created_unix: float
     partial: bool = True
+    interrupted: bool = False
     axis: str
     field: str
     store: str

@@ -13,10 +13,12 @@ Order of work:
    the working point follow :mod:`diffbench.sweep.working_point`.
 
 Every run goes to the store as it finishes (status ``done``); a point stores its own samples together with
-the baseline samples it was interleaved with, so a resumed point keeps a drift-free ratio. Rerunning the
-same command resumes: points are keyed by (sweep id, value, fingerprint hash) and are not recomputed; an
-interrupted timing session leaves its points ``failed`` and is redone. The sweep id hashes the model,
-shape, steps, prompts, seeds, protocol and the deployment fingerprint without the swept field.
+the baseline samples it was interleaved with, so a resumed point keeps a drift-free ratio (the baseline run
+itself holds the quality reference and no timing: stored runs are immutable). Rerunning the same command
+resumes: points are keyed by (sweep id, value, fingerprint hash) and are not recomputed; an interrupted
+timing session leaves its points ``failed`` and is redone. The sweep id hashes the sorted value set, the
+model, shape, steps, prompts, seeds, protocol and the deployment fingerprint without the swept field: a
+sweep with other values is a separate sweep and never touches another's runs or result.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ def requests_for(opts: SweepOptions, info: EngineInfo) -> list[GenerationRequest
         seeds=opts.seeds,
     )
     reqs = build_workload(bopts, info)
-    if not info.is_video:
+    if not info.is_video and opts.frames is None:  # --frames on an image model is refused by validate()
         reqs = [r.model_copy(update={"frames": None}) for r in reqs]
     return reqs
 
@@ -103,9 +105,12 @@ def conditions_for(info: EngineInfo, req: GenerationRequest, env: EnvInfo) -> Co
 
 
 def sweep_identity(opts: SweepOptions, fp: dict[str, object], field: str, reqs: list[GenerationRequest]) -> str:
-    """sha256 (16 hex) of what makes points comparable (everything but the values)."""
+    """sha256 (16 hex) of the sweep: what makes points comparable, and the sorted value set (a sweep with
+    other values is another sweep, with its own baseline and result; the order of ``--values`` does not count).
+    """
     data = {
         "axis": opts.axis,
+        "values": sorted(opts.values),
         "fingerprint": fingerprint_hash(fp, ignore=(field,)),
         "requests": [(r.prompt_id, r.prompt, r.seed, r.shape_key, r.guidance) for r in reqs],
         "protocol": ("interleaved-v2", opts.warmup, opts.max_warmup, opts.stable_window, opts.schedule_seed,
@@ -125,6 +130,7 @@ class _Sweep:
         self.env = capture_env()
         self.gates = list(opts.gates) or default_gates(opts.budget_db)
         self.forced_diff: list[str] = []
+        self.progress: dict[str, object] = {}  # what has finished (for a partial result on Ctrl-C)
 
     def _new_run(self, kind: str, value: str, info: EngineInfo, fp: dict[str, object], cond: Conditions,
                  sweep_id: str) -> RunRecord:
@@ -164,6 +170,22 @@ def _predicted_fp(fp: dict[str, object], axis: str, field: str, value: str) -> d
     return {**fp, field: value == "on" if axis == "compile" else value}
 
 
+def preflight(opts: SweepOptions, engine: Engine | None = None) -> None:
+    """Check every request of the sweep against the pipeline before the model is loaded, when the engine can
+    tell its pipeline class without loading (``peek_info``; tiny models and local directories).
+
+    Raises:
+        ShapeError: a request the model cannot take (neutral message: the caller names its option).
+    """
+    eng = engine if engine is not None else create_engine(opts.engine)
+    peek = getattr(eng, "peek_info", None)
+    early = peek() if callable(peek) else None
+    if early is None:
+        return
+    for r in requests_for(opts, early):
+        eng.validate(r)
+
+
 def run_sweep(
     opts: SweepOptions,
     store: RunStore,
@@ -191,6 +213,7 @@ def run_sweep(
     """
     s = _Sweep(opts, store, engine_factory, on_event or _quiet)
     inner = engine_factory(opts.engine)
+    preflight(opts, inner)
     inner.start()
     engine: Engine = CachedEngine(inner) if s.is_cache else inner
     try:
@@ -219,31 +242,91 @@ def _run(s: _Sweep, engine: Engine, on_point: Callable[[PointResult], None] | No
         id=sweep_id, created_unix=old.created_unix if old else time.time(), updated_unix=time.time(),
         axis=opts.axis, model=info.model, status="running", options_json=opts.model_dump_json(),
     ))
-    try:
-        base_run, base_images, resumed = _baseline(s, engine, info, base_fp, base_cond, reqs, sweep_id)
-        noise = _noise_floor(s, engine, info, base_fp, base_cond, reqs, sweep_id, base_run, base_images)
-        runs: dict[str, RunRecord] = {}
-        for value in opts.values:
-            found = _stored_point(s, base_fp, sweep_id, value, base_run.id)
-            if found is not None:
-                runs[value] = found
-        todo = [v for v in opts.values if v not in runs]
-        schedule: ScheduleInfo | None = None
-        warmups: dict[str, list[float]] = {}
-        stable: dict[str, bool] = {}
-        if todo:
-            schedule, made, live, warmups, stable = _session(s, engine, base_fp, reqs, sweep_id, todo, base_run.id,
-                                                             base_images)
-            runs.update(made)
-            if not opts.baseline_run:
-                base_run = _finish_timing(s, base_run, live)
+    try:  # a sweep that fails or is interrupted never stays 'running' in the store
+        result = _measure(s, engine, info, base_fp, base_cond, reqs, sweep_id)
+    except KeyboardInterrupt:
+        _save_partial(s, sweep_id, info, "interrupted")
+        try:
+            partial = _partial_result(s, sweep_id)
+        except Exception as exc:  # the interrupt is what matters: report it even if the partial is unusable
+            s.event(f"no partial result: {exc}")
+            partial = None
+        raise SweepInterrupted(sweep_id, partial) from None
     except BaseException:
-        _save_partial(s, sweep_id, info)
+        _save_partial(s, sweep_id, info, "failed")
         raise
+    if on_point is not None:
+        for p in result.points:
+            on_point(p)
+    return result
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a sweep: ``result`` holds what had finished (``partial`` and ``interrupted`` true), or
+    None when not even the baseline was done. The sweep is stored with status ``interrupted``; rerunning
+    the same command resumes it."""
+
+    def __init__(self, sweep_id: str, result: SweepResult | None) -> None:
+        super().__init__("sweep interrupted")
+        self.sweep_id, self.result = sweep_id, result
+
+
+def _partial_result(s: _Sweep, sweep_id: str) -> SweepResult | None:
+    """What had finished when the sweep was interrupted: the baseline and every point already stored done
+    (each with the baseline samples of its own interleaved session)."""
+    base_run = s.progress.get("baseline")
+    if not isinstance(base_run, RunRecord):
+        return None
+    noise = s.progress.get("noise")
+    points = []
+    for value in s.opts.values:
+        run = s.progress.get(f"point:{value}")
+        if isinstance(run, RunRecord):
+            points.append(_point_result(s, run, noise if isinstance(noise, RunQuality) else None, resumed=True))
+    runs = {p.value: s.progress[f"point:{p.value}"] for p in points}
+    live = _live_baseline(points, runs)  # type: ignore[arg-type]
+    return SweepResult(
+        sweep_id=sweep_id, created_unix=time.time(), partial=True, interrupted=True, axis=s.opts.axis,
+        field=s.field, store=str(s.store.path),
+        baseline=RunRef(run_id=base_run.id, conditions=Conditions.model_validate(base_run.conditions),
+                        latency_s=summarize(live, check=()) if live else None, outputs_dir=base_run.outputs_dir),
+        noise_floor=noise if isinstance(noise, RunQuality) else None, gates=s.gates,
+        budget_db=None if s.opts.gates else s.opts.budget_db, points=points,
+        timing_floor=noise_floor_ci(live, s.opts.bootstrap_resamples, s.opts.bootstrap_seed) if live else None,
+        warnings=[f"interrupted: {len(points)} of {len(s.opts.values)} value(s) finished; rerun the same "
+                  f"command to resume"],
+    )
+
+
+def _measure(s: _Sweep, engine: Engine, info: EngineInfo, base_fp: dict[str, object], base_cond: Conditions,
+             reqs: list[GenerationRequest], sweep_id: str) -> SweepResult:
+    """Baseline, noise floor, the interleaved session of the values not in the store, and the result."""
+    opts, store = s.opts, s.store
+    base_run, base_images, resumed = _baseline(s, engine, info, base_fp, base_cond, reqs, sweep_id)
+    s.progress["baseline"] = base_run
+    noise = _noise_floor(s, engine, info, base_fp, base_cond, reqs, sweep_id, base_run, base_images)
+    s.progress["noise"] = noise
+    runs: dict[str, RunRecord] = {}
+    for value in opts.values:
+        found = _stored_point(s, base_fp, sweep_id, value, base_run.id)
+        if found is not None:
+            runs[value] = found
+            s.progress[f"point:{value}"] = found
+    todo = [v for v in opts.values if v not in runs]
+    schedule: ScheduleInfo | None = None
+    warmups: dict[str, list[float]] = {}
+    stable: dict[str, bool] = {}
+    if todo:
+        schedule, made, _live, warmups, stable = _session(s, engine, base_fp, reqs, sweep_id, todo, base_run.id,
+                                                         base_images)
+        runs.update(made)
+        # the baseline's samples of a session are stored on each of its points, never on the baseline
+        # run: that run is finished (immutable) before its first session, and a resumed sweep may time it
+        # again in another session
     points = [_point_result(s, runs[v], noise, resumed=v not in todo) for v in opts.values]
     live_samples = _live_baseline(points, runs)
     base_lat = summarize(live_samples, check=()) if live_samples else (
-        base_run.timing.latency_s if base_run.timing else summarize([1.0], check=()))
+        base_run.timing.latency_s if base_run.timing else None)
     result = SweepResult(
         sweep_id=sweep_id, created_unix=time.time(), axis=opts.axis, field=s.field, store=str(store.path),
         baseline=RunRef(run_id=base_run.id, conditions=Conditions.model_validate(base_run.conditions),
@@ -290,9 +373,6 @@ def _run(s: _Sweep, engine: Engine, on_point: Callable[[PointResult], None] | No
         s.event(f"{opts.axis}={p.value}: {p.speedup:.3f}x ({p.verdict}), psnr p10 {p.quality.psnr.p10:.2f} dB"
                 + (" (from the store)" if p.resumed else ""))
     _save(s, sweep_id, info, result, "done")
-    if on_point is not None:
-        for p in points:
-            on_point(p)
     return result
 
 
@@ -335,11 +415,12 @@ def _save(s: _Sweep, sweep_id: str, info: EngineInfo, result: SweepResult, statu
     ))
 
 
-def _save_partial(s: _Sweep, sweep_id: str, info: EngineInfo) -> None:
+def _save_partial(s: _Sweep, sweep_id: str, info: EngineInfo, status: str) -> None:
     old = s.store.get_sweep(sweep_id)
     s.store.put_sweep(SweepRecord(
         id=sweep_id, created_unix=old.created_unix if old else time.time(), updated_unix=time.time(),
-        axis=s.opts.axis, model=info.model, status="failed", options_json=s.opts.model_dump_json(),
+        axis=s.opts.axis, model=info.model, status=status,  # type: ignore[arg-type]
+        options_json=s.opts.model_dump_json(),
         result_json=old.result_json if old else None,
     ))
 
@@ -556,7 +637,7 @@ def _session(s: _Sweep, engine: Engine, base_fp: dict[str, object], reqs: list[G
             _generate_all(c.arm.engine, reqs, c.sink, c.images)
             skipped = engine.skip_stats(c.value) if isinstance(engine, CachedEngine) else None
             quality = compare_images(base_images, c.images, base_id, opts.ssim)
-            made[c.value] = s._finish(c.run, timing=_timing(c.arm, sched, base_arm.samples_s, span),
+            made[c.value] = s.progress[f"point:{c.value}"] = s._finish(c.run, timing=_timing(c.arm, sched, base_arm.samples_s, span),
                                       quality=quality, skipped=skipped)
     except BaseException as exc:
         for c in cands:
@@ -572,13 +653,6 @@ def _session(s: _Sweep, engine: Engine, base_fp: dict[str, object], reqs: list[G
     warm = {a.name: list(a.warmup_s) for a in arms}
     stable = {a.name: a.stable for a in arms}
     return sched, made, _timing(base_arm, sched, None, span), warm, stable
-
-
-def _finish_timing(s: _Sweep, base_run: RunRecord, timing: RunTiming) -> RunRecord:
-    """Store the live baseline's timing of the newest session on this sweep's baseline run."""
-    done = base_run.model_copy(update={"timing": timing})
-    s.store.put_run(done)
-    return done
 
 
 def _point_result(s: _Sweep, run: RunRecord, noise: RunQuality | None, resumed: bool) -> PointResult:
