@@ -11,10 +11,10 @@ import pytest
 
 from diffbench.bench.protocol import BenchConfig, run_bench
 from diffbench.bench.stability import SPREAD_RATIO, timing_notes
+from diffbench.core.warmth import downward_trend_pvalue
 from diffbench.engines.base import GenerationRequest
 from diffbench.engines.registry import EngineConfig, SimParams
 from diffbench.engines.sim import SimEngine
-from diffbench.sweep.warmth import downward_trend_pvalue
 
 REQ = GenerationRequest(prompt="a", height=64, width=64, steps=4)
 
@@ -108,7 +108,7 @@ def test_busy_machine_warns_with_the_load_average(monkeypatch, tmp_path) -> None
 
 
 def test_auto_warmup_runs_until_the_sweep_test_calls_it_warm() -> None:
-    from diffbench.sweep.warmth import DEFAULT_WINDOW, is_warm
+    from diffbench.core.warmth import DEFAULT_WINDOW, is_warm
 
     eng = _ColdSim([0.9 * 0.7**i for i in range(12)], jitter=0.02, seed=1)  # a cold start fading over 12 calls
     eng.start()

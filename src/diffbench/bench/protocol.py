@@ -4,8 +4,8 @@ For each distinct shape (height, width, frames, steps, batch) of the workload:
 
 1. **Warmup**: ``warmup`` untimed-for-statistics runs with the real prompts at that shape (the first call
    compiles, autotunes and grows the memory pool); their times are kept apart in ``warmup_s``. With
-   ``warmup_auto``, warmup runs until the sweep's warm-until-stable test passes
-   (:func:`diffbench.sweep.warmth.is_warm`: the last 5 show no significant downward trend), at most
+   ``warmup_auto``, warmup runs until the warm-until-stable test (diffbench.core.warmth) passes
+   (:func:`diffbench.core.warmth.is_warm`: the last 5 show no significant downward trend), at most
    ``max_warmup`` runs (a ``warmup_not_stable`` note when the cap is hit).
 2. **Timed runs**: ``runs`` generations cycling through the workload's prompts × seeds. The device is
    synchronized before every clock read (:class:`~diffbench.core.clock.Timer`). After each run the
@@ -39,9 +39,9 @@ from diffbench.bench.stability import FIRST_RUN_OUTLIER, timing_notes
 from diffbench.core.clock import Timer, no_sync
 from diffbench.core.psnr import psnr_uint8
 from diffbench.core.stats import percentile_warnings, summarize
+from diffbench.core.warmth import DEFAULT_WINDOW, is_warm
 from diffbench.engines.base import Engine, GenerationRequest, GenerationResult
 from diffbench.errors import GenerationError
-from diffbench.sweep.warmth import DEFAULT_WINDOW, is_warm
 
 UNSYNC_TOLERANCE = 0.05  # pending work > 5 % of the measured time at the end read -> unsynchronized
 
@@ -54,7 +54,7 @@ class BenchConfig(BaseModel):
     """
 
     warmup: int = Field(default=2, ge=0)
-    warmup_auto: bool = False  # warm until sweep.warmth.is_warm (last 5 runs, no downward trend), <= max_warmup
+    warmup_auto: bool = False  # warm until core.warmth.is_warm (last 5 runs, no downward trend), <= max_warmup
     max_warmup: int = Field(default=20, ge=1)
     runs: int = Field(default=100, ge=1)
     sync: bool = True

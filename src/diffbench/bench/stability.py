@@ -5,7 +5,7 @@ All checks read the timed samples ``samples_s`` (seconds, in run order) and the 
 a number, each adds a :class:`~diffbench.bench.result.Note` that the console and the JSON ``warnings`` show.
 
 - ``warmup_insufficient``: (1) the first ``2 * DEFAULT_WINDOW`` timed samples fail the sweep's
-  warm-until-stable test (:func:`diffbench.sweep.warmth.is_warm`: a significant one-sided Mann-Kendall
+  warm-until-stable test (:func:`diffbench.core.warmth.is_warm`: a significant one-sided Mann-Kendall
   downward trend with a drop above 2 %), or (2) two or more *leading* timed samples exceed
   ``FIRST_RUN_OUTLIER`` x the median of the rest (a cold start that outlasted the warmup; one such sample
   alone is the existing ``first_run_outlier`` note).
@@ -13,7 +13,7 @@ a number, each adds a :class:`~diffbench.bench.result.Note` that the console and
   machine got slower after warmup (other work started), so the numbers are not the configuration's.
 - ``unstable_timing``: with >= ``SPREAD_MIN_N`` samples, p90 / p10 above ``SPREAD_RATIO``.
 - ``machine_busy``: the 1-minute load average above 0.75 x the CPU count (the sweep's check,
-  :func:`diffbench.sweep.runner._load_warning`).
+  :func:`diffbench.core.env.busy_machine_warning`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from diffbench.bench.result import Note
+from diffbench.core.warmth import DEFAULT_WINDOW, is_warm
 from diffbench.engines.base import EngineInfo
-from diffbench.sweep.warmth import DEFAULT_WINDOW, is_warm
 
 FIRST_RUN_OUTLIER = 3.0  # a timed run > 3x the median of the others carried a compile or a cold start
 TREND_N = 2 * DEFAULT_WINDOW  # the start of the timed runs that must pass the warm test
@@ -65,7 +65,7 @@ def timing_notes(shape: str, samples: Sequence[float], warmup_s: Sequence[float]
     elif len(xs) >= TREND_N and not is_warm(xs[:TREND_N], window=TREND_N):
         notes.append(Note(code="warmup_insufficient", message=(
             f"{shape}: the first {TREND_N} timed runs still fall ({xs[0]:.4g} s -> {xs[TREND_N - 1]:.4g} s, a "
-            "significant downward trend by the sweep's warm-until-stable test): the warmup was too short; "
+            "significant downward trend by the warm-until-stable test (diffbench.core.warmth)): the warmup was too short; "
             "raise --warmup")))
     if warmup_s and med > SLOWER_THAN_WARMUP * min(warmup_s):
         notes.append(Note(code="slower_than_warmup", message=(
@@ -84,6 +84,7 @@ def timing_notes(shape: str, samples: Sequence[float], warmup_s: Sequence[float]
 
 def load_notes(info: EngineInfo, threads: int | None) -> list[Note]:
     """``machine_busy`` when the 1-minute load average shows other work competing for the CPUs."""
-    from diffbench.sweep.runner import _load_warning
+    from diffbench.core.env import busy_machine_warning
 
-    return [Note(code="machine_busy", message=m) for m in _load_warning(info, threads)]
+    msg = busy_machine_warning(info.device, threads)
+    return [] if msg is None else [Note(code="machine_busy", message=msg)]

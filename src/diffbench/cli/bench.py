@@ -16,7 +16,7 @@ from diffbench.workload.prompts import parse_seeds
 ENGINE_HELP = "sim (simulated GPU-like device) or diffusers (a real pipeline)."
 
 
-def _shape_option(message: str, shapes: str | None) -> str:
+def shape_option(message: str, shapes: str | None) -> str:
     """The option a (neutral) engine shape message is about: ``--shapes SPEC`` or the single-shape flag."""
     if shapes:
         return f"--shapes {shapes}"
@@ -206,7 +206,7 @@ def register(app: typer.Typer) -> None:
         try:
             result = run_session(opts, on_update=lambda r: latest.__setitem__("r", r))
         except ShapeError as exc:
-            raise ShapeError(f"{_shape_option(str(exc), shapes)}: {exc}") from None
+            raise ShapeError(f"{shape_option(str(exc), shapes)}: {exc}") from None
         except KeyboardInterrupt:
             from diffbench.report.bench_report import partial_lines
 

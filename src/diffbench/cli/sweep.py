@@ -107,7 +107,7 @@ def register(app: typer.Typer) -> None:
 
         from diffbench.bench.limits import check_limits, check_number
         from diffbench.bench.session import Shape
-        from diffbench.cli.bench import _shape_option
+        from diffbench.cli.bench import shape_option
         from diffbench.core.outpath import check_output_dir, check_output_file
         from diffbench.engines.registry import EngineConfig, check_device
         from diffbench.errors import ShapeError
@@ -146,7 +146,7 @@ def register(app: typer.Typer) -> None:
         try:
             preflight(opts)
         except ShapeError as exc:
-            raise ShapeError(f"{_shape_option(str(exc), None)}: {exc}") from None
+            raise ShapeError(f"{shape_option(str(exc), None)}: {exc}") from None
         if json_path is not None:  # before anything runs: a bad path fails now, not after the sweep
             check_output_file(json_path, "--json", mkdir=mkdir)
         if csv_path is not None:

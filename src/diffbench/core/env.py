@@ -129,3 +129,25 @@ def capture_env() -> EnvInfo:
         torch_threads=threads,
         deterministic_algorithms=deterministic,
     )
+
+
+def busy_machine_warning(device: str, threads: int | None) -> str | None:
+    """A warning when other work competes for the CPUs (1-minute load average above 0.75 x the CPU count).
+
+    ``device`` is the engine's device string (``"cpu"``, ``"cuda:0"``, ...); ``threads`` the torch thread
+    count the run set (None: torch's default). Returns None on a quiet machine or where the load average is
+    unavailable (``os.getloadavg``: Unix only).
+    """
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+    cpus = os.cpu_count() or 1
+    if load <= 0.75 * cpus:
+        return None
+    hint = ""
+    if device.startswith("cpu") and threads != 1:
+        hint = ("; on a shared CPU, --threads 1 avoids torch's OpenMP threads waiting on each other for whole "
+                "time slices (runs 10x slower and erratic)")
+    return (f"the machine was busy while timing (1-minute load average {load:.1f} on {cpus} CPUs): timings "
+            f"are slower and more spread than on a quiet machine{hint}")

@@ -24,7 +24,7 @@ class RunTiming(BaseModel):
     """End-to-end latency of the timed runs plus medians of the stage split.
 
     ``samples_s``: every timed run, seconds, in block order. ``latency_s``: their summary (with n).
-    ``warmup_s``: the warmup runs (until stable, see diffbench.sweep.warmth), never in a ratio.
+    ``warmup_s``: the warmup runs (until stable, see diffbench.core.warmth), never in a ratio.
     Interleaved runs (diffbench.sweep.interleave) also carry ``session_id`` (one per interleaved timing
     session; sample *i* of every run of a session comes from block *i*), ``baseline_samples_s`` (the
     baseline's samples from the same blocks, for a point), ``stable`` (the warmup ended on a stable window)

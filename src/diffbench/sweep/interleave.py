@@ -4,7 +4,7 @@ Protocol (what ``diffbench sweep`` and ``runs compare`` of one sweep rely on):
 
 1. **Warmup until stable, every arm** (baseline included): rounds in a seeded shuffled order over the arms
    that are not warm yet, one generation each, until each arm's last ``window`` samples show no downward
-   trend (:func:`diffbench.sweep.warmth.is_warm`) and it has at least ``min_warmup`` samples, or
+   trend (:func:`diffbench.core.warmth.is_warm`) and it has at least ``min_warmup`` samples, or
    ``max_warmup`` rounds have passed (the arm is then reported as not stable). Warmup samples are kept
    apart and never enter a ratio.
 2. **Timed blocks**: ``blocks`` blocks; each block runs every arm once, in an order drawn from
@@ -31,9 +31,9 @@ import numpy as np
 from pydantic import BaseModel
 
 from diffbench.core.clock import Timer
+from diffbench.core.warmth import DEFAULT_WINDOW, is_warm
 from diffbench.engines.base import Engine, GenerationRequest, GenerationResult, StageTimes
 from diffbench.sweep.bootstrap import DEFAULT_RESAMPLES, SpeedupCI, paired_speedup_ci
-from diffbench.sweep.warmth import DEFAULT_WINDOW, is_warm
 
 DEFAULT_MAX_WARMUP = 20
 
@@ -106,7 +106,7 @@ def run_interleaved(
         seed: seed of the warmup and block orders.
         min_warmup: at least this many warmup runs per arm.
         max_warmup: at most this many warmup rounds.
-        window: the trend test's window (see :mod:`diffbench.sweep.warmth`).
+        window: the trend test's window (see :mod:`diffbench.core.warmth`).
         on_event: progress messages.
 
     Raises:

@@ -377,22 +377,11 @@ def _measure(s: _Sweep, engine: Engine, info: EngineInfo, base_fp: dict[str, obj
 
 
 def _load_warning(info: EngineInfo, threads: int | None) -> list[str]:
-    """A warning when other work competed for the CPUs during the timing (1-minute load average)."""
-    import os
+    """The busy-machine warning, with what it means for the sweep's intervals."""
+    from diffbench.core.env import busy_machine_warning
 
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return []
-    cpus = os.cpu_count() or 1
-    if load <= 0.75 * cpus:
-        return []
-    hint = ""
-    if info.device.startswith("cpu") and threads != 1:
-        hint = ("; on a shared CPU, --threads 1 avoids torch's OpenMP threads waiting on each other for whole "
-                "time slices (runs 10x slower and erratic)")
-    return [f"the machine was busy while timing (1-minute load average {load:.1f} on {cpus} CPUs): the "
-            f"intervals are wide, and the noise floor shows by how much{hint}"]
+    msg = busy_machine_warning(info.device, threads)
+    return [] if msg is None else [msg + "; the intervals widen, and the noise floor shows by how much"]
 
 
 def _live_baseline(points: list[PointResult], runs: dict[str, RunRecord]) -> list[float]:

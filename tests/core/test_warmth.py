@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from diffbench.sweep.warmth import _mahonian, downward_trend_pvalue, is_warm, relative_drop
+from diffbench.core.warmth import _mahonian, downward_trend_pvalue, is_warm, relative_drop
 
 
 def test_mahonian_counts_are_inversion_counts():
