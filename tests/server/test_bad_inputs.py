@@ -8,6 +8,7 @@ field, never a JSON offset); messages use API field names, never CLI flags such 
 from __future__ import annotations
 
 import re
+import socket
 
 import pytest
 from fastapi.testclient import TestClient
@@ -44,8 +45,10 @@ HTTP_ROWS = [
         {"prompt": "a", "size": "100x64"},
         400,
         "size",
-        ["width 100", "multiple of 8", "96 or 104"],
+        ["width 100", "multiple of 16", "96 or 112"],  # the model's multiple, not only the service's 8
     ),
+    ("POST", IMG, {"prompt": "a", "size": "65x64"}, 400, "size", ["width 65", "multiple of 16", "64 or 80"]),
+    ("POST", IMG, {"prompt": "a", "size": "72x64"}, 400, "size", ["width 72", "multiple of 16", "64 or 80"]),
     ("POST", IMG, {"prompt": "a", "size": "64x8192"}, 400, "size", ["height 8192", "16..4096"]),
     ("POST", IMG, {"prompt": "a", "size": 16}, 400, "size", ["valid string"]),
     ("POST", IMG, {"prompt": "a", "size": "40x32"}, 400, "size", ["width 40", "multiple of 16"]),
@@ -53,7 +56,7 @@ HTTP_ROWS = [
     ("POST", IMG, {"prompt": "a", "size": "64x64", "width": 32}, 400, "width", ["conflicts with size"]),
     ("POST", IMG, {"prompt": "a", "width": 40, "height": 32}, 400, "width", ["width 40", "multiple of 16"]),
     ("POST", IMG, {"prompt": "a", "width": 32, "height": 40}, 400, "height", ["height 40", "multiple of 16"]),
-    ("POST", IMG, {"prompt": "a", "width": 32, "height": 36}, 400, "height", ["height 36", "multiple of 8"]),
+    ("POST", IMG, {"prompt": "a", "width": 32, "height": 36}, 400, "height", ["height 36", "32 or 48"]),
     ("POST", IMG, {"prompt": "a", "size": "512x512"}, 400, "size", ["--max-pixels 70000"]),
     ("POST", IMG, {"prompt": "a", "size": "128x64", "n": 10}, 400, "size", ["n=10", "--max-pixels"]),
     (
@@ -84,6 +87,14 @@ HTTP_ROWS = [
     ("POST", IMG, {"size": "64x64"}, 400, "prompt", ["Field required"]),
     ("POST", IMG, b'{"prompt": "a", size: 1}', 400, None, ["not valid JSON", "at character 16"]),
     ("POST", IMG, b"[16]", 400, "body", ["valid dictionary"]),
+    (
+        "POST",
+        IMG,
+        {"prompt": "a", "size": "32x32", "num_frames": 1},
+        400,
+        "model",
+        ["is a video model", "POST /v1/videos"],
+    ),
     ("POST", IMG, {"prompt": "a", "model": "other"}, 404, "model", ["'other' is not served", "'sim'"]),
     (
         "POST",
@@ -94,7 +105,8 @@ HTTP_ROWS = [
         ["greater than or equal to 1"],
     ),
     ("POST", VID, {"prompt": "x", "size": "32x32", "num_frames": 8}, 400, "num_frames", ["4k+1", "5 or 9"]),
-    ("POST", VID, {"prompt": "x", "size": "40x32", "num_frames": 9}, 400, "size", ["width 40"]),
+    ("POST", VID, {"prompt": "x", "size": "40x32", "num_frames": 9}, 400, "size", ["width 40", "32 or 48"]),
+    ("POST", VID, {"prompt": "x", "size": "72x64", "num_frames": 8}, 400, "size", ["width 72", "64 or 80"]),
     ("POST", VID, {"prompt": "x", "width": 32}, 400, "height", ["give both width and height"]),
     ("POST", VID, {"prompt": "x", "size": "32x32", "height": 48}, 400, "height", ["conflicts with size"]),
     ("POST", VID, {"prompt": "x", "size": "32x32", "seconds": 0}, 400, "seconds", ["greater than 0"]),
@@ -142,8 +154,21 @@ def test_http_bad_input(client, method, path, body, status, param, fragments):
     assert not re.search(r"--(width|height|frames|steps|batch|shapes)\b", err["message"]), err["message"]
 
 
+BUSY = "<a port in use>"  # replaced by the port of a listening socket
+NO_MODEL = ["--model", "/nonexistent/model"]  # a check that runs before the model loads names its flag
+
 CLI_ROWS = [
     # (args after "serve", exit code, fragments of stderr)
+    (["--port", BUSY, *NO_MODEL], 2, ["--port", "already in use", "another --port"]),
+    (["--host", "0.0.0.0.0", *NO_MODEL], 2, ["--host '0.0.0.0.0' does not resolve"]),
+    (["--host", "203.0.113.7", *NO_MODEL], 2, ["--host 203.0.113.7", "not an address of this machine"]),
+    (["--engine", "sim", "--max-wait", "nan"], 2, ["--max-wait nan", "finite number >= 0.001"]),
+    (["--engine", "sim", "--max-wait", "inf"], 2, ["--max-wait inf", "finite number"]),
+    (["--engine", "sim", "--drain", "nan"], 2, ["--drain nan", "finite number >= 0"]),
+    (["--engine", "sim", "--drain", "inf"], 2, ["--drain inf", "finite number"]),
+    (["--engine", "sim", "--sim-step-s", "nan"], 2, ["--sim-step-s nan", "finite number"]),
+    # the hint comes from the model's own multiple (16 for Flux), not only the service's 8
+    (["--default-size", "100x100"], 2, ["--default-size", "width 100", "96 or 112"]),
     (["--engine", "nope"], 2, ["--engine 'nope' is not known"]),
     (["--engine", "sim", "--default-size", "big"], 2, ["--default-size", "not WIDTHxHEIGHT"]),
     (["--engine", "sim", "--default-size", "100x64"], 2, ["--default-size", "width 100", "multiple of 8"]),
@@ -155,15 +180,33 @@ CLI_ROWS = [
         ["--default-size", "--max-pixels"],
     ),
     (["--engine", "sim", "--default-steps", "500"], 2, ["--default-steps 500", "--max-steps 200"]),
-    (["--engine", "sim", "--drain", "-1"], 2, ["--drain"]),
+    (["--engine", "sim", "--drain", "-1"], 2, ["--drain -1.0", "finite number >= 0"]),
+    (["--engine", "sim", "--max-wait", "0"], 2, ["--max-wait 0.0", ">= 0.001"]),
     (["--engine", "sim", "--max-pixels", "0"], 2, ["--max-pixels"]),
 ]
 
 
 @pytest.mark.parametrize(("args", "code", "fragments"), CLI_ROWS)
 def test_serve_bad_args(capsys, args, code, fragments):
-    assert main(["serve", "--port", "0", *args]) == code
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        args = [str(busy.getsockname()[1]) if a == BUSY else a for a in args]
+        assert main(["serve", "--port", "0", *args]) == code
     err = capsys.readouterr().err
     for frag in fragments:
         assert frag in err, err
     assert "Traceback" not in err
+
+
+def test_wan_frame_message_is_true():
+    """The engine refuses a missing frame count, not 1 (which is 4*0+1 and accepted)."""
+    from diffbench.engines.base import GenerationRequest
+    from diffbench.engines.diffusers_engine import check_request
+    from diffbench.errors import ShapeError
+
+    req = GenerationRequest(prompt="a", width=32, height=32, steps=1)
+    check_request("WanPipeline", req.model_copy(update={"frames": 1}))  # accepted
+    with pytest.raises(ShapeError) as exc:
+        check_request("WanPipeline", req)
+    assert "gives no number of frames" in str(exc.value) and "e.g. 1, 9 or 33" in str(exc.value)

@@ -80,6 +80,49 @@ def test_ctrl_c_during_a_generation_stops_within_the_drain_time():
     assert answers[0].status_code == 503 and answers[0].json()["error"]["code"] == "unavailable"
 
 
+@pytest.mark.parametrize("interrupts", [1, 2])
+def test_ctrl_c_during_a_torch_generation_exits_130_without_abort(interrupts):
+    """tiny-flux on the CPU: the worker thread is inside torch when the process exits.
+
+    A normal interpreter exit then aborted in torch's C++ teardown ("terminate called without an active
+    exception", SIGABRT, exit 134); a second Ctrl-C printed KeyboardInterrupt/CancelledError tracebacks.
+    """
+    port, drain_s = _free_port(), 0.5
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    cmd = [sys.executable, "-m", "diffbench.cli.main", "serve", "--model", "tiny-flux", "--port", str(port)]
+    cmd += ["--drain", str(drain_s), "--log-level", "warning"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait(lambda: (_health(url) or {}).get("status") == "ok", 120, "serve never became healthy")
+        import threading
+
+        # 1024x1024 at 200 steps: seconds on a CPU, far longer than the drain time
+        body = {"prompt": "a", "size": "1024x1024", "num_inference_steps": 200}
+        sender = threading.Thread(
+            target=lambda: httpx.post(f"{url}/v1/images/generations", json=body, timeout=60), daemon=True
+        )
+        sender.start()
+        _wait(lambda: (_health(url) or {}).get("running") == 1, 30, "the generation never started")
+        time.sleep(0.2)  # inside the pipeline, not only admitted
+        for _ in range(interrupts):
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.1)
+        sent = time.perf_counter()
+        code = proc.wait(timeout=30)
+        stopped_s = time.perf_counter() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    _, err = proc.communicate()
+    assert code == 130, (code, err)
+    assert "terminate called" not in err, err
+    assert "Traceback" not in err and "CancelledError" not in err, err
+    assert stopped_s < drain_s + 5.0, stopped_s
+    assert ("at once" if interrupts == 2 else "abandoned") in err, err
+
+
 @pytest.mark.parametrize("flag", ["--warmup", "--default-size"])
 def test_bad_startup_size_exits_2_before_serving(flag):
     port = _free_port()

@@ -45,8 +45,9 @@ def test_engine_shape_error_is_400():
         resp = c.post(URL, json={"prompt": "a", "size": "48x64"})
         assert resp.status_code == 400
         err = _err(resp)
-        assert err["code"] == "invalid_shape" and err["param"] == "size"
-        assert "width 48 is not a multiple of 32; use 32" in err["message"]
+        assert err["code"] == "invalid_size" and err["param"] == "size"
+        # one check for the service's multiple (8) and the engine's (32): the hint is valid for both
+        assert "width 48 is not a multiple of 32 (use 32 or 64)" in err["message"]
         assert "--" not in err["message"]  # API field names, not the CLI's flags
         assert c.post(URL, json={"prompt": "a", "size": "64x48"}).status_code == 200
     assert engine.launches == 1  # the refused request never reached the device

@@ -19,7 +19,6 @@ def register(app: typer.Typer) -> None:
         max_wait: float | None = typer.Option(
             None,
             "--max-wait",
-            min=0.001,
             help="Reject (429 + Retry-After) when the estimated queue wait, "
             "seconds, exceeds this. Default: no limit.",
         ),
@@ -41,7 +40,6 @@ def register(app: typer.Typer) -> None:
         max_prompt_chars: int = typer.Option(4000, min=1, help="Longest prompt accepted, characters."),
         sim_step_s: float | None = typer.Option(
             None,
-            min=0.0,
             help="sim engine: seconds per denoising step at its reference size (diffbench.engines.sim).",
         ),
         sim_fail_above_pixels: int | None = typer.Option(
@@ -53,7 +51,6 @@ def register(app: typer.Typer) -> None:
         drain: float = typer.Option(
             10.0,
             "--drain",
-            min=0.0,
             help="On Ctrl-C/SIGTERM: seconds in-flight requests may take before they answer 503 and the "
             "service exits.",
         ),
@@ -61,11 +58,17 @@ def register(app: typer.Typer) -> None:
         log_level: str = typer.Option("info", help="uvicorn log level."),
     ) -> None:
         """Serve POST /v1/images/generations, /v1/videos jobs, /health, /v1/models and /metrics."""
+        import math
+
         from diffbench.engines.registry import EngineConfig, SimParams
         from diffbench.errors import UsageError
         from diffbench.server.config import Limits, ServerConfig
         from diffbench.server.validation import parse_size
 
+        numbers = (("--max-wait", max_wait, 0.001), ("--drain", drain, 0.0), ("--sim-step-s", sim_step_s, 0.0))
+        for flag, value, low in numbers:
+            if value is not None and not (math.isfinite(value) and value >= low):
+                raise UsageError(f"{flag} {value}: must be a finite number >= {low:g} (seconds)")
         if engine not in ("diffusers", "sim"):
             raise UsageError(f"--engine {engine!r} is not known; use diffusers or sim")
         for flag, size in [("--default-size", default_size)] + [("--warmup", w) for w in warmup]:
@@ -105,23 +108,41 @@ def register(app: typer.Typer) -> None:
         )
         from diffbench.engines.registry import create_engine
         from diffbench.server.app import create_app
-        from diffbench.server.runner import make_server
+        from diffbench.server.runner import bind_socket, exit_now, make_server
 
         if host not in ("127.0.0.1", "localhost", "::1"):
             typer.secho(f"warning: binding {host}: the service has no authentication", fg="yellow", err=True)
-        eng = create_engine(config.engine)
-        info = eng.start()  # a bad model/device ends here as "error: ..." with the CLI's exit code
-        app = create_app(config, eng, engine_started=True)
-        app.state.service.prepare()  # --default-size/--warmup/--default-steps checked before serving
+        sock = bind_socket(host, port)  # a bad --host / busy --port fails here, before the model loads
+        try:
+            port = sock.getsockname()[1]
+            eng = create_engine(config.engine)
+            info = eng.start()  # a bad model/device ends here as "error: ..." with the CLI's exit code
+            app = create_app(config, eng, engine_started=True)
+            service = app.state.service
+            service.prepare()  # --default-size/--warmup/--default-steps checked before serving
+        except BaseException:
+            sock.close()
+            raise
         typer.echo(
             f"diffbench serve: {info.engine} engine, model {info.model} on {info.device}, "
             f"http://{host}:{port} (Ctrl-C stops it within --drain {drain:g} s)"
         )
-        server = make_server(app, host=host, port=port, log_level=log_level, drain_s=drain)
+        stopped = f"diffbench serve: stopped (in-flight work had --drain {drain:g} s)"
+        server = make_server(
+            app,
+            host=host,
+            port=port,
+            log_level=log_level,
+            drain_s=drain,
+            on_force_exit=lambda: exit_now(130, "diffbench serve: stopped at once (second Ctrl-C)"),
+        )
         try:
-            server.run()
+            server.run(sockets=[sock])
         except KeyboardInterrupt:
-            typer.secho(f"diffbench serve: stopped (in-flight work had --drain {drain:g} s)", err=True)
+            if service.worker is not None and service.worker.running:
+                # a generation is still inside the engine: a normal exit would abort in torch's teardown
+                exit_now(130, f"{stopped}; the generation still running was abandoned")
+            typer.secho(stopped, err=True)
             raise typer.Exit(130) from None
         if not server.started:
             raise UsageError(f"the service did not start on {host}:{port} (see the log above)")

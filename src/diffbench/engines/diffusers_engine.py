@@ -126,7 +126,10 @@ def check_request(cls_name: str, request: GenerationRequest) -> None:
                 f"{field} {value} is not a multiple of {mult} for {name}; nearest valid {_nearest(value, mult)}"
             )
     if is_video and request.frames is None:
-        raise ShapeError(f"{name} is a video model: it needs a number of frames of the form {tcomp}k+1, e.g. 9 or 33")
+        raise ShapeError(
+            f"{name} is a video model: the request gives no number of frames; "
+            f"it takes {tcomp}k+1 frames, e.g. 1, 9 or 33"
+        )
     if not is_video and request.frames is not None:
         raise ShapeError(f"frames {request.frames}: {name} is an image model and takes no frames")
     if is_video and request.frames is not None and (request.frames - 1) % tcomp:

@@ -149,20 +149,32 @@ def create_app(
         width, height, size_param = resolve_size(body.size, body.width, body.height, config.default_size)
         steps = body.num_inference_steps or service.default_steps
         seed = service.pick_seed(body.seed)
-        gen = build_request(
-            engine=service.engine,
-            limits=config.limits,
-            prompt=body.prompt,
-            negative_prompt=body.negative_prompt,
-            width=width,
-            height=height,
-            frames=None,
-            steps=steps,
-            guidance=body.guidance_scale,
-            n=body.n,
-            seed=seed,
-            size_param=size_param,
-        )
+        try:
+            gen = build_request(
+                engine=service.engine,
+                limits=config.limits,
+                prompt=body.prompt,
+                negative_prompt=body.negative_prompt,
+                width=width,
+                height=height,
+                frames=None,
+                steps=steps,
+                guidance=body.guidance_scale,
+                n=body.n,
+                seed=seed,
+                size_param=size_param,
+            )
+        except APIError as exc:
+            if exc.param == "num_frames" and service.info is not None and service.info.is_video:
+                # the engine refuses a frame count of None: this endpoint sends none (num_frames unread)
+                raise APIError(
+                    400,
+                    f"model: {model!r} is a video model and this endpoint makes images without a frame "
+                    "count (num_frames is not read here); create a video with POST /v1/videos",
+                    param="model",
+                    code="invalid_shape",
+                ) from exc
+            raise
         done = await service.run(gen)
         images = done.result.images
         if images is None:  # the worker already fails such requests; kept for the type checker

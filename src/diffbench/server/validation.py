@@ -69,35 +69,92 @@ def resolve_size(
     return w, h, "size"
 
 
-def _check_side(name: str, value: int, limits: Limits) -> str | None:
+_FRAME_PROBES = (None, 1, 5, 9, 17, 33, 65, 81)
+_PROBE_SIDES = (1024, 2048, 4096)
+
+
+def _accepts(engine: Engine, width: int, height: int, frames: int | None) -> bool:
+    """True when ``engine.validate`` takes a probe request of this shape."""
+    try:
+        engine.validate(GenerationRequest(prompt="probe", width=width, height=height, frames=frames, steps=1))
+    except ShapeError:
+        return False
+    return True
+
+
+def side_multiples(engine: Engine | None, limits: Limits, frames: int | None = None) -> tuple[int, int]:
+    """(width, height) multiples a size must have for both the service and the engine, pixels.
+
+    The service asks for multiples of ``limits.size_multiple``; the engine may ask for more (a FLUX or
+    Wan VAE with 2×2 patches: 16). Found by probing ``engine.validate``: the smallest multiple of
+    ``size_multiple`` (up to 1024) it accepts for each side, the other side at a size it accepts (with
+    ``frames``, else a frame count it accepts). ``limits.size_multiple`` alone when no probe succeeds.
+    """
+    m = limits.size_multiple
+    if engine is None:
+        return m, m
+    base = next(
+        ((ref, f) for f in (frames, *_FRAME_PROBES) for ref in _PROBE_SIDES if _accepts(engine, ref, ref, f)),
+        None,
+    )
+    if base is None:
+        return m, m
+    ref, f = base
+    mw = next((c for c in range(m, 1025, m) if _accepts(engine, c, ref, f)), m)
+    mh = next((c for c in range(m, 1025, m) if _accepts(engine, ref, c, f)), m)
+    return mw, mh
+
+
+def _check_side(name: str, value: int, limits: Limits, multiple: int) -> str | None:
     if not limits.min_side <= value <= limits.max_side:
         return f"{name} {value} is outside {limits.min_side}..{limits.max_side} pixels"
-    m = limits.size_multiple
-    if value % m:
-        lower, upper = value // m * m, value // m * m + m
-        near = f"{lower} or {upper}" if lower >= limits.min_side else f"{upper}"
-        return f"{name} {value} is not a multiple of {m} (use {near})"
+    if value % multiple:
+        lower, upper = value // multiple * multiple, value // multiple * multiple + multiple
+        near = [v for v in (lower, upper) if limits.min_side <= v <= limits.max_side]
+        return f"{name} {value} is not a multiple of {multiple} (use {' or '.join(map(str, near))})"
     return None
 
 
-def check_size(width: int, height: int, limits: Limits, param: str = "size") -> None:
-    """Bounds and multiple of each side. Raises APIError 400 naming the side and the nearest valid value."""
+def check_size(
+    width: int,
+    height: int,
+    limits: Limits,
+    param: str = "size",
+    engine: Engine | None = None,
+    frames: int | None = None,
+) -> None:
+    """Bounds and multiple of each side, for the service and ``engine`` together (one check).
+
+    The multiple is the service's ``limits.size_multiple`` combined with the engine's own (see
+    :func:`side_multiples`), so the nearest valid values in the message are ones the engine accepts.
+
+    Raises:
+        APIError: 400 naming the side and the nearest valid values.
+    """
+    m = limits.size_multiple
+    in_bounds = all(limits.min_side <= v <= limits.max_side for v in (width, height))
+    service_ok = in_bounds and not width % m and not height % m
+    if service_ok and (engine is None or _accepts(engine, width, height, frames)):
+        return
+    mw, mh = side_multiples(engine, limits, frames) if in_bounds else (m, m)
     sides = [
         (n, p)
-        for n in ("width", "height")
-        if (p := _check_side(n, width if n == "width" else height, limits))
+        for n, v, mult in (("width", width, mw), ("height", height, mh))
+        if (p := _check_side(n, v, limits, mult))
     ]
+    if not sides:
+        return  # the sizes are fine; the engine refuses something else (its validate says what)
     problems = [p for _, p in sides]
-    if problems:
-        if param == "width":  # separate width/height fields: name the side at fault
-            param = sides[0][0]
-        raise APIError(
-            400,
-            f"{param}: {width}x{height} is not allowed: {'; '.join(problems)}; "
-            f"send a size with both sides in {limits.min_side}..{limits.max_side} and multiples of {limits.size_multiple}",
-            param=param,
-            code="invalid_size",
-        )
+    if param == "width":  # separate width/height fields: name the side at fault
+        param = sides[0][0]
+    multiples = f"multiples of {mw}" if mw == mh else f"a width multiple of {mw} and a height multiple of {mh}"
+    raise APIError(
+        400,
+        f"{param}: {width}x{height} is not allowed: {'; '.join(problems)}; "
+        f"send a size with both sides in {limits.min_side}..{limits.max_side} and {multiples}",
+        param=param,
+        code="invalid_size",
+    )
 
 
 def _range(param: str, value: int, limit: int, what: str, flag: str) -> None:
@@ -181,7 +238,7 @@ def build_request(
     _range("n", n, limits.max_n, "images per request", "--max-n")
     if frames is not None:
         _range("num_frames", frames, limits.max_frames, "frames", "--max-frames")
-    check_size(width, height, limits, size_param)
+    check_size(width, height, limits, size_param, engine, frames)
     check_pixels(width, height, frames, n, limits, size_param)
     request = GenerationRequest(
         prompt=prompt,
@@ -243,7 +300,7 @@ def check_startup(config: ServerConfig, engine: Engine, default_steps: int, fram
     for flag, size in sizes:
         try:
             width, height = parse_size(size, flag)
-            check_size(width, height, limits, flag)
+            check_size(width, height, limits, flag, engine, frames)
             check_pixels(width, height, frames, 1, limits, flag)
             req = GenerationRequest(
                 prompt="check", width=width, height=height, frames=frames, steps=default_steps

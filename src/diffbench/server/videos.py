@@ -212,7 +212,7 @@ def install_video_routes(app: "FastAPI", service: Service) -> None:
         width, height, size_param = resolve_size(body.size, body.width, body.height, config.default_size)
         fps = body.fps or config.default_fps
         steps = body.num_inference_steps or service.default_steps
-        check_size(width, height, config.limits, size_param)
+        check_size(width, height, config.limits, size_param, service.engine)
         probe = GenerationRequest(prompt=body.prompt, width=width, height=height, steps=steps)
         frames, adjusted = _frames(service, body, probe, fps)
         seed = service.pick_seed(body.seed)
