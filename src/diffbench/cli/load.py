@@ -31,17 +31,30 @@ def register(app: typer.Typer) -> None:
                                        "Without it the reference service is started on 127.0.0.1."),
         dialect: str = typer.Option("vllm-omni", "--dialect", help="openai | vllm-omni | sglang."),
         mode: str = typer.Option("open", "--mode", help="open (arrival schedule) | closed (N users)."),
-        rates: str = typer.Option("auto", "--rates", help="Open loop: req/s list '0.5,1,2', or 'auto' "
-                                  "(closed-loop capacity probe, then up to 1.2x capacity)."),
+        rates: str | None = typer.Option(None, "--rates", help="Open loop: req/s list '0.5,1,2', or 'auto' "
+                                         "(default: closed-loop capacity probe, then up to 1.2x capacity)."),
+        request_rate: str | None = typer.Option(None, "--request-rate", help="One rate (req/s), as vllm bench "
+                                                "serve; 'inf' sends --num-requests requests at once."),
         users: str = typer.Option("1,2,4", "--users", help="Closed loop: user counts '1,2,4'."),
         duration: float = typer.Option(30.0, "--duration", help="Seconds per rate / user count."),
+        num_requests: int | None = typer.Option(None, "--num-requests", help="Open loop: stop each rate after "
+                                                "N requests or at --duration, whichever comes first."),
+        num_prompts: int | None = typer.Option(None, "--num-prompts", help="Alias of --num-requests "
+                                               "(vllm bench serve)."),
         arrival: str = typer.Option("poisson", "--arrival", help="poisson | constant | gamma."),
         burstiness: float | None = typer.Option(None, "--burstiness", help="Gamma shape (1 = Poisson)."),
         seed: int = typer.Option(0, "--seed", help="Seed of schedules and the workload mix."),
         slo: float | None = typer.Option(None, "--slo", help="Latency objective (s, from intended arrival) "
-                                         "for goodput and the knee."),
+                                         "for goodput and the knee (= --goodput latency:S)."),
+        goodput: list[str] = typer.Option([], "--goodput", help="Good-request constraints in seconds, "
+                                          "'latency:10 queue_wait:2' (also ttfb, lag, latency_from_send, "
+                                          "stage.NAME); all must hold."),
         max_inflight: int | None = typer.Option(None, "--max-inflight", help="Client in-flight cap; waiting "
                                                 "is reported as client queue time."),
+        max_concurrency: int | None = typer.Option(None, "--max-concurrency", help="Alias of --max-inflight "
+                                                   "(vllm bench serve)."),
+        workers: int = typer.Option(1, "--workers", help="Load processes (each one event loop; the schedule "
+                                    "is split between them)."),
         think_time: float = typer.Option(0.0, "--think-time", help="Closed loop: seconds between requests."),
         timeout: float = typer.Option(600.0, "--timeout", help="Per-request deadline in seconds from the "
                                       "send (video: create+polls+download). Printed in the report."),
@@ -61,8 +74,11 @@ def register(app: typer.Typer) -> None:
         no_decode: bool = typer.Option(False, "--no-decode", help="Skip decoding images (sizes unchecked)."),
         jsonl: Path | None = typer.Option(None, "--jsonl", help="Write one record per request as it ends."),
         json_out: Path | None = typer.Option(None, "--json", help="Write the sweep result (JSON)."),
-        mkdir: bool = typer.Option(False, "--mkdir", help="Create missing parent directories of --json and "
-                                   "--jsonl (default: a missing directory is an error)."),
+        csv_out: Path | None = typer.Option(None, "--csv", help="Write one CSV row per rate / user count."),
+        mkdir: bool = typer.Option(False, "--mkdir", help="Create missing parent directories of --json, "
+                                   "--jsonl and --csv (default: a missing directory is an error)."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="No live progress line (it is shown only "
+                                   "when stderr is a terminal)."),
         max_requests: int = typer.Option(MAX_REQUESTS, "--max-requests", help="Refuse a rate whose schedule "
                                          "holds more requests than this (each kept request costs ~2 kB)."),
         serve_engine: str = typer.Option("diffusers", "--serve-engine", help="Engine of the local service "
@@ -72,6 +88,9 @@ def register(app: typer.Typer) -> None:
         """Load-test a diffusion service: latency from intended arrival, goodput, knee."""
         opts = LoadOptions(
             url=url, dialect=dialect, mode=mode, rates=rates, users=users, duration=duration,
+            request_rate=request_rate, num_requests=num_requests, num_prompts=num_prompts,
+            goodput=list(goodput), max_concurrency=max_concurrency, workers=workers,
+            csv_out=str(csv_out) if csv_out else None, quiet=quiet,
             arrival=arrival, burstiness=burstiness, seed=seed, slo=slo, max_inflight=max_inflight,
             think_time=think_time, timeout=timeout, drain=drain, warmup=warmup,
             workload=str(workload) if workload else None, prompts=str(prompts) if prompts else None,
@@ -91,7 +110,7 @@ class LoadOptions:
     url: str | None = None
     dialect: str = "vllm-omni"
     mode: str = "open"
-    rates: str = "auto"
+    rates: str | None = None
     users: str = "1,2,4"
     duration: float = 30.0
     arrival: str = "poisson"
@@ -120,6 +139,14 @@ class LoadOptions:
     serve_model: str = "tiny-flux"
     mkdir: bool = False
     max_requests: int = MAX_REQUESTS
+    request_rate: str | None = None
+    num_requests: int | None = None
+    num_prompts: int | None = None
+    goodput: list[str] = field(default_factory=list)
+    max_concurrency: int | None = None
+    workers: int = 1
+    csv_out: str | None = None
+    quiet: bool = False
 
 
 def _seconds(name: str, value: float | None, *, zero_ok: bool = False) -> None:
@@ -178,6 +205,86 @@ def check_request_count(expected: float, what: str, limit: int) -> None:
                          "lower the rate or the duration, or raise --max-requests if you mean it")
 
 
+def _one_of(a_name: str, a: object, b_name: str, b: object) -> tuple[str, object]:
+    """(the option name used, its value) of an option and its alias; both with different values is an
+    error naming both.
+
+    Raises:
+        UsageError: both given with different values.
+    """
+    from diffbench.errors import UsageError
+
+    if a is not None and b is not None and a != b:
+        raise UsageError(f"{a_name} {a} and {b_name} {b} disagree ({b_name} is an alias of {a_name}); give one")
+    return (a_name, a) if a is not None or b is None else (b_name, b)
+
+
+def _rates(o: LoadOptions, num_requests: int | None) -> list[float] | None:
+    """The open-loop rates of ``--rates`` or ``--request-rate`` (None: auto; ``[inf]``: a burst).
+
+    Raises:
+        UsageError: both options, a bad value, or ``inf`` without ``--num-requests``.
+    """
+    import math
+
+    from diffbench.errors import UsageError
+    from diffbench.load.schedules import parse_rate_list
+
+    if o.rates is not None and o.request_rate is not None:
+        raise UsageError(f"--rates {o.rates} and --request-rate {o.request_rate} both set the rate; give one "
+                         "(--request-rate R is --rates R)")
+    if o.request_rate is not None:
+        text = o.request_rate.strip().lower()
+        if o.mode == "closed":
+            raise UsageError("--request-rate applies to the open loop; a closed loop is set by --users")
+        if text in ("inf", "infinity"):
+            if num_requests is None:
+                raise UsageError("--request-rate inf sends every request at once and needs --num-requests N "
+                                 "(or --num-prompts N)")
+            return [math.inf]
+        rates = parse_rate_list(o.request_rate, "--request-rate")
+        if len(rates) != 1:
+            raise UsageError(f"--request-rate takes one rate, got {o.request_rate!r}; use --rates for a list")
+        return rates
+    text = o.rates if o.rates is not None else "auto"
+    return None if text.strip().lower() == "auto" else parse_rate_list(text, "--rates")
+
+
+def _check_workers(n: int) -> None:
+    """Warn (stderr) when more load processes than CPUs are asked for: they would share cores, and the
+    client, not the service, could become the bottleneck."""
+    cpus = os.cpu_count() or 1
+    if n > cpus:
+        typer.secho(f"warning: --workers {n} is more than the {cpus} CPUs of this machine; load processes "
+                    "will share cores", fg="yellow", err=True)
+
+
+def _conditions_extra(cfg: object) -> dict[str, str]:
+    """Report conditions of the stop rule, the goodput definition and the worker count."""
+    import math
+
+    from diffbench.load.client.sweep import SweepConfig
+    from diffbench.load.goodput import describe
+
+    assert isinstance(cfg, SweepConfig)
+    if cfg.rates is not None and any(math.isinf(r) for r in cfg.rates):
+        stop = f"num_requests {cfg.num_requests} (a burst at t=0; the rates count over the time it took)"
+    elif cfg.num_requests is not None and cfg.mode == "open":
+        stop = (f"duration {cfg.duration_s:g} s or num_requests {cfg.num_requests}, whichever comes first "
+                "(window ends at the next arrival's time)")
+    else:
+        stop = f"duration {cfg.duration_s:g} s"
+    return {"stop": stop, "goodput": describe(cfg.goodput), "workers": str(cfg.workers)}
+
+
+def _payload_check(backend: object, decode: bool) -> str:
+    """What the client checked of each payload: the backend's own ``check_mode`` when it has one."""
+    mode = getattr(backend, "check_mode", None)
+    if mode is not None:
+        return str(getattr(mode, "value", mode))
+    return "decoded" if decode else "not decoded (--no-decode)"
+
+
 def run_load_command(o: LoadOptions) -> None:
     """Validate the options, start the local service when no URL is given, run the sweep, render it.
 
@@ -190,7 +297,8 @@ def run_load_command(o: LoadOptions) -> None:
     from diffbench.load.client.http import Target, parse_headers
     from diffbench.load.client.sweep import SweepConfig
     from diffbench.load.client.workload import load_workload
-    from diffbench.load.schedules import parse_int_list, parse_rate_list, spec_from_cli
+    from diffbench.load.goodput import latency_limit, parse_goodput, with_slo
+    from diffbench.load.schedules import parse_int_list, spec_from_cli
 
     if o.mode not in ("open", "closed"):
         raise UsageError(f"--mode must be open or closed, got {o.mode!r}")
@@ -201,24 +309,37 @@ def run_load_command(o: LoadOptions) -> None:
         _seconds(name, value)
     _seconds("--drain", o.drain, zero_ok=True)
     _seconds("--think-time", o.think_time, zero_ok=True)
-    if o.max_inflight is not None and o.max_inflight < 1:
-        raise UsageError(f"--max-inflight must be >= 1, got {o.max_inflight}")
+    inflight_opt, max_inflight = _one_of("--max-inflight", o.max_inflight, "--max-concurrency", o.max_concurrency)
+    if isinstance(max_inflight, int) and max_inflight < 1:
+        raise UsageError(f"{inflight_opt} must be >= 1, got {max_inflight}")
+    count_opt, num_requests = _one_of("--num-requests", o.num_requests, "--num-prompts", o.num_prompts)
+    if isinstance(num_requests, int) and num_requests < 1:
+        raise UsageError(f"{count_opt} must be >= 1 requests, got {num_requests}")
+    if num_requests is not None and o.mode == "closed":
+        raise UsageError(f"{count_opt} applies to the open loop; a closed loop runs for --duration")
+    if o.workers < 1:
+        raise UsageError(f"--workers must be >= 1 load processes, got {o.workers}")
     if o.warmup < 0:
         raise UsageError(f"--warmup must be >= 0 requests per shape, got {o.warmup}")
     if o.seed < 0:
         raise UsageError(f"--seed must be >= 0 (a numpy seed), got {o.seed}")
-    rates = None if o.rates.strip().lower() == "auto" else parse_rate_list(o.rates, "--rates")
+    rates = _rates(o, num_requests)  # type: ignore[arg-type]
     users = parse_int_list(o.users, "--users")
-    if o.mode == "closed" and o.max_inflight is not None:
-        raise UsageError("--max-inflight applies to the open loop; a closed loop is capped by --users")
+    if o.mode == "closed" and max_inflight is not None:
+        raise UsageError(f"{inflight_opt} applies to the open loop; a closed loop is capped by --users")
+    constraints = with_slo(parse_goodput(o.goodput) if o.goodput else [], o.slo)
     if o.max_requests < 1:
         raise UsageError(f"--max-requests must be >= 1, got {o.max_requests}")
     if o.mode == "closed" and max(users) > o.max_requests:
         raise UsageError(f"--users {max(users):,} is above --max-requests {o.max_requests:,} (each user sends "
                          "at least one request); use fewer users or raise --max-requests")
     for rate in rates or []:
-        check_request_count(rate * o.duration, f"--rates {rate:g} x --duration {o.duration:g} s",
-                            o.max_requests)
+        if num_requests is None:
+            check_request_count(rate * o.duration, f"--rates {rate:g} x --duration {o.duration:g} s",
+                                o.max_requests)
+        else:
+            check_request_count(min(rate * o.duration, num_requests),  # type: ignore[type-var]
+                                f"{count_opt} {num_requests}", o.max_requests)
     wl = load_workload(o.workload) if o.workload else _cli_workload(o.size, o.steps, o.frames)
     from diffbench.core.outpath import check_output_file
 
@@ -226,10 +347,14 @@ def run_load_command(o: LoadOptions) -> None:
         check_output_file(o.json_out, "--json", mkdir=o.mkdir)
     if o.jsonl:
         check_output_file(o.jsonl, "--jsonl", mkdir=o.mkdir)
+    if o.csv_out:
+        check_output_file(o.csv_out, "--csv", mkdir=o.mkdir)
+    _check_workers(o.workers)
     schedule = spec_from_cli(arrival=o.arrival, duration_s=o.duration, burstiness=o.burstiness, seed=o.seed)
     cfg = SweepConfig(mode=o.mode, rates=rates, users=users, duration_s=o.duration, schedule=schedule,  # type: ignore[arg-type]
-                      slo_s=o.slo, max_inflight=o.max_inflight, think_time_s=o.think_time, drain_s=o.drain,
-                      warmup_per_shape=o.warmup, seed=o.seed, max_requests=o.max_requests)
+                      slo_s=latency_limit(constraints), max_inflight=max_inflight, think_time_s=o.think_time,
+                      drain_s=o.drain, warmup_per_shape=o.warmup, seed=o.seed, max_requests=o.max_requests,
+                      num_requests=num_requests, goodput=constraints, workers=o.workers)
     headers = parse_headers(o.headers)
 
     def target_for(base_url: str) -> Target:
@@ -258,10 +383,41 @@ def run_load_command(o: LoadOptions) -> None:
         _execute(o, cfg, wl, target_for(base_url), console, local=True)
 
 
+def _executor(o: LoadOptions, target: object) -> object | None:
+    """The multi-process executor for ``--workers N`` (N > 1), None for one process.
+
+    Raises:
+        UsageError: N > 1 and this installation has no multi-process executor.
+    """
+    if o.workers <= 1:
+        return None
+    from diffbench.errors import UsageError
+
+    try:
+        from diffbench.load.client.executor import WorkerPool  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        raise UsageError(f"--workers {o.workers}: this build has no multi-process executor "
+                         "(diffbench.load.client.executor); use --workers 1") from None
+    return WorkerPool(target, workers=o.workers)
+
+
+async def _close(obj: object) -> None:
+    """Close an executor if it has ``close()`` (sync or async)."""
+    import inspect
+
+    close = getattr(obj, "close", None)
+    if close is not None:
+        res = close()
+        if inspect.isawaitable(res):
+            await res
+
+
 def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: Console, *, local: bool) -> None:
     import asyncio
     import contextlib
+    import math
     import signal
+    import sys
 
     from diffbench.core.jsonio import write_json_atomic
     from diffbench.load.client.control import JsonlSink, RunControl
@@ -283,7 +439,8 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
         "url": target.base_url + (" (reference service started by diffbench load)" if local else ""),
         "dialect": target.dialect, "kind": wl.kind,
         "timeout_s": f"{target.timeout_s:g} (per request, from the send)",
-        "arrival": cfg.schedule.kind + (f" (burstiness {cfg.schedule.burstiness:g})"
+        "arrival": "burst (every request at t=0)" if cfg.rates and math.isinf(cfg.rates[0]) else
+                   cfg.schedule.kind + (f" (burstiness {cfg.schedule.burstiness:g})"
                                         if cfg.schedule.kind == "gamma" else ""),
         "duration_s": f"{cfg.duration_s:g}", "seed": str(cfg.seed),
         "max_inflight": str(cfg.max_inflight) if cfg.max_inflight else "none",
@@ -295,15 +452,25 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
         conditions["not_sent"] = "steps, frames, seed, guidance (openai dialect: the server's defaults apply)"
         console.print("[yellow]--dialect openai sends neither steps nor frames: the server's defaults apply, "
                       "and rows are labelled by size only[/yellow]")
+    conditions.update(_conditions_extra(cfg))
     if wl.kind == "video":
         conditions["poll_interval_s"] = f"{target.poll_interval_s:g} (latency quantized by it)"
         conditions["delete_abandoned"] = str(target.delete_abandoned).lower()
     console.print(f"timeout {target.timeout_s:g} s per request (from the send); "
                   f"drain {cfg.drain_s:g} s after Ctrl-C")
     sink = JsonlSink(o.jsonl) if o.jsonl else None
+    from diffbench.load.progress import LoadProgress, progress_enabled
+
+    monitor = None
+    if progress_enabled(o.quiet, sys.stderr):
+        from rich.console import Console as _Console
+
+        monitor = LoadProgress(_Console(stderr=True))
+    executor = _executor(o, target)
 
     async def main() -> SweepRun:
         backend = HttpBackend(target)
+        conditions["payload_check"] = _payload_check(backend, target.decode_payload)
         control = RunControl()
         loop = asyncio.get_running_loop()
         me = asyncio.current_task()
@@ -319,10 +486,16 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
         with contextlib.suppress(NotImplementedError, RuntimeError):  # non-main thread / Windows
             loop.add_signal_handler(signal.SIGINT, on_sigint)
         await backend.start()
+        extra: dict[str, object] = {"executor": executor} if executor is not None else {}
         try:
             return await run_sweep(cfg, backend, planner, control=control, sink=sink, conditions=conditions,
-                                   progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
+                                   progress=_noop if o.quiet else lambda msg: console.print(f"[dim]{msg}[/dim]"),
+                                   monitor=monitor, **extra)  # type: ignore[arg-type]
         finally:
+            if monitor is not None:
+                monitor.end()
+            if executor is not None:
+                await _close(executor)
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(signal.SIGINT)
             await backend.close()
@@ -348,6 +521,11 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
         write_json_atomic(o.json_out, result.model_dump(mode="json"))
         console.print(f"sweep result written to {o.json_out}" + (" (partial: interrupted)"
                                                                  if result.interrupted else ""))
+    if o.csv_out:
+        from diffbench.report.load_csv import write_sweep_csv
+
+        write_sweep_csv(o.csv_out, result)
+        console.print(f"{len(result.rates)} CSV row(s) written to {o.csv_out}")
     if sink is not None:
         console.print(f"{sink.count} request records written to {sink.path}")
     if sweep.interrupted:
@@ -359,6 +537,10 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
         raise typer.Exit(130)
     if result.n_ok == 0:
         raise NoSuccessError(_no_success_message(result, sweep.failed_in))
+
+
+def _noop(_: str) -> None:
+    pass
 
 
 def _no_success_message(result: object, stage: str | None) -> str:

@@ -108,6 +108,8 @@ def _tail_ratio(row: RateSummary) -> float:
 
 
 def _label(row: RateSummary) -> str:
+    if row.schedule == "burst":
+        return f"burst of {row.n}"
     return f"{row.users} users" if row.mode == "closed" else f"{_load_key(row):g} req/s"
 
 

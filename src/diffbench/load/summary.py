@@ -5,7 +5,10 @@ per-request records (:class:`~diffbench.core.records.RequestRecord`) and never r
 
 Definitions (all times in seconds on the run clock):
 
-Every rate is a count over one kind of window, ``[t0, max(duration, last event))`` with ``t0 = min(0,
+``duration`` is the arrival window: ``--duration``, or with ``--num-requests N`` the time the first
+arrival beyond N would have come (``schedule[N]``; the duration when the schedule has no more arrivals);
+for a burst (``--request-rate inf``) the caller passes the time of the last event, so every rate is over
+the time it took. Every rate is a count over one kind of window, ``[t0, max(duration, last event))`` with ``t0 = min(0,
 first intended arrival)`` (the run clock starts at the schedule's 0): never shorter than the arrival
 window, so one early event cannot make a high rate, and events after the window (late sends, the drain of
 a queue) stretch it. Since ``n_sent >= n_ok`` and the last send precedes the last ok completion, ``sent/s
@@ -18,8 +21,10 @@ duration``.
   the schedule). Warned when below 98 % of the scheduled rate (open loop).
 - *ok rate* (``ok/s``): ``ok`` requests over ``[t0, max(duration, last ok done)]``.
   The throughput of the service: the only rate the knee, the capacity and ``--rates auto`` use.
-- *goodput*: ``ok`` requests whose latency from intended arrival is ``<= slo_s``, per second over the same
-  window; without an SLO it equals the ok rate. Failed requests never count as good.
+- *goodput*: *good* requests per second over the ok window. Good = ``ok`` and, with ``--goodput``
+  constraints (:mod:`diffbench.load.goodput`), every constraint holding; with ``slo_s`` only, latency from
+  intended arrival ``<= slo_s``; without either it equals the ok rate. Failed requests never count as good.
+  ``n_good`` holds the count and ``goodput_constraints`` the definition.
 - *completed rate* (``completed/s``): requests that ended with any outcome except ``cancelled``, per
   second over ``[t0, max(duration, last done)]``. Secondary: a server that fails fast completes fast.
 - *achieved rate*: open loop, the sent rate; closed loop, the ok rate (ok completions/s).
@@ -47,6 +52,7 @@ from pydantic import BaseModel, ConfigDict
 
 from diffbench.core.records import OUTCOMES, RequestRecord
 from diffbench.core.stats import Summary, summarize
+from diffbench.load.goodput import GoodputConstraint, count_good
 from diffbench.load.saturation import Saturation, check_saturation
 
 SCHEMA_VERSION = 2
@@ -114,7 +120,10 @@ class RateSummary(BaseModel):
     ``server_service_time_s`` summarizes the server-reported service time (``service_time_s`` or
     ``inference_time_s`` of the response) of the ok requests that carried one. ``first_error`` is the
     outcome and error text of the first failed request (by id). ``saturated`` is
-    ``unstable`` or ``saturation.detected`` or ``saturation.short`` (open loop).
+    ``unstable`` or ``saturation.detected`` or ``saturation.short`` (open loop). ``schedule`` is the
+    arrival kind of an open-loop row (``"burst"`` for ``--request-rate inf``: all arrivals at 0 and
+    ``offered_rate`` None, since JSON has no infinity); ``n_good`` and ``goodput_constraints`` count and
+    define the goodput.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -125,10 +134,13 @@ class RateSummary(BaseModel):
     users: int | None = None
     duration_s: float
     slo_s: float | None = None
+    schedule: str | None = None
+    goodput_constraints: list[GoodputConstraint] = []
     n: int
     n_sent: int
     n_completed: int
     n_ok: int = 0
+    n_good: int | None = None
     scheduled_rate: float | None
     sent_rate: float
     achieved_rate: float
@@ -236,6 +248,8 @@ def summarize_columns(
     server_stages_s: dict[str, float] | None = None,
     server_peak_memory_bytes: int | None = None,
     server_service_time_s: Summary | None = None,
+    n_good: int | None = None,
+    schedule: str | None = None,
 ) -> RateSummary:
     """:func:`summarize_rate` on columns (fast path for the simulator; no per-request objects).
 
@@ -245,6 +259,7 @@ def summarize_columns(
         outcome_codes: int array, index into :data:`~diffbench.core.records.OUTCOMES`; None = all ok.
         client_queue: float64 seconds per request (None = zeros).
         retry_after: float64 seconds per request, NaN where absent (None = none).
+        n_good: the good-request count when the caller evaluated goodput constraints (None: from ``slo_s``).
         Other arguments as in :func:`summarize_rate`.
     """
     intended = np.asarray(intended, dtype=np.float64)
@@ -294,7 +309,9 @@ def summarize_columns(
     any_window = window(done[completed])
     ok_rate = n_ok / ok_window
     completed_rate = n_completed / any_window
-    good = int(np.count_nonzero(lat_arrival <= slo_s)) if slo_s is not None else n_ok
+    if n_good is None:
+        n_good = int(np.count_nonzero(lat_arrival <= slo_s)) if slo_s is not None else n_ok
+    good = n_good
     goodput = good / ok_window
     ended = n - int(np.count_nonzero(codes == _CANCELLED))
     failed_fraction = (ended - n_ok) / ended if ended else 0.0
@@ -329,6 +346,10 @@ def summarize_columns(
                                 reason="closed loop: at most `users` requests are in the system, so the queue "
                                        "cannot grow without bound")
         saturation = Saturation(checked=False, reason="closed loop: the queue is bounded by the user count")
+    elif schedule == "burst":
+        divergence = Divergence(checked=False, unstable=False,
+                                reason="burst: every request arrived at 0, there is no arrival window to split")
+        saturation = Saturation(checked=False, reason="burst: every request arrived at 0")
     else:
         divergence = detect_divergence(intended, done, codes, duration_s)
         saturation = check_saturation(intended, done, ok, queued, duration_s)
@@ -342,10 +363,12 @@ def summarize_columns(
         users=users,
         duration_s=float(duration_s),
         slo_s=slo_s,
+        schedule=schedule,
         n=n,
         n_sent=int(is_sent.sum()),
         n_completed=n_completed,
         n_ok=n_ok,
+        n_good=good,
         scheduled_rate=scheduled,
         sent_rate=float(sent_rate),
         achieved_rate=float(achieved),
@@ -396,6 +419,8 @@ def summarize_rate(
     slo_s: float | None = None,
     mode: Literal["open", "closed"] = "open",
     users: int | None = None,
+    goodput: Sequence[GoodputConstraint] | None = None,
+    schedule: str | None = None,
 ) -> RateSummary:
     """Summarize the records of one rate (open loop) or one user count (closed loop).
 
@@ -406,6 +431,9 @@ def summarize_rate(
         slo_s: latency-from-arrival objective in seconds for goodput (None: goodput = ok throughput).
         mode: ``"open"`` or ``"closed"``.
         users: closed-loop user count.
+        goodput: constraints a good request meets (:mod:`diffbench.load.goodput`); None or empty: ``slo_s``
+            alone decides. A request lacking a constrained value is not good (a row warning counts them).
+        schedule: the arrival kind of an open-loop row (``"burst"`` for all arrivals at once).
 
     Returns:
         The :class:`RateSummary` (see the module docstring for every definition).
@@ -443,14 +471,21 @@ def summarize_rate(
     first_error = next((f"{r.outcome}: {r.error or (f'HTTP {r.status}' if r.status else 'no detail')}"
                         for r in sorted(records, key=lambda r: r.id) if r.outcome not in ("ok", "cancelled")),
                        None)
+    gp = count_good(records, goodput) if goodput else None
     summary = summarize_columns(
-        intended, sent, done, codes,
+        intended, sent, done, codes, n_good=gp.n_good if gp else None, schedule=schedule,
         offered_rate=offered_rate, duration_s=duration_s, slo_s=slo_s, mode=mode, users=users,
         client_queue=cq, retry_after=ra, statuses=dict(sorted(statuses.items())),
         per_shape=_per_shape(records), server_stages_s=stages, server_peak_memory_bytes=peak,
         server_service_time_s=summarize(service) if service else None,
     )
-    return summary.model_copy(update={"first_error": first_error}) if first_error else summary
+    update: dict[str, object] = {"first_error": first_error} if first_error else {}
+    if goodput:
+        update["goodput_constraints"] = list(goodput)
+        extra = gp.warnings(summary.n_ok) if gp else []
+        if extra:
+            update["warnings"] = [*summary.warnings, *extra]
+    return summary.model_copy(update=update) if update else summary
 
 
 __all__ = [

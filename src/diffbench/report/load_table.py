@@ -33,6 +33,13 @@ def _rate(v: float | None) -> str:
     return "—" if v is None or math.isnan(v) else f"{v:.3g}"
 
 
+def offered_text(row: RateSummary) -> str:
+    """The offered column: users (closed loop), ``inf`` for a burst, else the rate (req/s)."""
+    if row.mode == "closed":
+        return str(row.users)
+    return "inf" if row.schedule == "burst" else _rate(row.offered_rate)
+
+
 def _outcomes(row: RateSummary) -> str:
     parts = [f"ok {row.outcomes.get('ok', 0)}"]
     parts += [f"{k} {v}" for k, v in row.outcomes.items() if k != "ok" and v]
@@ -57,7 +64,7 @@ def sweep_table(result: SweepResult, title: str | None = None) -> Table:
     closed = result.mode == "closed"
     table = Table(title=title or f"{result.source} · {result.mode} loop", title_justify="left",
                   box=box.SIMPLE_HEAD, caption="rates per second over [0, max(duration, last event)]: ok/s "
-                  "counts ok requests only, goodput ok requests within the SLO, completed/s any outcome"
+                  "counts ok requests only, goodput ok requests meeting the SLO / --goodput, completed/s any outcome"
                   + ("" if closed else ", sent/s the client's sends") + "; p50..p99.9: latency from intended arrival (ok requests); p99 send: "
                   "from actual send", caption_justify="left")
     table.add_column("users" if closed else "offered", justify="right", no_wrap=True)
@@ -70,7 +77,7 @@ def sweep_table(result: SweepResult, title: str | None = None) -> Table:
     for i, row in enumerate(result.rates):
         lat = row.latency_from_arrival_s
         is_knee = result.knee.index == i
-        cells = [str(row.users) if closed else _rate(row.offered_rate)]
+        cells = [offered_text(row)]
         if not closed:
             cells.append(_rate(row.sent_rate))
         cells += [
@@ -83,6 +90,8 @@ def sweep_table(result: SweepResult, title: str | None = None) -> Table:
 
 
 def _row_label(row: RateSummary) -> str:
+    if row.schedule == "burst":
+        return f"burst of {row.n}"
     return f"{row.users} users" if row.mode == "closed" else f"{_rate(row.offered_rate)} req/s"
 
 
@@ -151,6 +160,11 @@ def _print_sweep(result: SweepResult, console: Console, title: str | None) -> No
     console.print(summary_line(result))
     if result.slo_s is not None:
         console.print(f"SLO: p99 latency from arrival <= {fmt_seconds(result.slo_s)}")
+    constraints = next((r.goodput_constraints for r in result.rates if r.goodput_constraints), None)
+    if constraints:
+        from diffbench.load.goodput import describe
+
+        console.print(f"goodput: ok requests with {describe(constraints)}, per second")
     for w in result.warnings:
         console.print(f"warning: {w}", style="yellow")
     for row in result.rates:
@@ -158,4 +172,4 @@ def _print_sweep(result: SweepResult, console: Console, title: str | None) -> No
             console.print(f"  {_row_label(row)}: {w}", style="yellow")
 
 
-__all__ = ["fmt_seconds", "per_shape_table", "print_sweep", "summary_line", "sweep_table"]
+__all__ = ["fmt_seconds", "offered_text", "per_shape_table", "print_sweep", "summary_line", "sweep_table"]

@@ -8,6 +8,15 @@
   request succeeded ends the sweep (the caller reports it as a failed run).
 - Closed loop: one run per user count.
 
+Stops (:mod:`diffbench.load.stops`): an open-loop rate ends at ``duration_s`` or after ``num_requests``
+arrivals, whichever comes first; a rate of ``inf`` is a burst of ``num_requests`` arrivals at 0 (its row
+has ``offered_rate`` None and ``schedule`` ``"burst"``). Goodput (:mod:`diffbench.load.goodput`): a
+request is good when it is ok and every constraint of ``goodput`` holds; the knee's SLO is ``slo_s``, or
+the ``latency`` constraint when only that is given.
+
+Live progress: a :class:`RowMonitor` (``monitor=``) is told when each run begins and ends and gets the
+runner hooks ``on_sent(lag_s)`` / ``on_record(rec)``; a hook is passed only to a runner that takes it.
+
 Before measuring, every distinct shape of the workload is warmed up (``warmup_per_shape`` sequential
 requests each, not recorded) so compilation and first-shape costs do not land in the measured window
 (serving-apis.md lesson 13). The knee, the divergence flag and the capacity come from
@@ -16,20 +25,23 @@ requests each, not recorded) so compilation and first-shape costs do not land in
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, Protocol
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from diffbench.core.records import RequestRecord
 from diffbench.errors import DiffbenchError, UsageError
 from diffbench.load.client.base import Attempt, Backend
 from diffbench.load.client.control import JsonlSink, RunControl
 from diffbench.load.client.runners import RunResult, run_closed_loop, run_open_loop
 from diffbench.load.client.workload import RequestPlanner
+from diffbench.load.goodput import GoodputConstraint, latency_limit
 from diffbench.load.knee import SweepResult, analyze_sweep, merge_probe_capacity
-from diffbench.load.schedules import ScheduleSpec, build_schedule
+from diffbench.load.schedules import ScheduleSpec
+from diffbench.load.stops import plan_arrivals
 from diffbench.load.summary import RateSummary, summarize_rate
 
 
@@ -52,8 +64,8 @@ def warmup_failure_result(cfg: SweepConfig, exc: WarmupFailed, conditions: dict[
     capacity, ``partial`` true, the error text and the warm-up outcome counts."""
     from diffbench.load.knee import Knee
 
-    method = "slo" if cfg.slo_s is not None else ("saturation" if cfg.mode == "closed" else "tail_ratio")
-    return SweepResult(source="load", mode=cfg.mode, slo_s=cfg.slo_s, rates=[],
+    method = "slo" if cfg.knee_slo_s is not None else ("saturation" if cfg.mode == "closed" else "tail_ratio")
+    return SweepResult(source="load", mode=cfg.mode, slo_s=cfg.knee_slo_s, rates=[],
                        knee=Knee(index=None, method=method, reason="none: nothing was measured"),
                        capacity_rps=None, capacity_saturated=False, partial=True, conditions=conditions,
                        error=str(exc), warmup_outcomes=dict(exc.report.outcomes),
@@ -71,7 +83,10 @@ PROBE_GAIN = 1.05
 
 
 class SweepConfig(BaseModel):
-    """What to run. ``rates`` None means automatic (open loop only). Durations in seconds."""
+    """What to run. ``rates`` None means automatic (open loop only); a rate ``inf`` is a burst (needs
+    ``num_requests``). Durations in seconds. ``num_requests`` stops each open-loop rate after that many
+    arrivals (or at ``duration_s``, whichever first); ``goodput`` defines a good request; ``workers`` is
+    the number of load processes (recorded; the executor that runs them is passed to :func:`run_sweep`)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -88,6 +103,14 @@ class SweepConfig(BaseModel):
     auto_max_users: int = Field(default=16, ge=1)
     seed: int = 0
     max_requests: int = Field(default=200_000, ge=1)
+    num_requests: int | None = Field(default=None, ge=1)
+    goodput: list[GoodputConstraint] = []
+    workers: int = Field(default=1, ge=1)
+
+    @property
+    def knee_slo_s(self) -> float | None:
+        """The knee's latency objective: ``slo_s``, else the ``latency`` goodput constraint, else None."""
+        return self.slo_s if self.slo_s is not None else latency_limit(self.goodput)
 
 
 class WarmupReport(BaseModel):
@@ -116,6 +139,29 @@ Progress = Callable[[str], None]
 
 def _noop(_: str) -> None:
     pass
+
+
+class RowMonitor(Protocol):
+    """Live view of the runs of a sweep (:class:`diffbench.load.progress.LoadProgress`): ``begin`` before
+    each run (its label, planned request count or None, and scheduled seconds), the runner hooks during
+    it, ``end`` after it. Hooks must be cheap (they run on the measuring loop)."""
+
+    def begin(self, label: str, planned: int | None, window_s: float) -> None: ...
+
+    def on_sent(self, lag_s: float) -> None: ...
+
+    def on_record(self, rec: RequestRecord) -> None: ...
+
+    def end(self) -> None: ...
+
+
+def _hooks(monitor: RowMonitor | None, runner: Callable[..., object]) -> dict[str, object]:
+    """The monitor's hooks that ``runner`` accepts (``on_sent`` only where the runner has it)."""
+    if monitor is None:
+        return {}
+    accepted = inspect.signature(runner).parameters
+    hooks = {"on_record": monitor.on_record, "on_sent": monitor.on_sent}
+    return {k: v for k, v in hooks.items() if k in accepted}
 
 
 async def warmup(backend: Backend, planner: RequestPlanner, per_shape: int) -> WarmupReport:
@@ -162,23 +208,38 @@ def auto_rates(capacity_rps: float) -> list[float]:
     return sorted(set(out))
 
 
-def _summarize(run: RunResult, cfg: SweepConfig) -> RateSummary:
-    return summarize_rate(run.records, offered_rate=run.offered_rate, duration_s=run.duration_s,
-                          slo_s=cfg.slo_s, mode=run.mode, users=run.users)
+def _summarize(run: RunResult, cfg: SweepConfig, *, schedule: str | None = None) -> RateSummary:
+    """One row over the runner's window (the count stop's window is passed to the runner as its duration);
+    a burst (``schedule="burst"``) is counted over the time to its last event."""
+    duration = run.duration_s
+    if schedule == "burst":
+        last = [t for r in run.records for t in (r.sent_s, r.done_s) if t is not None]
+        duration = max(max(last, default=0.0), 1e-9)
+    return summarize_rate(run.records, offered_rate=run.offered_rate, duration_s=duration,
+                          slo_s=cfg.knee_slo_s, mode=run.mode, users=run.users, goodput=cfg.goodput or None,
+                          schedule=schedule)
 
 
 async def _closed_rows(cfg: SweepConfig, users_list: list[int], backend: Backend, planner: RequestPlanner,
                        control: RunControl, sink: JsonlSink | None, progress: Progress,
-                       probe: bool) -> list[RateSummary]:
+                       probe: bool, monitor: RowMonitor | None = None) -> list[RateSummary]:
     rows: list[RateSummary] = []
     best = 0.0
     for users in users_list:
         if control.stopped:
             break
-        progress(f"{'capacity probe: ' if probe else ''}closed loop, {users} users for {cfg.duration_s:g} s")
-        run = await run_closed_loop(users, planner.next, backend, duration_s=cfg.duration_s,
-                                    think_time_s=cfg.think_time_s, drain_s=cfg.drain_s, control=control,
-                                    sink=None if probe else sink)
+        label = f"{'capacity probe: ' if probe else ''}closed loop, {users} users"
+        progress(f"{label} for {cfg.duration_s:g} s")
+        hooks = _hooks(monitor, run_closed_loop)
+        if monitor is not None:
+            monitor.begin(label, None, cfg.duration_s)
+        try:
+            run = await run_closed_loop(users, planner.next, backend, duration_s=cfg.duration_s,
+                                        think_time_s=cfg.think_time_s, drain_s=cfg.drain_s, control=control,
+                                        sink=None if probe else sink, **hooks)  # type: ignore[arg-type]
+        finally:
+            if monitor is not None:
+                monitor.end()
         if not run.records:
             break
         row = _summarize(run, cfg)
@@ -199,6 +260,7 @@ async def run_sweep(
     sink: JsonlSink | None = None,
     conditions: dict[str, str] | None = None,
     progress: Progress = _noop,
+    monitor: RowMonitor | None = None,
 ) -> SweepRun:
     """Warm up, run every rate (or user count), summarize each and analyse the sweep.
 
@@ -206,7 +268,7 @@ async def run_sweep(
     included, over its shortened window) are summarized and returned with ``interrupted=True``.
 
     Raises:
-        UsageError: bad rates (<= 0) or a schedule above ``max_requests``.
+        UsageError: bad rates (<= 0), a burst without ``num_requests``, or a schedule above ``max_requests``.
         WarmupFailed: no warm-up request reached the service.
         StoppedBeforeMeasuring: a stop before any request finished (exit 130).
     """
@@ -225,15 +287,16 @@ async def run_sweep(
     rows: list[RateSummary] = []
     skipped: list[str] = []
     if cfg.mode == "closed":
-        rows = await _closed_rows(cfg, cfg.users, backend, planner, control, sink, progress, probe=False)
+        rows = await _closed_rows(cfg, cfg.users, backend, planner, control, sink, progress, probe=False,
+                                  monitor=monitor)
     else:
         rates = cfg.rates
         if rates is None:
             probe_users = [u for u in (1, 2, 4, 8, 16, 32, 64) if u <= cfg.auto_max_users]
             probe_rows = await _closed_rows(cfg, probe_users, backend, planner, control, sink, progress,
-                                            probe=True)
+                                            probe=True, monitor=monitor)
             if probe_rows:
-                probe_result = analyze_sweep(probe_rows, slo_s=cfg.slo_s, source="load",
+                probe_result = analyze_sweep(probe_rows, slo_s=cfg.knee_slo_s, source="load",
                                              conditions={"purpose": "capacity probe"})
             capacity = max((r.ok_rate for r in probe_rows), default=0.0)
             if probe_result is not None and capacity <= 0:
@@ -250,19 +313,36 @@ async def run_sweep(
                 raise UsageError(f"--rates: rate must be > 0, got {rate}")
             if control.stopped:
                 break
-            if rate * cfg.duration_s > cfg.max_requests:
+            burst = math.isinf(rate)
+            if burst and cfg.num_requests is None:
+                raise UsageError("--request-rate inf sends every request at once and needs --num-requests N")
+            expected = min(rate * cfg.duration_s, cfg.num_requests or math.inf)
+            if expected > cfg.max_requests:
                 raise UsageError(f"rate {rate:g} req/s x --duration {cfg.duration_s:g} s schedules "
-                                 f"~{rate * cfg.duration_s:.3g} requests, above --max-requests "
+                                 f"~{expected:.3g} requests, above --max-requests "
                                  f"{cfg.max_requests:,}; lower the duration or raise --max-requests")
-            spec = cfg.schedule.with_rate(rate).model_copy(update={"duration_s": cfg.duration_s})
-            times = build_schedule(spec, seed=np.random.default_rng([cfg.seed, k]))
+            spec = cfg.schedule if burst else cfg.schedule.with_rate(rate)
+            arrivals = plan_arrivals(spec.model_copy(update={"rate": rate}), duration_s=cfg.duration_s,
+                                     seed=[cfg.seed, k], num_requests=cfg.num_requests)
+            times = arrivals.times
+            window = arrivals.window_s if arrivals.window_s is not None else cfg.duration_s
             specs = planner.stream(len(times))
-            progress(f"open loop, {rate:g} req/s for {cfg.duration_s:g} s ({len(times)} requests)")
-            run = await run_open_loop(times, specs, backend, offered_rate=rate, duration_s=cfg.duration_s,
-                                      max_inflight=cfg.max_inflight, drain_s=cfg.drain_s, control=control,
-                                      sink=sink)
+            label = f"open loop, burst of {len(times)} requests at once" if burst else f"open loop, {rate:g} req/s"
+            progress(label + ("" if burst else f" for {window:g} s ({len(times)} requests"
+                              + (", stopped by --num-requests)" if arrivals.stop == "num_requests" else ")")))
+            offered = None if burst else rate
+            hooks = _hooks(monitor, run_open_loop)
+            if monitor is not None:
+                monitor.begin(label, len(times), 0.0 if burst else window)
+            try:
+                run = await run_open_loop(times, specs, backend, offered_rate=offered, duration_s=window,
+                                          max_inflight=cfg.max_inflight, drain_s=cfg.drain_s, control=control,
+                                          sink=sink, **hooks)  # type: ignore[arg-type]
+            finally:
+                if monitor is not None:
+                    monitor.end()
             if run.records:
-                rows.append(_summarize(run, cfg))
+                rows.append(_summarize(run, cfg, schedule="burst" if burst else cfg.schedule.kind))
             elif not control.stopped:
                 skipped.append(f"{rate:g} req/s: the schedule drew no arrival in {cfg.duration_s:g} s "
                                "(no row); use a longer --duration")
@@ -271,7 +351,7 @@ async def run_sweep(
         return SweepRun(result=partial, probe=probe_result, warmup=wu, interrupted=True)
     if not rows:
         raise StoppedBeforeMeasuring("interrupted before any request finished; nothing was measured or written")
-    result = merge_probe_capacity(analyze_sweep(rows, slo_s=cfg.slo_s, source="load", conditions=conditions),
+    result = merge_probe_capacity(analyze_sweep(rows, slo_s=cfg.knee_slo_s, source="load", conditions=conditions),
                                   probe_result)
     extra = skipped + ([f"run stopped early ({control.reason})"] if control.stopped else [])
     if extra:

@@ -1,0 +1,189 @@
+"""Goodput constraints: which ``ok`` requests count as *good* (``--goodput "latency:10 queue_wait:2"``).
+
+A request is good when it ended ``ok`` **and** every constraint holds (``value <= limit``). Limits are in
+seconds (vLLM's ``vllm bench serve --goodput`` takes milliseconds: its metrics are per token; diffusion
+requests take seconds). The metrics, per request (:class:`~diffbench.core.records.RequestRecord`):
+
+- ``latency``: done − intended arrival (free of coordinated omission; what ``--slo`` bounds).
+- ``latency_from_send`` (alias ``e2el``, vLLM's name): done − sent.
+- ``ttfb`` (alias ``first_byte``): first response byte (headers) − sent.
+- ``lag``: sent − intended (client send lag, client queue time included).
+- ``queue_wait``: the client queue time (``--max-inflight``) plus the server-reported ``queue_wait`` stage
+  when the server reports one (the reference service does, in ``stage_durations``). For a request whose
+  server reported no queue stage the value is the client part only — a lower bound — and the summary warns
+  how many requests that was.
+- ``stage.NAME``: a server-reported stage (``stage.denoise``, ``stage.vae_decode``, ``stage.service_time``).
+
+A constraint on a value a request does not have (no first byte, a stage the server did not report) makes
+that request *not good*, and the summary warns how many ok requests lacked it: a missing value is never
+silently good.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+from diffbench.core.records import RequestRecord
+from diffbench.errors import UsageError
+
+METRICS: tuple[str, ...] = ("latency", "latency_from_send", "ttfb", "lag", "queue_wait")
+ALIASES = {"first_byte": "ttfb", "e2el": "latency_from_send"}
+"""``e2el`` is vLLM's name for the latency from send."""
+STAGE_PREFIX = "stage."
+SERVER_QUEUE_STAGE = "queue_wait"
+"""Name of the server-reported queue stage (``stage_durations.queue_wait`` of the reference service)."""
+
+
+class GoodputConstraint(BaseModel):
+    """One constraint: ``name`` (a metric of the module docstring or ``stage.NAME``) ``<= max_s`` seconds."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    max_s: float
+
+    def text(self) -> str:
+        return f"{self.name}:{self.max_s:g}"
+
+
+class GoodputCount(BaseModel):
+    """Result of :func:`count_good`: good requests, and per constraint the ok requests that lacked the
+    value (``missing``) or whose ``queue_wait`` had no server part (``client_only``)."""
+
+    n_good: int
+    missing: dict[str, int] = {}
+    client_only: int = 0
+
+    def warnings(self, n_ok: int) -> list[str]:
+        out = [f"goodput: {k} of {n_ok} ok requests did not report {name}; they count as not good"
+               for name, k in self.missing.items() if k]
+        if self.client_only:
+            out.append(f"goodput: {self.client_only} of {n_ok} ok requests had no server-reported queue stage; "
+                       "their queue_wait is the client queue time only (a lower bound)")
+        return out
+
+
+def _canonical(name: str, item: str, option: str) -> str:
+    name = ALIASES.get(name, name)
+    if name in METRICS:
+        return name
+    if name.startswith(STAGE_PREFIX) and len(name) > len(STAGE_PREFIX):
+        return name
+    raise UsageError(f"{option}: unknown constraint {item!r}; use {', '.join(METRICS)}, first_byte, e2el or "
+                     "stage.NAME (a server-reported stage, e.g. stage.denoise)")
+
+
+def parse_goodput(text: str | Sequence[str], option: str = "--goodput") -> list[GoodputConstraint]:
+    """Parse ``"latency:10 queue_wait:2"`` (space-separated ``name:seconds``; a list of such strings is
+    joined, so a repeated option works too).
+
+    Raises:
+        UsageError: an empty spec, an item without ``:``, an unknown name, a value that is not a positive
+            finite number of seconds, or a name given twice (the message names the item).
+    """
+    items = (text if isinstance(text, str) else " ".join(text)).split()
+    if not items:
+        raise UsageError(f"{option}: empty; give constraints like {option} \"latency:10 queue_wait:2\" (seconds)")
+    out: list[GoodputConstraint] = []
+    for item in items:
+        name, sep, raw = item.partition(":")
+        if not sep or not name or not raw:
+            raise UsageError(f"{option}: {item!r} must look like name:seconds (e.g. latency:10)")
+        name = name.strip()
+        canon = _canonical(name if name.startswith(STAGE_PREFIX) else name.lower(), item, option)
+        try:
+            value = float(raw)
+        except ValueError:
+            raise UsageError(f"{option}: {item!r}: {raw!r} is not a number of seconds") from None
+        if not math.isfinite(value) or value <= 0:
+            raise UsageError(f"{option}: {item!r}: the limit must be a positive finite number of seconds")
+        if any(c.name == canon for c in out):
+            raise UsageError(f"{option}: {canon} is given twice ({item!r}); give each constraint once")
+        out.append(GoodputConstraint(name=canon, max_s=value))
+    return out
+
+
+def with_slo(constraints: Sequence[GoodputConstraint], slo_s: float | None) -> list[GoodputConstraint]:
+    """``--slo X`` is ``latency:X``: added when ``--goodput`` has no latency constraint; the same value is
+    accepted; a different one is refused.
+
+    Raises:
+        UsageError: ``--slo`` and ``--goodput latency:...`` disagree.
+    """
+    out = list(constraints)
+    if slo_s is None:
+        return out
+    have = next((c for c in out if c.name == "latency"), None)
+    if have is None:
+        return [GoodputConstraint(name="latency", max_s=slo_s), *out]
+    if have.max_s != slo_s:
+        raise UsageError(f"--slo {slo_s:g} and --goodput latency:{have.max_s:g} disagree; give the latency "
+                         "objective once")
+    return out
+
+
+def latency_limit(constraints: Sequence[GoodputConstraint]) -> float | None:
+    """The ``latency`` limit (seconds) — the knee's SLO — or None."""
+    return next((c.max_s for c in constraints if c.name == "latency"), None)
+
+
+def describe(constraints: Sequence[GoodputConstraint]) -> str:
+    """``"latency <= 10 s and queue_wait <= 2 s"`` (empty constraints: every ok request)."""
+    if not constraints:
+        return "every ok request"
+    return " and ".join(f"{c.name} <= {c.max_s:g} s" for c in constraints)
+
+
+def value_of(rec: RequestRecord, name: str) -> float | None:
+    """The metric ``name`` of one record in seconds, None when the record does not have it."""
+    if name == "latency":
+        return None if rec.done_s is None else rec.done_s - rec.intended_s
+    if name == "latency_from_send":
+        return None if rec.done_s is None or rec.sent_s is None else rec.done_s - rec.sent_s
+    if name == "ttfb":
+        return None if rec.first_byte_s is None or rec.sent_s is None else rec.first_byte_s - rec.sent_s
+    if name == "lag":
+        return None if rec.sent_s is None else rec.sent_s - rec.intended_s
+    if name == "queue_wait":
+        return rec.client_queue_s + rec.server_stages_s.get(SERVER_QUEUE_STAGE, 0.0)
+    return rec.server_stages_s.get(name[len(STAGE_PREFIX):])
+
+
+def count_good(records: Sequence[RequestRecord], constraints: Sequence[GoodputConstraint]) -> GoodputCount:
+    """Count the good requests of ``records`` (ok, finished, every constraint holding).
+
+    Without constraints every finished ok request is good.
+    """
+    missing = {c.name: 0 for c in constraints}
+    client_only = 0
+    good = 0
+    for rec in records:
+        if rec.outcome != "ok" or rec.done_s is None:
+            continue
+        ok = True
+        for c in constraints:
+            v = value_of(rec, c.name)
+            if v is None:
+                missing[c.name] += 1
+                ok = False
+            elif v > c.max_s:
+                ok = False
+            if c.name == "queue_wait" and SERVER_QUEUE_STAGE not in rec.server_stages_s:
+                client_only += 1
+        good += ok
+    return GoodputCount(n_good=good, missing={k: v for k, v in missing.items() if v}, client_only=client_only)
+
+
+__all__ = [
+    "GoodputConstraint",
+    "GoodputCount",
+    "count_good",
+    "describe",
+    "latency_limit",
+    "parse_goodput",
+    "value_of",
+    "with_slo",
+]

@@ -1,0 +1,93 @@
+"""``diffbench load --csv``: one row per rate (open loop) or user count (closed loop) of a sweep.
+
+The console table's columns in machine units: rates in requests per second, times in **seconds** (the
+JSON result's units, full float precision, so a value reads back equal to the JSON one), counts as
+integers, an empty cell where the JSON has null. Written with :mod:`csv` (RFC 4180 quoting).
+
+Columns: ``mode``, ``users``, ``offered_rate`` (empty for a burst), ``offered`` (the table's text:
+users, rate or ``inf``), ``schedule``, ``duration_s`` (the row's window), ``n``, ``n_sent``,
+``n_completed``, ``n_ok``, ``n_good``, the rates ``scheduled_rate``, ``sent_rate``, ``ok_rate``,
+``goodput``, ``completed_rate``, ``failed_fraction``; latency from intended arrival
+``latency_{mean,p50,p90,p99,p999,max}_s`` (ok requests), ``latency_from_send_{p50,p99}_s``,
+``lag_{p50,p99,max}_s``, ``client_queue_p99_s``; one ``outcome_<kind>`` count per outcome kind; the
+flags ``knee``, ``unstable``, ``saturated``; ``warnings`` (their count) and ``goodput_definition``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+from diffbench.core.records import OUTCOMES
+from diffbench.load.knee import SweepResult
+from diffbench.load.summary import RateSummary
+from diffbench.report.load_table import offered_text
+
+_LATENCY = (("mean", "mean"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p999", "p999"), ("max", "max"))
+
+COLUMNS: tuple[str, ...] = (
+    "mode", "users", "offered_rate", "offered", "schedule", "duration_s", "n", "n_sent", "n_completed", "n_ok",
+    "n_good", "scheduled_rate", "sent_rate", "ok_rate", "goodput", "completed_rate", "failed_fraction",
+    *(f"latency_{k}_s" for k, _ in _LATENCY), "latency_from_send_p50_s", "latency_from_send_p99_s",
+    "lag_p50_s", "lag_p99_s", "lag_max_s", "client_queue_p99_s", *(f"outcome_{k}" for k in OUTCOMES),
+    "knee", "unstable", "saturated", "warnings", "goodput_definition",
+)
+
+
+def _cell(v: object) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def row_values(row: RateSummary, *, is_knee: bool) -> dict[str, object]:
+    """The CSV columns of one row (values as in the JSON result)."""
+    lat, send, lag = row.latency_from_arrival_s, row.latency_from_send_s, row.lag_s
+    out: dict[str, object] = {
+        "mode": row.mode, "users": row.users, "offered_rate": row.offered_rate, "offered": offered_text(row),
+        "schedule": row.schedule, "duration_s": row.duration_s, "n": row.n, "n_sent": row.n_sent,
+        "n_completed": row.n_completed, "n_ok": row.n_ok, "n_good": row.n_good,
+        "scheduled_rate": row.scheduled_rate, "sent_rate": row.sent_rate, "ok_rate": row.ok_rate,
+        "goodput": row.goodput, "completed_rate": row.completed_rate, "failed_fraction": row.failed_fraction,
+    }
+    for name, attr in _LATENCY:
+        out[f"latency_{name}_s"] = getattr(lat, attr)
+    out.update({
+        "latency_from_send_p50_s": send.p50, "latency_from_send_p99_s": send.p99,
+        "lag_p50_s": lag.p50, "lag_p99_s": lag.p99, "lag_max_s": lag.max,
+        "client_queue_p99_s": row.client_queue_s.p99,
+    })
+    for k in OUTCOMES:
+        out[f"outcome_{k}"] = row.outcomes.get(k, 0)
+    out.update({"knee": is_knee, "unstable": row.unstable, "saturated": row.saturated,
+                "warnings": len(row.warnings),
+                "goodput_definition": " ".join(c.text() for c in row.goodput_constraints)
+                or (f"latency:{row.slo_s:g}" if row.slo_s is not None else "")})
+    return out
+
+
+def sweep_csv(result: SweepResult) -> str:
+    """The CSV text of a sweep (header and one line per row, ``\\r\\n`` line ends as the csv module writes)."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(COLUMNS))
+    w.writeheader()
+    for i, row in enumerate(result.rates):
+        w.writerow({k: _cell(v) for k, v in row_values(row, is_knee=result.knee.index == i).items()})
+    return buf.getvalue()
+
+
+def write_sweep_csv(path: str | Path, result: SweepResult) -> None:
+    """Write :func:`sweep_csv` to ``path`` (through a temporary file and a rename, so a reader never sees
+    half a file). The caller checked the path with :func:`diffbench.core.outpath.check_output_file`."""
+    p = Path(path)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(sweep_csv(result), encoding="utf-8", newline="")
+    tmp.replace(p)
+
+
+__all__ = ["COLUMNS", "row_values", "sweep_csv", "write_sweep_csv"]
