@@ -154,3 +154,120 @@ def test_reference_service_open_and_closed(tmp_path, capsys):
     # time (the machine's speed changes between rows on a busy host) grows: ~1 at 1 user, ~4 at 4 users.
     ratio = [r["latency_from_arrival_s"]["mean"] / r["server_service_time_s"]["mean"] for r in rows]
     assert ratio[2] > 2 * ratio[0]
+
+
+# --- issue 10: stops, vllm bench serve names, goodput, CSV, progress, workers -------------------------------
+
+def _run(fake, tmp_path, *extra: str, mode: str = "ok") -> tuple[dict, list]:
+    out, jl = tmp_path / "r.json", tmp_path / "r.jsonl"
+    assert main(["load", "--url", fake.url(mode), "--warmup", "0", "--timeout", "5", "--size", "64x64",
+                 "--json", str(out), "--jsonl", str(jl), *extra]) == 0
+    return json.loads(out.read_text()), read_jsonl(jl)
+
+
+def test_num_requests_stops_before_the_duration(fake, tmp_path):
+    fake.delay_s = 0.01
+    res, recs = _run(fake, tmp_path, "--request-rate", "20", "--arrival", "constant", "--num-requests", "10",
+                     "--duration", "60")
+    (row,) = res["rates"]
+    # the constant schedule's first 10 arrivals (i / 20 s); the window ends at arrival 11: 10 / 20 = 0.5 s
+    assert row["n"] == len(recs) == 10 and row["offered_rate"] == 20.0 and row["schedule"] == "constant"
+    assert row["duration_s"] == pytest.approx(0.5, rel=1e-12)
+    assert sorted(r.intended_s for r in recs) == pytest.approx([i / 20 for i in range(10)])
+    assert "num_requests 10, whichever comes first" in res["conditions"]["stop"]
+    assert res["conditions"]["workers"] == "1" and res["conditions"]["payload_check"]
+
+
+def test_request_rate_inf_is_a_burst(fake, tmp_path, capsys):
+    fake.delay_s = 0.05
+    res, recs = _run(fake, tmp_path, "--request-rate", "inf", "--num-prompts", "5", "--max-concurrency", "2")
+    (row,) = res["rates"]
+    assert row["offered_rate"] is None and row["schedule"] == "burst" and row["n"] == 5
+    assert all(r.intended_s == 0.0 for r in recs)
+    # two in flight at most: three of the five waited in the client for a slot (>= one 0.05 s service)
+    assert sum(r.client_queue_s > 0 for r in recs) >= 3
+    assert res["conditions"]["arrival"].startswith("burst") and res["conditions"]["max_inflight"] == "2"
+    assert "Infinity" not in (tmp_path / "r.json").read_text()
+    assert "burst of 5" in capsys.readouterr().out
+
+
+def test_goodput_constraints_end_to_end(fake, tmp_path):
+    fake.delay_s = 0.01
+    # the fake server reports denoise 0.25 s and no text_encode stage (conftest)
+    res, recs = _run(fake, tmp_path, "--rates", "10", "--arrival", "constant", "--duration", "1",
+                     "--goodput", "latency:10 stage.denoise:0.3", "--slo", "10")
+    (row,) = res["rates"]
+    good = sum(r.outcome == "ok" and r.done_s - r.intended_s <= 10 and r.server_stages_s["denoise"] <= 0.3
+               for r in recs)
+    assert row["n_good"] == good == row["n_ok"] > 0
+    assert [c["name"] for c in row["goodput_constraints"]] == ["latency", "stage.denoise"]
+    assert res["knee"]["method"] == "slo" and res["slo_s"] == 10.0
+    assert res["conditions"]["goodput"] == "latency <= 10 s and stage.denoise <= 0.3 s"
+    res, recs = _run(fake, tmp_path, "--rates", "10", "--arrival", "constant", "--duration", "1",
+                     "--goodput", "stage.text_encode:1")
+    (row,) = res["rates"]
+    assert row["n_good"] == 0 and row["goodput"] == 0.0 and row["n_ok"] > 0
+    assert f"goodput: {row['n_ok']} of {row['n_ok']} ok requests did not report stage.text_encode" in \
+        " ".join(row["warnings"])
+
+
+def test_csv_values_equal_the_json_result(fake, tmp_path):
+    import csv
+
+    fake.delay_s = 0.01
+    csv_path = tmp_path / "sub" / "r.csv"
+    res, _ = _run(fake, tmp_path, "--rates", "5,10", "--arrival", "constant", "--duration", "1",
+                  "--csv", str(csv_path), "--mkdir", "--slo", "5")
+    rows = list(csv.DictReader(csv_path.open(newline="")))
+    assert len(rows) == len(res["rates"]) == 2
+    for line, row in zip(rows, res["rates"], strict=True):
+        for key in ("offered_rate", "duration_s", "sent_rate", "ok_rate", "goodput", "completed_rate",
+                    "failed_fraction", "scheduled_rate"):
+            assert float(line[key]) == row[key], key
+        for key in ("n", "n_sent", "n_ok", "n_good", "n_completed"):
+            assert int(line[key]) == row[key], key
+        for name in ("p50", "p90", "p99", "p999", "mean", "max"):
+            assert float(line[f"latency_{name}_s"]) == row["latency_from_arrival_s"][name]
+        assert float(line["latency_from_send_p99_s"]) == row["latency_from_send_s"]["p99"]
+        for name in ("p50", "p99", "max"):
+            assert float(line[f"lag_{name}_s"]) == row["lag_s"][name]
+        for k, v in row["outcomes"].items():
+            assert int(line[f"outcome_{k}"]) == v
+        assert line["goodput_definition"] == "latency:5" and line["schedule"] == "constant"
+    assert [line["knee"] == "true" for line in rows] == [res["knee"]["index"] == i for i in range(2)]
+
+
+def test_progress_is_off_without_a_terminal_and_quiet_drops_the_run_lines(fake, capsys):
+    args = ["load", "--url", fake.url("ok"), "--rates", "4", "--duration", "0.5", "--warmup", "0",
+            "--timeout", "5", "--size", "64x64"]
+    assert main(args) == 0
+    cap = capsys.readouterr()
+    assert "in flight" not in cap.err and "open loop, 4 req/s" in cap.out  # stderr is captured: no TTY
+    assert main([*args, "--quiet"]) == 0
+    cap = capsys.readouterr()
+    assert "in flight" not in cap.err and "open loop, 4 req/s" not in cap.out and "knee" in cap.out
+
+
+def test_workers_pool_runs_the_schedule(fake, tmp_path):
+    executor = pytest.importorskip(
+        "diffbench.load.client.executor",
+        reason="the multi-process executor (dispatch helper, issue 10) is not merged into this branch yet")
+    assert hasattr(executor, "WorkerPool")
+    fake.delay_s = 0.01
+    res, recs = _run(fake, tmp_path, "--workers", "2", "--request-rate", "20", "--arrival", "constant",
+                     "--num-requests", "20", "--duration", "30")
+    (row,) = res["rates"]
+    assert row["n"] == len(recs) == 20 and res["conditions"]["workers"] == "2"
+    assert sorted(r.intended_s for r in recs) == pytest.approx([i / 20 for i in range(20)])
+
+
+def test_csv_of_a_failed_warmup_is_the_header_alone(tmp_path):
+    import csv
+
+    from diffbench.report.load_csv import COLUMNS
+
+    path = tmp_path / "r.csv"
+    assert main(["load", "--url", "http://127.0.0.1:9", "--rates", "2", "--duration", "1", "--timeout", "2",
+                 "--csv", str(path)]) == 1
+    rows = list(csv.reader(path.open(newline="")))
+    assert rows == [list(COLUMNS)]

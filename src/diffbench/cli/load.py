@@ -511,6 +511,10 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
         if o.json_out:  # the README promises --json for a failed run too: warm-up counts, no rows
             write_json_atomic(o.json_out, warmup_failure_result(cfg, exc, conditions).model_dump(mode="json"))
             console.print(f"failed-run result written to {o.json_out} (no rows: the warm-up failed)")
+        if o.csv_out:  # the header alone: no row was measured
+            from diffbench.report.load_csv import write_sweep_csv
+
+            write_sweep_csv(o.csv_out, warmup_failure_result(cfg, exc, conditions))
         raise
     finally:
         if sink is not None:
