@@ -3,8 +3,10 @@
 One line per run (a rate or a user count), redrawn by rich's refresh thread a few times per second
 (``REFRESH_PER_SECOND``), never per request::
 
-    open loop, 20 req/s · sent 412 · done 398 · ok 395 · failed 3 · in flight 14 · ok/s 19.8 ·
-    lag p99 1.2ms (last 5 s) · 20.1 s elapsed · 9.9 s left
+    20 req/s  20.1 s (9.9 s left)  sent 412/600  done 398 (ok 395, failed 3)  in flight 14  19.8 ok/s  lag p99 1.2ms
+
+(the lag p99 is over the sends of the last ``LAG_WINDOW_S`` seconds; the line is cut at the terminal's
+width from the right, so the time and the counts come first).
 
 The measuring loop only updates counters: :meth:`LoadProgress.on_sent` (one increment and one append
 to a bounded deque) and :meth:`LoadProgress.on_record` (a few increments); the percentile is computed
@@ -119,26 +121,24 @@ class LoadProgress:
         return float(np.percentile(recent, 99)) if recent else None
 
     def render(self) -> Text:
-        """The progress line (see the module docstring)."""
+        """The progress line (see the module docstring): label, time, counts, ok rate, lag p99."""
         now = self._clock()
         elapsed = max(now - self.t_begin, 0.0)
         have_sent = self.sent > 0 or not self.finished
-        parts = [self.label]
-        parts.append(f"sent {self.sent}" + (f"/{self.planned}" if self.planned is not None else "")
-                     if have_sent else "sent —")
-        completed = self.ok + self.failed
-        parts += [f"done {completed}", f"ok {self.ok}", f"failed {self.failed}"]
-        if self.cancelled:
-            parts.append(f"cancelled {self.cancelled}")
-        parts.append(f"in flight {self.sent - self.finished_sent}" if have_sent else "in flight —")
-        parts.append(f"ok/s {self.ok / elapsed:.3g}" if elapsed > 0 else "ok/s —")
-        p99 = self.lag_p99(now)
-        parts.append(f"lag p99 {_fmt_s(p99)} (last {LAG_WINDOW_S:g} s)" if p99 is not None else "lag p99 —")
-        parts.append(f"{elapsed:.1f} s elapsed")
+        when = f"{elapsed:.1f} s"
         if self.window_s > 0:
             left = self.window_s - elapsed
-            parts.append(f"{left:.1f} s left" if left > 0 else "draining")
-        return Text(" · ".join(parts), no_wrap=True, overflow="ellipsis")
+            when += f" ({left:.1f} s left)" if left > 0 else " (draining)"
+        parts = [self.label, when]
+        parts.append(f"sent {self.sent}" + (f"/{self.planned}" if self.planned is not None else "")
+                     if have_sent else "sent —")
+        done = f"done {self.ok + self.failed} (ok {self.ok}, failed {self.failed}"
+        parts.append(done + (f", cancelled {self.cancelled})" if self.cancelled else ")"))
+        parts.append(f"in flight {self.sent - self.finished_sent}" if have_sent else "in flight —")
+        parts.append(f"{self.ok / elapsed:.3g} ok/s" if elapsed > 0 else "— ok/s")
+        p99 = self.lag_p99(now)
+        parts.append(f"lag p99 {_fmt_s(p99)}" if p99 is not None else "lag p99 —")
+        return Text("  ".join(parts), no_wrap=True, overflow="ellipsis")
 
     def __rich__(self) -> Text:
         return self.render()

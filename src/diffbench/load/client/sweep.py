@@ -232,7 +232,7 @@ async def _closed_rows(cfg: SweepConfig, users_list: list[int], backend: Backend
         progress(f"{label} for {cfg.duration_s:g} s")
         hooks = _hooks(monitor, run_closed_loop)
         if monitor is not None:
-            monitor.begin(label, None, cfg.duration_s)
+            monitor.begin(f"{'probe ' if probe else ''}{users} users", None, cfg.duration_s)
         try:
             run = await run_closed_loop(users, planner.next, backend, duration_s=cfg.duration_s,
                                         think_time_s=cfg.think_time_s, drain_s=cfg.drain_s, control=control,
@@ -333,7 +333,8 @@ async def run_sweep(
             offered = None if burst else rate
             hooks = _hooks(monitor, run_open_loop)
             if monitor is not None:
-                monitor.begin(label, len(times), 0.0 if burst else window)
+                monitor.begin(f"burst of {len(times)}" if burst else f"{rate:g} req/s", len(times),
+                              0.0 if burst else window)
             try:
                 run = await run_open_loop(times, specs, backend, offered_rate=offered, duration_s=window,
                                           max_inflight=cfg.max_inflight, drain_s=cfg.drain_s, control=control,
