@@ -77,8 +77,8 @@ def register(app: typer.Typer) -> None:
         csv_out: Path | None = typer.Option(None, "--csv", help="Write one CSV row per rate / user count."),
         mkdir: bool = typer.Option(False, "--mkdir", help="Create missing parent directories of --json, "
                                    "--jsonl and --csv (default: a missing directory is an error)."),
-        quiet: bool = typer.Option(False, "--quiet", "-q", help="No live progress line (it is shown only "
-                                   "when stderr is a terminal)."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="No live progress line (shown only when "
+                                   "stderr is a terminal) and no per-run lines; tables and errors stay."),
         max_requests: int = typer.Option(MAX_REQUESTS, "--max-requests", help="Refuse a rate whose schedule "
                                          "holds more requests than this (each kept request costs ~2 kB)."),
         serve_engine: str = typer.Option("diffusers", "--serve-engine", help="Engine of the local service "
