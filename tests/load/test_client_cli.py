@@ -172,7 +172,7 @@ def test_num_requests_stops_before_the_duration(fake, tmp_path):
     (row,) = res["rates"]
     # the constant schedule's first 10 arrivals (i / 20 s); the window ends at arrival 11: 10 / 20 = 0.5 s
     assert row["n"] == len(recs) == 10 and row["offered_rate"] == 20.0 and row["schedule"] == "constant"
-    assert row["duration_s"] == pytest.approx(0.5, rel=1e-12)
+    assert row["duration_s"] == pytest.approx(0.5, rel=1e-12) and row["stopped_by"] == "num_requests"
     assert sorted(r.intended_s for r in recs) == pytest.approx([i / 20 for i in range(10)])
     assert "num_requests 10, whichever comes first" in res["conditions"]["stop"]
     assert res["conditions"]["workers"] == "1" and res["conditions"]["payload_check"]
@@ -234,6 +234,7 @@ def test_csv_values_equal_the_json_result(fake, tmp_path):
         for k, v in row["outcomes"].items():
             assert int(line[f"outcome_{k}"]) == v
         assert line["goodput_definition"] == "latency:5" and line["schedule"] == "constant"
+        assert line["stopped_by"] == row["stopped_by"] == "duration"
     assert [line["knee"] == "true" for line in rows] == [res["knee"]["index"] == i for i in range(2)]
 
 

@@ -122,7 +122,8 @@ class RateSummary(BaseModel):
     outcome and error text of the first failed request (by id). ``saturated`` is
     ``unstable`` or ``saturation.detected`` or ``saturation.short`` (open loop). ``schedule`` is the
     arrival kind of an open-loop row (``"burst"`` for ``--request-rate inf``: all arrivals at 0 and
-    ``offered_rate`` None, since JSON has no infinity); ``n_good`` and ``goodput_constraints`` count and
+    ``offered_rate`` None, since JSON has no infinity); ``stopped_by`` says which stop ended an open-loop
+    row's schedule (``--duration`` or ``--num-requests``; None when not recorded); ``n_good`` and ``goodput_constraints`` count and
     define the goodput.
     """
 
@@ -135,6 +136,7 @@ class RateSummary(BaseModel):
     duration_s: float
     slo_s: float | None = None
     schedule: str | None = None
+    stopped_by: Literal["duration", "num_requests"] | None = None
     goodput_constraints: list[GoodputConstraint] = []
     n: int
     n_sent: int

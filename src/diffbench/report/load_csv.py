@@ -5,7 +5,7 @@ JSON result's units, full float precision, so a value reads back equal to the JS
 integers, an empty cell where the JSON has null. Written with :mod:`csv` (RFC 4180 quoting).
 
 Columns: ``mode``, ``users``, ``offered_rate`` (empty for a burst), ``offered`` (the table's text:
-users, rate or ``inf``), ``schedule``, ``duration_s`` (the row's window), ``n``, ``n_sent``,
+users, rate or ``inf``), ``schedule``, ``stopped_by`` (``duration`` / ``num_requests``), ``duration_s`` (the row's window), ``n``, ``n_sent``,
 ``n_completed``, ``n_ok``, ``n_good``, the rates ``scheduled_rate``, ``sent_rate``, ``ok_rate``,
 ``goodput``, ``completed_rate``, ``failed_fraction``; latency from intended arrival
 ``latency_{mean,p50,p90,p99,p999,max}_s`` (ok requests), ``latency_from_send_{p50,p99}_s``,
@@ -27,7 +27,7 @@ from diffbench.report.load_table import offered_text
 _LATENCY = (("mean", "mean"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p999", "p999"), ("max", "max"))
 
 COLUMNS: tuple[str, ...] = (
-    "mode", "users", "offered_rate", "offered", "schedule", "duration_s", "n", "n_sent", "n_completed", "n_ok",
+    "mode", "users", "offered_rate", "offered", "schedule", "stopped_by", "duration_s", "n", "n_sent", "n_completed", "n_ok",
     "n_good", "scheduled_rate", "sent_rate", "ok_rate", "goodput", "completed_rate", "failed_fraction",
     *(f"latency_{k}_s" for k, _ in _LATENCY), "latency_from_send_p50_s", "latency_from_send_p99_s",
     "lag_p50_s", "lag_p99_s", "lag_max_s", "client_queue_p99_s", *(f"outcome_{k}" for k in OUTCOMES),
@@ -50,7 +50,7 @@ def row_values(row: RateSummary, *, is_knee: bool) -> dict[str, object]:
     lat, send, lag = row.latency_from_arrival_s, row.latency_from_send_s, row.lag_s
     out: dict[str, object] = {
         "mode": row.mode, "users": row.users, "offered_rate": row.offered_rate, "offered": offered_text(row),
-        "schedule": row.schedule, "duration_s": row.duration_s, "n": row.n, "n_sent": row.n_sent,
+        "schedule": row.schedule, "stopped_by": row.stopped_by, "duration_s": row.duration_s, "n": row.n, "n_sent": row.n_sent,
         "n_completed": row.n_completed, "n_ok": row.n_ok, "n_good": row.n_good,
         "scheduled_rate": row.scheduled_rate, "sent_rate": row.sent_rate, "ok_rate": row.ok_rate,
         "goodput": row.goodput, "completed_rate": row.completed_rate, "failed_fraction": row.failed_fraction,

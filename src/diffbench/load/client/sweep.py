@@ -208,16 +208,18 @@ def auto_rates(capacity_rps: float) -> list[float]:
     return sorted(set(out))
 
 
-def _summarize(run: RunResult, cfg: SweepConfig, *, schedule: str | None = None) -> RateSummary:
+def _summarize(run: RunResult, cfg: SweepConfig, *, schedule: str | None = None,
+               stopped_by: Literal["duration", "num_requests"] | None = None) -> RateSummary:
     """One row over the runner's window (the count stop's window is passed to the runner as its duration);
     a burst (``schedule="burst"``) is counted over the time to its last event."""
     duration = run.duration_s
     if schedule == "burst":
         last = [t for r in run.records for t in (r.sent_s, r.done_s) if t is not None]
         duration = max(max(last, default=0.0), 1e-9)
-    return summarize_rate(run.records, offered_rate=run.offered_rate, duration_s=duration,
-                          slo_s=cfg.knee_slo_s, mode=run.mode, users=run.users, goodput=cfg.goodput or None,
-                          schedule=schedule)
+    row = summarize_rate(run.records, offered_rate=run.offered_rate, duration_s=duration,
+                         slo_s=cfg.knee_slo_s, mode=run.mode, users=run.users, goodput=cfg.goodput or None,
+                         schedule=schedule)
+    return row.model_copy(update={"stopped_by": stopped_by}) if stopped_by else row
 
 
 async def _closed_rows(cfg: SweepConfig, users_list: list[int], backend: Backend, planner: RequestPlanner,
@@ -343,7 +345,8 @@ async def run_sweep(
                 if monitor is not None:
                     monitor.end()
             if run.records:
-                rows.append(_summarize(run, cfg, schedule="burst" if burst else cfg.schedule.kind))
+                rows.append(_summarize(run, cfg, schedule="burst" if burst else cfg.schedule.kind,
+                                       stopped_by=arrivals.stop))
             elif not control.stopped:
                 skipped.append(f"{rate:g} req/s: the schedule drew no arrival in {cfg.duration_s:g} s "
                                "(no row); use a longer --duration")
