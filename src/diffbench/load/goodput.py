@@ -9,9 +9,9 @@ requests take seconds). The metrics, per request (:class:`~diffbench.core.record
 - ``ttfb`` (alias ``first_byte``): first response byte (headers) − sent.
 - ``lag``: sent − intended (client send lag, client queue time included).
 - ``queue_wait``: the client queue time (``--max-inflight``) plus the server-reported ``queue_wait`` stage
-  when the server reports one (the reference service does, in ``stage_durations``). For a request whose
-  server reported no queue stage the value is the client part only — a lower bound — and the summary warns
-  how many requests that was.
+  (the reference service reports it in ``stage_durations``). A request whose server reported no queue stage
+  has no ``queue_wait`` (the client part alone would be a lower bound that makes goodput look better than it
+  is), so it is not good, like any other missing value.
 - ``stage.NAME``: a server-reported stage (``stage.denoise``, ``stage.vae_decode``, ``stage.service_time``).
 
 A constraint on a value a request does not have (no first byte, a stage the server did not report) makes
@@ -51,18 +51,14 @@ class GoodputConstraint(BaseModel):
 
 class GoodputCount(BaseModel):
     """Result of :func:`count_good`: good requests, and per constraint the ok requests that lacked the
-    value (``missing``) or whose ``queue_wait`` had no server part (``client_only``)."""
+    value (``missing``; for ``queue_wait``: no server-reported queue stage)."""
 
     n_good: int
     missing: dict[str, int] = {}
-    client_only: int = 0
 
     def warnings(self, n_ok: int) -> list[str]:
         out = [f"goodput: {k} of {n_ok} ok requests did not report {name}; they count as not good"
                for name, k in self.missing.items() if k]
-        if self.client_only:
-            out.append(f"goodput: {self.client_only} of {n_ok} ok requests had no server-reported queue stage; "
-                       "their queue_wait is the client queue time only (a lower bound)")
         return out
 
 
@@ -148,7 +144,8 @@ def value_of(rec: RequestRecord, name: str) -> float | None:
     if name == "lag":
         return None if rec.sent_s is None else rec.sent_s - rec.intended_s
     if name == "queue_wait":
-        return rec.client_queue_s + rec.server_stages_s.get(SERVER_QUEUE_STAGE, 0.0)
+        server = rec.server_stages_s.get(SERVER_QUEUE_STAGE)
+        return None if server is None else rec.client_queue_s + server
     return rec.server_stages_s.get(name[len(STAGE_PREFIX):])
 
 
@@ -158,7 +155,6 @@ def count_good(records: Sequence[RequestRecord], constraints: Sequence[GoodputCo
     Without constraints every finished ok request is good.
     """
     missing = {c.name: 0 for c in constraints}
-    client_only = 0
     good = 0
     for rec in records:
         if rec.outcome != "ok" or rec.done_s is None:
@@ -171,10 +167,8 @@ def count_good(records: Sequence[RequestRecord], constraints: Sequence[GoodputCo
                 ok = False
             elif v > c.max_s:
                 ok = False
-            if c.name == "queue_wait" and SERVER_QUEUE_STAGE not in rec.server_stages_s:
-                client_only += 1
         good += ok
-    return GoodputCount(n_good=good, missing={k: v for k, v in missing.items() if v}, client_only=client_only)
+    return GoodputCount(n_good=good, missing={k: v for k, v in missing.items() if v})
 
 
 __all__ = [
