@@ -34,6 +34,7 @@ from diffbench.errors import UsageError
 from diffbench.load.client.base import Attempt, Backend
 from diffbench.load.client.control import JsonlSink, RunControl
 from diffbench.load.client.workload import RequestSpec
+from diffbench.load.merge import HdrSummary
 
 FULL_GC_THRESHOLD = 1_000_000
 START_DELAY_S = 0.005
@@ -93,7 +94,9 @@ class RunResult(BaseModel):
     """The records of one rate (open loop) or one user count (closed loop).
 
     ``duration_s`` is the measurement window (the scheduled duration, or the time until a stop); ``records``
-    are sorted by id and hold every request that was dispatched, whatever its outcome.
+    are sorted by id and hold every request that was dispatched, whatever its outcome. ``hdr``: the
+    HdrHistogram merge of a :class:`~diffbench.load.client.executor.WorkerPool` run in hdr mode (None
+    otherwise; the summary always comes from ``records``).
     """
 
     mode: Literal["open", "closed"]
@@ -105,6 +108,7 @@ class RunResult(BaseModel):
     dispatched: int
     interrupted: bool = False
     records: list[RequestRecord] = Field(default_factory=list)
+    hdr: HdrSummary | None = None
 
 
 class _Recorder:

@@ -26,7 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from diffbench.errors import DiffbenchError, UsageError
 from diffbench.load.client.base import Attempt, Backend
 from diffbench.load.client.control import JsonlSink, RunControl
-from diffbench.load.client.runners import RunResult, run_closed_loop, run_open_loop
+from diffbench.load.client.executor import InProcess, LoadExecutor
+from diffbench.load.client.runners import RunResult
 from diffbench.load.client.workload import RequestPlanner
 from diffbench.load.knee import SweepResult, analyze_sweep, merge_probe_capacity
 from diffbench.load.schedules import ScheduleSpec, build_schedule
@@ -167,7 +168,7 @@ def _summarize(run: RunResult, cfg: SweepConfig) -> RateSummary:
                           slo_s=cfg.slo_s, mode=run.mode, users=run.users)
 
 
-async def _closed_rows(cfg: SweepConfig, users_list: list[int], backend: Backend, planner: RequestPlanner,
+async def _closed_rows(cfg: SweepConfig, users_list: list[int], executor: LoadExecutor, planner: RequestPlanner,
                        control: RunControl, sink: JsonlSink | None, progress: Progress,
                        probe: bool) -> list[RateSummary]:
     rows: list[RateSummary] = []
@@ -176,9 +177,9 @@ async def _closed_rows(cfg: SweepConfig, users_list: list[int], backend: Backend
         if control.stopped:
             break
         progress(f"{'capacity probe: ' if probe else ''}closed loop, {users} users for {cfg.duration_s:g} s")
-        run = await run_closed_loop(users, planner.next, backend, duration_s=cfg.duration_s,
-                                    think_time_s=cfg.think_time_s, drain_s=cfg.drain_s, control=control,
-                                    sink=None if probe else sink)
+        run = await executor.closed_loop(users, planner, duration_s=cfg.duration_s,
+                                         think_time_s=cfg.think_time_s, drain_s=cfg.drain_s, control=control,
+                                         sink=None if probe else sink)
         if not run.records:
             break
         row = _summarize(run, cfg)
@@ -199,6 +200,7 @@ async def run_sweep(
     sink: JsonlSink | None = None,
     conditions: dict[str, str] | None = None,
     progress: Progress = _noop,
+    executor: LoadExecutor | None = None,
 ) -> SweepRun:
     """Warm up, run every rate (or user count), summarize each and analyse the sweep.
 
@@ -211,6 +213,7 @@ async def run_sweep(
         StoppedBeforeMeasuring: a stop before any request finished (exit 130).
     """
     control = control or RunControl()
+    executor = executor or InProcess(backend)  # the warm-up below always uses backend, in this process
     conditions = dict(conditions or {})
     progress(f"warm-up: {cfg.warmup_per_shape} request(s) per shape")
     wu_box: list[WarmupReport] = []
@@ -225,12 +228,12 @@ async def run_sweep(
     rows: list[RateSummary] = []
     skipped: list[str] = []
     if cfg.mode == "closed":
-        rows = await _closed_rows(cfg, cfg.users, backend, planner, control, sink, progress, probe=False)
+        rows = await _closed_rows(cfg, cfg.users, executor, planner, control, sink, progress, probe=False)
     else:
         rates = cfg.rates
         if rates is None:
             probe_users = [u for u in (1, 2, 4, 8, 16, 32, 64) if u <= cfg.auto_max_users]
-            probe_rows = await _closed_rows(cfg, probe_users, backend, planner, control, sink, progress,
+            probe_rows = await _closed_rows(cfg, probe_users, executor, planner, control, sink, progress,
                                             probe=True)
             if probe_rows:
                 probe_result = analyze_sweep(probe_rows, slo_s=cfg.slo_s, source="load",
@@ -258,9 +261,9 @@ async def run_sweep(
             times = build_schedule(spec, seed=np.random.default_rng([cfg.seed, k]))
             specs = planner.stream(len(times))
             progress(f"open loop, {rate:g} req/s for {cfg.duration_s:g} s ({len(times)} requests)")
-            run = await run_open_loop(times, specs, backend, offered_rate=rate, duration_s=cfg.duration_s,
-                                      max_inflight=cfg.max_inflight, drain_s=cfg.drain_s, control=control,
-                                      sink=sink)
+            run = await executor.open_loop(times, specs, offered_rate=rate, duration_s=cfg.duration_s,
+                                           max_inflight=cfg.max_inflight, drain_s=cfg.drain_s, control=control,
+                                           sink=sink)
             if run.records:
                 rows.append(_summarize(run, cfg))
             elif not control.stopped:

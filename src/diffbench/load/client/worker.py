@@ -1,0 +1,165 @@
+"""The load worker process of :class:`~diffbench.load.client.executor.WorkerPool`.
+
+One process = one event loop (uvloop where installed) = one :class:`~diffbench.load.client.http.HttpBackend`.
+It talks to the parent over one :func:`multiprocessing.Pipe` end. Messages (tuples, pickled):
+
+parent → worker: ``("open", job)`` / ``("closed", job)`` (a run; the worker answers ``("ready",)``),
+``("go", t0_ns)`` (the shared start on ``time.perf_counter_ns``), ``("stop", reason)`` (stop dispatching,
+drain, cancel the rest), ``("quit",)``.
+
+worker → parent: ``("started", loop_name)`` once the backend is open; ``("batch", records, lags)`` every
+:data:`FLUSH_S` seconds while a run goes on (finished records and the lags of the requests sent since the
+last batch); ``("done", info)`` at the end of a run (counts, window, encoded histograms in hdr mode);
+``("error", text)`` when a run raised.
+
+SIGINT is ignored here: Ctrl-C reaches the whole process group, and the parent decides (it sends ``stop``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from multiprocessing.connection import Connection
+from typing import Any
+
+from diffbench.core.records import RequestRecord
+
+FLUSH_S = 0.05
+"""Seconds between two batches of records and lags sent to the parent."""
+
+
+class SpecShare:
+    """Worker ``index`` of ``workers``'s share of a planner's spec stream (closed loop): each call draws the
+    next group of ``workers`` specs from ``planner`` and returns the ``index``-th, so its ``j``-th spec has id
+    ``base + j*workers + index`` and equals what the one-process planner draws for that id. ``drawn``
+    counts the draws (the parent advances its own planner by the largest)."""
+
+    def __init__(self, planner: Any, index: int, workers: int) -> None:
+        self.planner, self.index, self.workers = planner, index, workers
+        self.drawn = 0
+
+    def __call__(self) -> Any:
+        group = self.planner.take(self.workers)
+        self.drawn += self.workers
+        return group[self.index]
+
+
+def worker_main(conn: Connection, target: Any, index: int, workers: int, use_uvloop: bool | None) -> None:
+    """Entry point of a worker process (``multiprocessing`` spawn target)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from diffbench.load.client.eventloop import run
+
+    try:
+        run(_serve(conn, target, index, workers), use_uvloop=use_uvloop)
+    finally:
+        with contextlib.suppress(OSError):
+            conn.close()
+
+
+async def _serve(conn: Connection, target: Any, index: int, workers: int) -> None:
+    from diffbench.load.client.eventloop import running_loop_name
+    from diffbench.load.client.http import HttpBackend
+
+    loop = asyncio.get_running_loop()
+    inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
+    fd = conn.fileno()
+
+    def readable() -> None:
+        try:
+            while conn.poll():
+                inbox.put_nowait(conn.recv())
+        except (EOFError, OSError):  # the parent is gone
+            loop.remove_reader(fd)
+            inbox.put_nowait(("quit",))
+
+    loop.add_reader(fd, readable)
+    backend = HttpBackend(target)
+    await backend.start()
+    try:
+        conn.send(("started", running_loop_name()))
+        while True:
+            msg = await inbox.get()
+            if msg[0] == "quit":
+                return
+            if msg[0] not in ("open", "closed"):
+                continue  # a stale go/stop between runs
+            try:
+                info = await _one_run(conn, inbox, backend, msg[0], msg[1], index, workers)
+            except Exception as exc:  # reported to the parent, which raises it as a DiffbenchError
+                conn.send(("error", f"{type(exc).__name__}: {exc}"))
+                continue
+            if info is None:
+                return
+            conn.send(("done", info))
+    finally:
+        loop.remove_reader(fd)
+        await backend.close()
+
+
+async def _one_run(conn: Connection, inbox: asyncio.Queue[tuple[Any, ...]], backend: Any, kind: str,
+                   job: dict[str, Any], index: int, workers: int) -> dict[str, Any] | None:
+    from diffbench.load.client.control import RunControl
+    from diffbench.load.client.runners import run_closed_loop, run_open_loop
+    from diffbench.load.merge import LatencyHistograms
+
+    control = RunControl()
+    conn.send(("ready",))
+    while True:
+        msg = await inbox.get()
+        if msg[0] == "go":
+            t0_ns = int(msg[1])
+            break
+        if msg[0] == "stop":
+            control.request_stop(str(msg[1]))
+        if msg[0] == "quit":
+            return None
+
+    records: list[RequestRecord] = []
+    lags: list[float] = []
+    hist = LatencyHistograms() if job.get("hdr") else None
+
+    def on_record(rec: RequestRecord) -> None:
+        records.append(rec)
+        if hist is not None:
+            hist.add(rec)
+
+    def flush() -> None:
+        if records or lags:
+            conn.send(("batch", records[:], lags[:]))
+            records.clear()
+            lags.clear()
+
+    async def flusher() -> None:
+        while True:
+            await asyncio.sleep(FLUSH_S)
+            flush()
+
+    async def listen() -> None:
+        while True:
+            m = await inbox.get()
+            if m[0] in ("stop", "quit"):
+                control.request_stop(str(m[1]) if len(m) > 1 else "parent quit")
+
+    tasks = [asyncio.create_task(flusher()), asyncio.create_task(listen())]
+    stream: SpecShare | None = None
+    try:
+        if kind == "open":
+            res = await run_open_loop(job["times"], job["specs"], backend, offered_rate=job["offered_rate"],
+                                      duration_s=job["duration_s"], max_inflight=job["max_inflight"],
+                                      drain_s=job["drain_s"], control=control, on_record=on_record,
+                                      on_sent=lags.append, t0_ns=t0_ns)
+        else:
+            stream = SpecShare(job["planner"], index, workers)
+            res = await run_closed_loop(job["users"], stream, backend, duration_s=job["duration_s"],
+                                        think_time_s=job["think_time_s"], drain_s=job["drain_s"],
+                                        control=control, on_record=on_record, on_sent=lags.append,
+                                        t0_ns=t0_ns)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    flush()
+    return {"planned": res.planned, "dispatched": res.dispatched, "window_s": res.duration_s,
+            "elapsed_s": res.elapsed_s, "interrupted": res.interrupted, "n_records": len(res.records),
+            "drawn": stream.drawn if stream is not None else 0, "hdr": hist.encode() if hist is not None else None}

@@ -1,0 +1,228 @@
+"""Executors: the WorkerPool partition (exact union of the one-process schedule), end-to-end runs with two
+worker processes against the fake server (tests/load/conftest.py), stop, and a killed worker."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from diffbench.load.client import (
+    HttpBackend,
+    JsonlSink,
+    RequestPlanner,
+    RunControl,
+    Target,
+    default_workload,
+    read_jsonl,
+)
+from diffbench.load.client.executor import (
+    InProcess,
+    WorkerDied,
+    WorkerPool,
+    split_open,
+    split_users,
+)
+from diffbench.load.client.worker import SpecShare
+from diffbench.load.schedules import ScheduleSpec, build_schedule, constant
+from diffbench.load.summary import summarize_rate
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def _planner(seed: int = 1) -> RequestPlanner:
+    wl = default_workload(64, 48, 2)
+    wl = wl.model_copy(update={"shapes": [*wl.shapes, wl.shapes[0].model_copy(update={"width": 32, "weight": 2})]})
+    return RequestPlanner(wl, ["a cat", "a dog", "a fox"], seed=seed)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+@pytest.mark.parametrize("kind", ["poisson", "gamma", "constant"])
+def test_union_of_worker_schedules_is_the_one_process_schedule(kind, workers):
+    spec = ScheduleSpec(kind=kind, rate=40.0, duration_s=3.0, burstiness=0.5)
+    one_times = build_schedule(spec, seed=np.random.default_rng([7, 0]))
+    one_specs = _planner().take(len(one_times))
+    again = build_schedule(spec, seed=np.random.default_rng([7, 0]))  # what the parent builds, same seed
+    shares = split_open(again, _planner().stream(len(again)), workers)
+    assert len(shares) == workers
+    union = sorted(((s.index, t, s) for times, specs in shares for t, s in zip(times, specs, strict=True)),
+                   key=lambda x: x[0])
+    assert [u[0] for u in union] == list(range(len(one_times)))  # every request once
+    assert np.array_equal(np.array([u[1] for u in union]), one_times)  # bit-identical intended times
+    assert [u[2] for u in union] == one_specs  # and the same request specs
+    for w, (times, specs) in enumerate(shares):
+        assert all(s.index % workers == w for s in specs)
+        assert np.all(np.diff(times) >= 0)  # each worker's share stays sorted
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_closed_loop_id_spaces_are_disjoint_and_specs_are_the_one_process_ones(workers):
+    reference = _planner(5).take(60)
+    got = {}
+    for w in range(workers):
+        share = SpecShare(_planner(5), w, workers)
+        for j in range(60 // workers):
+            s = share()
+            assert s.index == j * workers + w
+            got[s.index] = s
+        assert share.drawn == (60 // workers) * workers
+    assert len(got) == (60 // workers) * workers
+    assert all(got[i] == reference[i] for i in got)
+    assert split_users(7, 3) == [3, 2, 2] and sum(split_users(5, 2)) == 5
+
+
+def _target(url: str, timeout: float = 5.0) -> Target:
+    return Target(base_url=url, timeout_s=timeout, poll_interval_s=0.05)
+
+
+def test_two_workers_return_every_record_once_with_the_right_outcomes(fake, tmp_path):
+    """16 requests cycle twice through ok, 429, 500, bad JSON, bad image, wrong size, reset, stall (as the
+    in-process runner test); then a closed loop on the same pool."""
+    times = constant(20.0, 0.8)
+    planner = _planner()
+    sink = JsonlSink(tmp_path / "r.jsonl")
+    seen, lags = [], []
+
+    async def go():
+        async with WorkerPool(_target(fake.url("mix"), timeout=0.5), workers=2, merge="hdr") as pool:
+            assert len(pool.processes) == 2 and set(pool.loop_names) <= {"uvloop", "asyncio"}
+            run = await pool.open_loop(times, planner.stream(len(times)), offered_rate=20.0, duration_s=0.8,
+                                       sink=sink, on_record=seen.append, on_sent=lags.append)
+            fake.reset_state()
+            closed = await pool.closed_loop(3, planner, duration_s=0.4)
+            return run, closed
+
+    run, closed = asyncio.run(go())
+    sink.close()
+    recs = run.records
+    assert [r.id for r in recs] == list(range(16)) and run.planned == run.dispatched == 16
+    assert not run.interrupted and run.duration_s == 0.8
+    assert np.array_equal(np.array([r.intended_s for r in recs]), times)
+    assert all(r.sent_s >= r.intended_s for r in recs)  # one shared t0: no worker sends early
+    count = {k: sum(r.outcome == k for r in recs) for k in
+             ("ok", "rejected", "http_error", "invalid_payload", "connection_error", "timeout")}
+    assert count == {"ok": 2, "rejected": 2, "http_error": 2, "invalid_payload": 6,
+                     "connection_error": 2, "timeout": 2}
+    assert sorted(r.id for r in seen) == list(range(16)) and len(lags) == 16
+    assert sorted(r.id for r in read_jsonl(tmp_path / "r.jsonl")) == list(range(16))
+    assert run.hdr is not None and run.hdr.quantities["lag"].n == 2  # histograms of the ok requests
+    s = summarize_rate(run.records, offered_rate=20.0, duration_s=run.duration_s)
+    assert s.outcomes["ok"] == 2 and s.n == 16
+
+    ids = [r.id for r in closed.records]
+    assert len(set(ids)) == len(ids) == closed.dispatched and min(ids) >= 16
+    assert closed.planned == len(closed.records) and closed.users == 3 and not closed.interrupted
+    assert planner.next().index > max(ids)  # the parent's planner moved past every id the workers used
+
+
+def test_stop_reaches_the_workers_and_the_partial_result_is_valid(fake, tmp_path):
+    fake.delay_s = 0.3
+    control = RunControl()
+    seen = []
+
+    def on_record(rec):
+        seen.append(rec)
+        if len(seen) == 10:
+            control.request_stop("test")
+
+    times = constant(50.0, 5.0)
+    sink = JsonlSink(tmp_path / "r.jsonl")
+
+    async def go():
+        async with WorkerPool(_target(fake.url("ok")), workers=2) as pool:
+            return await pool.open_loop(times, _planner().stream(len(times)), offered_rate=50.0, duration_s=5.0,
+                                        drain_s=0.05, control=control, on_record=on_record, sink=sink)
+
+    run = asyncio.run(go())
+    sink.close()
+    assert run.interrupted and run.dispatched < run.planned == len(times)
+    assert {r.outcome for r in run.records} == {"ok", "cancelled"}
+    assert sum(r.outcome == "cancelled" for r in run.records) >= 5  # ~50 req/s x 0.3 s in flight
+    assert len(run.records) == run.dispatched == len(read_jsonl(tmp_path / "r.jsonl")) == len(seen)
+    assert len({r.id for r in run.records}) == len(run.records)
+    assert run.duration_s < 5.0
+    s = summarize_rate(run.records, offered_rate=50.0, duration_s=run.duration_s)
+    assert s.n == run.dispatched
+
+
+def test_a_killed_worker_is_reported_not_hidden(fake, tmp_path):
+    fake.delay_s = 0.05
+    times = constant(20.0, 3.0)
+    sink = JsonlSink(tmp_path / "r.jsonl")
+    state = {}
+
+    async def go():
+        pool = WorkerPool(_target(fake.url("ok")), workers=2)
+        await pool.start()
+        state["pool"] = pool
+
+        def on_record(rec):
+            if not state.get("killed"):
+                state["killed"] = True
+                pool.processes[1].kill()
+
+        try:
+            await pool.open_loop(times, _planner().stream(len(times)), offered_rate=20.0, duration_s=3.0,
+                                 on_record=on_record, sink=sink, drain_s=0.1)
+        finally:
+            state["after"] = None
+            with pytest.raises(WorkerDied, match="before the run started|exit code"):
+                await pool.open_loop(times[:2], _planner().take(2), offered_rate=20.0, duration_s=3.0)
+            await pool.close()
+
+    with pytest.raises(WorkerDied, match=r"load worker 1 exited with exit code -9 .* of 30 planned") as info:
+        asyncio.run(go())
+    sink.close()
+    assert info.value.exit_code == 1
+    assert len(read_jsonl(tmp_path / "r.jsonl")) >= 1  # what came back is kept
+
+
+def test_in_process_executor_is_the_runner(fake):
+    times = constant(20.0, 0.3)
+
+    async def go():
+        backend = HttpBackend(_target(fake.url("ok")))
+        await backend.start()
+        try:
+            ex = InProcess(backend)
+            run = await ex.open_loop(times, _planner().take(len(times)), offered_rate=20.0, duration_s=0.3)
+            closed = await ex.closed_loop(1, _planner(), duration_s=0.2)
+        finally:
+            await backend.close()
+        return run, closed
+
+    run, closed = asyncio.run(go())
+    assert [r.id for r in run.records] == list(range(6)) and {r.outcome for r in run.records} == {"ok"}
+    assert closed.records and [r.id for r in closed.records] == list(range(len(closed.records)))
+
+
+def test_pool_rejects_bad_arguments():
+    from diffbench.errors import UsageError
+
+    with pytest.raises(UsageError, match="--workers must be >= 1"):
+        WorkerPool(_target("http://127.0.0.1:9"), workers=0)
+    with pytest.raises(UsageError, match="merge must be"):
+        WorkerPool(_target("http://127.0.0.1:9"), workers=2, merge="median")  # type: ignore[arg-type]
+    pool = WorkerPool(_target("http://127.0.0.1:9"), workers=2)
+    with pytest.raises(UsageError, match="--max-inflight 1 is below --workers 2"):
+        asyncio.run(pool.open_loop(constant(1.0, 1.0), _planner().take(1), offered_rate=1.0, duration_s=1.0,
+                                   max_inflight=1))
+
+
+def test_eventloop_run_says_which_loop_ran(monkeypatch):
+    import importlib.util
+
+    from diffbench.errors import MissingDependencyError
+    from diffbench.load.client import eventloop
+
+    async def kind():
+        return eventloop.running_loop_name()
+
+    assert eventloop.run(kind(), use_uvloop=False) == "asyncio" and eventloop.loop_name() == "asyncio"
+    expected = "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
+    assert eventloop.run(kind()) == expected and eventloop.loop_name() == expected
+    monkeypatch.setattr(eventloop, "uvloop_available", lambda: False)
+    assert eventloop.run(kind()) == "asyncio"  # auto falls back
+    with pytest.raises(MissingDependencyError, match="'fast' extra"):
+        eventloop.run(kind(), use_uvloop=True)
