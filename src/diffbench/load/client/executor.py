@@ -9,7 +9,8 @@ WorkerPool semantics:
 
 - **Processes.** ``multiprocessing`` with the *spawn* start method; each worker has one event loop (uvloop
   where installed) and one ``HttpBackend(target)``. They are started once (first run, or :meth:`start`) and
-  serve every run of a sweep until :meth:`close`. The warm-up stays in the parent (sweep).
+  serve every run of a sweep until :meth:`close`. A pool belongs to the event loop it was started in (it
+  reads the workers' pipes with that loop's ``add_reader``). The warm-up stays in the parent (sweep).
 - **Open loop: partition by request index.** The parent builds the seeded schedule and the specs exactly as
   one process would; request ``i`` goes to worker ``i % N`` with its intended time and its spec (id ``i``),
   so the union of the workers' schedules *is* the one-process schedule (:func:`partition`).
@@ -70,7 +71,7 @@ from diffbench.load.merge import LatencyHistograms, merge_records
 MergeMode = Literal["exact", "hdr", "auto"]
 AUTO_HDR_THRESHOLD = 100_000
 """``merge="auto"``: HdrHistograms are added when an open-loop run plans more requests than this."""
-POOL_START_DELAY_S = 0.05
+POOL_START_DELAY_S = 0.1
 """The shared t0 is set this far in the future after every worker reported ready (the ``go`` message must
 reach every process first)."""
 START_TIMEOUT_S = 120.0

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import signal
 from multiprocessing.connection import Connection
 from typing import Any
@@ -75,7 +76,11 @@ async def _serve(conn: Connection, target: Any, index: int, workers: int) -> Non
 
     loop.add_reader(fd, readable)
     backend = HttpBackend(target)
-    await backend.start()
+    try:
+        await backend.start()
+    except Exception as exc:  # e.g. a TLS setting the transport rejects: the parent names it
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        return
     try:
         conn.send(("started", running_loop_name()))
         while True:
@@ -104,6 +109,10 @@ async def _one_run(conn: Connection, inbox: asyncio.Queue[tuple[Any, ...]], back
     from diffbench.load.merge import LatencyHistograms
 
     control = RunControl()
+    # The job's objects are collected and frozen now, before t0 is fixed: the runner's own full collection
+    # (quiet_gc) then has little left to walk after t0, so the first arrivals are not late from it.
+    gc.collect()
+    gc.freeze()
     conn.send(("ready",))
     while True:
         msg = await inbox.get()
