@@ -226,3 +226,25 @@ def test_eventloop_run_says_which_loop_ran(monkeypatch):
     assert eventloop.run(kind()) == "asyncio"  # auto falls back
     with pytest.raises(MissingDependencyError, match="'fast' extra"):
         eventloop.run(kind(), use_uvloop=True)
+
+
+def test_a_job_larger_than_the_pipe_buffer_reaches_the_workers(fake):
+    """Regression: uvloop makes a watched fd non-blocking, and a multi-MB job then arrived in pieces (a
+    partial read was taken for a closed pipe and the worker quit). 2,000 specs with 2 kB prompts (~4 MB)
+    on a run stopped before it starts: the workers must take the job and return an empty, valid result."""
+    from diffbench.load.client import eventloop
+
+    wl = default_workload(8, 8, 1)
+    specs = RequestPlanner(wl, ["x" * 2048]).take(2000)
+    times = np.linspace(0.0, 20.0, 2000, endpoint=False)
+
+    async def go():
+        control = RunControl()
+        control.request_stop("test")
+        async with WorkerPool(_target(fake.url("ok")), workers=2) as pool:
+            a = await pool.open_loop(times, specs, offered_rate=100.0, duration_s=20.0, control=control)
+            b = await pool.open_loop(times, specs, offered_rate=100.0, duration_s=20.0, control=control)
+        return a, b
+
+    for run in eventloop.run(go()):  # the parent on uvloop too, where installed
+        assert run.interrupted and run.planned == 2000 and run.dispatched == 0 and run.records == []

@@ -9,8 +9,8 @@ WorkerPool semantics:
 
 - **Processes.** ``multiprocessing`` with the *spawn* start method; each worker has one event loop (uvloop
   where installed) and one ``HttpBackend(target)``. They are started once (first run, or :meth:`start`) and
-  serve every run of a sweep until :meth:`close`. A pool belongs to the event loop it was started in (it
-  reads the workers' pipes with that loop's ``add_reader``). The warm-up stays in the parent (sweep).
+  serve every run of a sweep until :meth:`close`. A pool belongs to the event loop it was started in (its
+  pipe readers hand messages to that loop). The warm-up stays in the parent (sweep).
 - **Open loop: partition by request index.** The parent builds the seeded schedule and the specs exactly as
   one process would; request ``i`` goes to worker ``i % N`` with its intended time and its spec (id ``i``),
   so the union of the workers' schedules *is* the one-process schedule (:func:`partition`).
@@ -23,8 +23,8 @@ WorkerPool semantics:
   the one-process planner would have drawn for that id. The parent's planner is then advanced past every id
   used, so later runs of the sweep continue the stream.
 - **Streaming.** Workers send finished records (and the lags of requests sent) in batches every
-  :data:`~diffbench.load.client.worker.FLUSH_S` s; the parent reads the pipes with ``loop.add_reader`` (its
-  loop never blocks on them) and calls ``sink.write`` / ``on_record`` once per record and ``on_sent`` once
+  :data:`~diffbench.load.client.worker.FLUSH_S` s; the parent reads each pipe in a reader thread that hands
+  messages to its loop (``call_soon_threadsafe``; the loop never blocks on a pipe) and calls ``sink.write`` / ``on_record`` once per record and ``on_sent`` once
   per request.
 - **Stop.** ``control.request_stop`` in the parent (Ctrl-C) is sent to every worker: they stop dispatching,
   give in-flight requests ``drain_s`` and cancel the rest; every record comes back (a valid partial result).
@@ -209,7 +209,7 @@ class WorkerPool:
             raise WorkerDied(self._broken)
         if self._procs:
             return
-        from diffbench.load.client.worker import worker_main
+        from diffbench.load.client.worker import start_reader, worker_main
 
         ctx = mp.get_context("spawn")
         loop = asyncio.get_running_loop()
@@ -221,19 +221,10 @@ class WorkerPool:
             child.close()  # so the parent sees EOF when the worker exits
             worker = _Worker(w, proc, parent)
             self._procs.append(worker)
-            loop.add_reader(parent.fileno(), self._readable, worker)
+            start_reader(parent, loop, worker.inbox, ("died",), f"diffbench-load-pool-reader-{w}")
         for worker in self._procs:
             msg = await self._expect(worker, "started")
             worker.loop_name = str(msg[1])
-
-    def _readable(self, worker: _Worker) -> None:
-        try:
-            while worker.conn.poll():
-                worker.inbox.put_nowait(worker.conn.recv())
-        except (EOFError, OSError):
-            worker.alive = False
-            asyncio.get_running_loop().remove_reader(worker.conn.fileno())
-            worker.inbox.put_nowait(("died",))
 
     async def _expect(self, worker: _Worker, kind: str) -> tuple[Any, ...]:
         try:
@@ -242,6 +233,8 @@ class WorkerPool:
             msg = ("timeout",)
         if msg[0] == kind:
             return msg
+        if msg[0] == "died":
+            worker.alive = False
         what = {"died": f"exited (exit code {worker.exit_code()})",
                 "timeout": f"did not answer within {START_TIMEOUT_S:g} s"}.get(msg[0], f"answered {msg!r}")
         if msg[0] == "error":
@@ -252,14 +245,8 @@ class WorkerPool:
 
     async def close(self) -> None:
         """Ask every worker to quit, wait briefly, terminate stragglers (idempotent)."""
-        loop = asyncio.get_running_loop()
         for w in self._procs:
             w.send(("quit",))
-            if w.alive:
-                with contextlib.suppress(Exception):
-                    loop.remove_reader(w.conn.fileno())
-            with contextlib.suppress(OSError):
-                w.conn.close()
         deadline = time.monotonic() + 5.0
         for w in self._procs:
             while w.proc.is_alive() and time.monotonic() < deadline:
@@ -267,6 +254,9 @@ class WorkerPool:
             if w.proc.is_alive():
                 w.proc.terminate()
                 w.proc.join(2.0)
+            w.alive = False
+            with contextlib.suppress(OSError):  # after the exit: the reader thread has seen EOF
+                w.conn.close()
         self._procs = []
 
     async def __aenter__(self) -> WorkerPool:
@@ -381,6 +371,7 @@ class WorkerPool:
                     stop_all("a worker failed")
                     return
                 elif kind == "died":
+                    w.alive = False
                     dead.append((w.index, w.exit_code()))
                     stop_all("a worker died")
                     return

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import gc
 import signal
+import threading
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -46,6 +47,32 @@ class SpecShare:
         return group[self.index]
 
 
+def start_reader(conn: Connection, loop: asyncio.AbstractEventLoop, inbox: asyncio.Queue[tuple[Any, ...]],
+                 on_eof: tuple[Any, ...], name: str) -> threading.Thread:
+    """Read ``conn`` in a daemon thread and hand each message to ``inbox`` on ``loop``'s thread.
+
+    Blocking reads in a thread, not ``loop.add_reader``: uvloop (libuv) makes a watched fd non-blocking,
+    and a message larger than the socket buffer then cannot be read whole in one callback. The loop never
+    blocks on the pipe; unpickling runs in the thread. ``on_eof`` is queued when the other end closes."""
+
+    def read() -> None:
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                msg = on_eof
+            try:
+                loop.call_soon_threadsafe(inbox.put_nowait, msg)
+            except RuntimeError:  # the loop is closed: nobody is listening any more
+                return
+            if msg is on_eof:
+                return
+
+    t = threading.Thread(target=read, name=name, daemon=True)
+    t.start()
+    return t
+
+
 def worker_main(conn: Connection, target: Any, index: int, workers: int, use_uvloop: bool | None) -> None:
     """Entry point of a worker process (``multiprocessing`` spawn target)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -64,17 +91,7 @@ async def _serve(conn: Connection, target: Any, index: int, workers: int) -> Non
 
     loop = asyncio.get_running_loop()
     inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
-    fd = conn.fileno()
-
-    def readable() -> None:
-        try:
-            while conn.poll():
-                inbox.put_nowait(conn.recv())
-        except (EOFError, OSError):  # the parent is gone
-            loop.remove_reader(fd)
-            inbox.put_nowait(("quit",))
-
-    loop.add_reader(fd, readable)
+    start_reader(conn, loop, inbox, ("quit",), f"diffbench-load-worker-{index}-reader")
     backend = HttpBackend(target)
     try:
         await backend.start()
@@ -98,7 +115,6 @@ async def _serve(conn: Connection, target: Any, index: int, workers: int) -> Non
                 return
             conn.send(("done", info))
     finally:
-        loop.remove_reader(fd)
         await backend.close()
 
 
