@@ -248,3 +248,30 @@ def test_a_job_larger_than_the_pipe_buffer_reaches_the_workers(fake):
 
     for run in eventloop.run(go()):  # the parent on uvloop too, where installed
         assert run.interrupted and run.planned == 2000 and run.dispatched == 0 and run.records == []
+
+
+def test_sweep_runs_on_a_worker_pool_and_auto_merge_threshold(fake):
+    from diffbench.load.client.executor import AUTO_HDR_THRESHOLD
+    from diffbench.load.client.sweep import SweepConfig, run_sweep
+
+    auto = WorkerPool(_target(fake.url("ok")), workers=2)
+    assert not auto.uses_hdr(AUTO_HDR_THRESHOLD) and auto.uses_hdr(AUTO_HDR_THRESHOLD + 1)
+    assert not auto.uses_hdr(None)  # closed loop: the count is not known ahead
+    assert WorkerPool(_target(fake.url("ok")), workers=2, merge="hdr").uses_hdr(1)
+    assert not WorkerPool(_target(fake.url("ok")), workers=2, merge="exact").uses_hdr(10**9)
+
+    async def go():
+        backend = HttpBackend(_target(fake.url("ok")))
+        await backend.start()
+        try:
+            async with WorkerPool(_target(fake.url("ok")), workers=2) as pool:
+                cfg = SweepConfig(rates=[10.0, 20.0], duration_s=0.5, seed=3)
+                return await run_sweep(cfg, backend, _planner(), executor=pool)
+        finally:
+            await backend.close()
+
+    sweep = asyncio.run(go())
+    rows = sweep.result.rates
+    assert [r.offered_rate for r in rows] == [10.0, 20.0]
+    assert all(r.outcomes.get("ok") == r.n and r.n > 0 for r in rows)
+    assert sweep.warmup.n == 2  # in the parent, one per shape

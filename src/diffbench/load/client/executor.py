@@ -267,7 +267,8 @@ class WorkerPool:
         await self.close()
 
     # -- runs -----------------------------------------------------------------------------------------
-    def _hdr(self, planned: int | None) -> bool:
+    def uses_hdr(self, planned: int | None) -> bool:
+        """Whether a run planning ``planned`` requests (None: closed loop) builds HdrHistograms."""
         return self.merge == "hdr" or (self.merge == "auto" and planned is not None
                                        and planned > AUTO_HDR_THRESHOLD)
 
@@ -289,7 +290,7 @@ class WorkerPool:
         if max_inflight is not None and max_inflight < self.workers:
             raise UsageError(f"--max-inflight {max_inflight} is below --workers {self.workers}: the cap is split "
                              "across the workers; raise the cap or lower --workers")
-        hdr = self._hdr(n)
+        hdr = self.uses_hdr(n)
         caps = split_users(max_inflight, self.workers) if max_inflight is not None else [None] * self.workers
         jobs = [("open", {"times": times, "specs": part, "offered_rate": offered_rate, "duration_s": duration_s,
                           "max_inflight": caps[w], "drain_s": drain_s, "hdr": hdr})
@@ -315,7 +316,7 @@ class WorkerPool:
             raise UsageError(f"--duration must be > 0 seconds, got {duration_s}")
         if think_time_s < 0:
             raise UsageError(f"--think-time must be >= 0 seconds, got {think_time_s}")
-        hdr = self._hdr(None)
+        hdr = self.uses_hdr(None)
         jobs = [("closed", {"users": u, "planner": planner, "duration_s": duration_s, "think_time_s": think_time_s,
                             "drain_s": drain_s, "hdr": hdr}) if u else None
                 for u in split_users(users, self.workers)]
