@@ -275,3 +275,79 @@ def test_sweep_runs_on_a_worker_pool_and_auto_merge_threshold(fake):
     assert [r.offered_rate for r in rows] == [10.0, 20.0]
     assert all(r.outcomes.get("ok") == r.n and r.n > 0 for r in rows)
     assert sweep.warmup.n == 2  # in the parent, one per shape
+
+
+def test_workers_may_start_their_own_payload_check_processes(fake):
+    """Regression: daemonic processes may not have children, and the backend checks large payloads in a
+    process pool; a 400x400 incompressible PNG (~640 kB of base64) is checked there inside each worker."""
+    times = constant(5.0, 0.8)
+    planner = RequestPlanner(default_workload(400, 400, 2), ["a cat"], seed=1)
+
+    async def go():
+        async with WorkerPool(_target(fake.url("noise"), timeout=20.0), workers=2) as pool:
+            return await pool.open_loop(times, planner.take(len(times)), offered_rate=5.0, duration_s=0.8)
+
+    run = asyncio.run(go())
+    assert [r.outcome for r in run.records] == ["ok"] * 4, [r.error for r in run.records]
+
+
+_EXIT_SCRIPT = """
+import asyncio, sys
+from diffbench.load.client import Target, RequestPlanner, default_workload
+from diffbench.load.client.executor import WorkerPool
+from diffbench.load.schedules import constant
+
+async def main(mode):
+    pool = WorkerPool(Target(base_url="http://127.0.0.1:9", timeout_s=1.0), workers=2)
+    await pool.start()
+    print(" ".join(str(p.pid) for p in pool.processes), flush=True)
+    if mode == "run":  # a long run, killed from outside
+        t = constant(5.0, 60.0)
+        await pool.open_loop(t, RequestPlanner(default_workload(8, 8, 1), ["x"]).take(len(t)),
+                             offered_rate=5.0, duration_s=60.0)
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1]))  # "forget": the pool is never closed
+"""
+
+
+def _gone(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:  # a zombie waiting for its (new) parent to reap it has exited too
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+@pytest.mark.parametrize("mode", ["forget", "run"])
+def test_workers_never_outlive_their_parent(tmp_path, mode):
+    """A pool never closed does not hang the interpreter's exit; a parent killed mid-run (SIGKILL, no
+    clean-up at all) leaves no worker behind: each sees its pipe close and exits."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "pool_exit.py"
+    script.write_text(_EXIT_SCRIPT)
+    env = dict(os.environ)  # PYTHONPATH kept: the workers run this worktree's code
+    proc = subprocess.Popen([sys.executable, str(script), mode], stdout=subprocess.PIPE, text=True, env=env)
+    pids = [int(p) for p in proc.stdout.readline().split()]
+    assert len(pids) == 2
+    if mode == "forget":
+        assert proc.wait(timeout=30) == 0
+    else:
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    deadline = time.monotonic() + 20
+    while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert all(_gone(p) for p in pids)

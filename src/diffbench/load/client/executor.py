@@ -7,8 +7,10 @@ Both implement :class:`LoadExecutor` and return the same :class:`~diffbench.load
 
 WorkerPool semantics:
 
-- **Processes.** ``multiprocessing`` with the *spawn* start method; each worker has one event loop (uvloop
-  where installed) and one ``HttpBackend(target)``. They are started once (first run, or :meth:`start`) and
+- **Processes.** ``multiprocessing`` with the *spawn* start method, not daemonic (a worker starts its own
+  payload-check processes); each worker has one event loop (uvloop where installed) and one
+  ``HttpBackend(target)``. A worker whose parent disappears sees its pipe close, stops and exits; a pool
+  never closed is shut down at interpreter exit. They are started once (first run, or :meth:`start`) and
   serve every run of a sweep until :meth:`close`. A pool belongs to the event loop it was started in (its
   pipe readers hand messages to that loop). The warm-up stays in the parent (sweep).
 - **Open loop: partition by request index.** The parent builds the seeded schedule and the specs exactly as
@@ -45,6 +47,7 @@ WorkerPool semantics:
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import multiprocessing as mp
 import time
@@ -76,6 +79,28 @@ POOL_START_DELAY_S = 0.1
 reach every process first)."""
 START_TIMEOUT_S = 120.0
 """Seconds a worker may take to start (spawn, imports, backend) or to accept a job."""
+
+
+_LIVE: set[WorkerPool] = set()
+_AT_EXIT = False
+
+
+def _shutdown_live_pools() -> None:
+    """Workers are not daemonic (each may start its own payload-check processes, which a daemonic process
+    may not), so ``multiprocessing`` joins them at interpreter exit: a pool left open is shut down here
+    first. Registered at the first :meth:`WorkerPool.start`, after ``multiprocessing.util`` registered its
+    own exit handler, so it runs before it (atexit runs the last registered first)."""
+    for pool in list(_LIVE):
+        pool._shutdown_now()
+
+
+def _register_at_exit() -> None:
+    global _AT_EXIT
+    if not _AT_EXIT:
+        import multiprocessing.util  # noqa: F401  (its atexit handler must be registered before ours)
+
+        atexit.register(_shutdown_live_pools)
+        _AT_EXIT = True
 
 
 class WorkerDied(DiffbenchError):
@@ -213,10 +238,12 @@ class WorkerPool:
 
         ctx = mp.get_context("spawn")
         loop = asyncio.get_running_loop()
+        _register_at_exit()
+        _LIVE.add(self)
         for w in range(self.workers):
             parent, child = ctx.Pipe(duplex=True)
             proc = ctx.Process(target=worker_main, args=(child, self.target, w, self.workers, self.use_uvloop),
-                               name=f"diffbench-load-worker-{w}", daemon=True)
+                               name=f"diffbench-load-worker-{w}", daemon=False)
             proc.start()
             child.close()  # so the parent sees EOF when the worker exits
             worker = _Worker(w, proc, parent)
@@ -258,6 +285,19 @@ class WorkerPool:
             with contextlib.suppress(OSError):  # after the exit: the reader thread has seen EOF
                 w.conn.close()
         self._procs = []
+        _LIVE.discard(self)
+
+    def _shutdown_now(self) -> None:
+        """At interpreter exit (a pool never closed): quit, wait briefly, terminate; never blocks long."""
+        for w in self._procs:
+            w.send(("quit",))
+        for w in self._procs:
+            w.proc.join(2.0)
+            if w.proc.is_alive():
+                w.proc.terminate()
+                w.proc.join(1.0)
+        self._procs = []
+        _LIVE.discard(self)
 
     async def __aenter__(self) -> WorkerPool:
         await self.start()

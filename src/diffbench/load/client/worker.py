@@ -109,11 +109,15 @@ async def _serve(conn: Connection, target: Any, index: int, workers: int) -> Non
             try:
                 info = await _one_run(conn, inbox, backend, msg[0], msg[1], index, workers)
             except Exception as exc:  # reported to the parent, which raises it as a DiffbenchError
-                conn.send(("error", f"{type(exc).__name__}: {exc}"))
+                with contextlib.suppress(OSError):
+                    conn.send(("error", f"{type(exc).__name__}: {exc}"))
                 continue
             if info is None:
                 return
-            conn.send(("done", info))
+            with contextlib.suppress(OSError):  # a parent that is gone gets nothing
+                conn.send(("done", info))
+            if info["quit"]:  # the parent quit (or died) during the run: nothing more will come
+                return
     finally:
         await backend.close()
 
@@ -151,7 +155,8 @@ async def _one_run(conn: Connection, inbox: asyncio.Queue[tuple[Any, ...]], back
 
     def flush() -> None:
         if records or lags:
-            conn.send(("batch", records[:], lags[:]))
+            with contextlib.suppress(OSError):  # a parent that is gone gets nothing
+                conn.send(("batch", records[:], lags[:]))
             records.clear()
             lags.clear()
 
@@ -160,11 +165,17 @@ async def _one_run(conn: Connection, inbox: asyncio.Queue[tuple[Any, ...]], back
             await asyncio.sleep(FLUSH_S)
             flush()
 
+    quit_seen = False
+
     async def listen() -> None:
+        nonlocal quit_seen
         while True:
             m = await inbox.get()
-            if m[0] in ("stop", "quit"):
-                control.request_stop(str(m[1]) if len(m) > 1 else "parent quit")
+            if m[0] == "quit":
+                quit_seen = True
+                control.request_stop("the parent quit")
+            elif m[0] == "stop":
+                control.request_stop(str(m[1]))
 
     tasks = [asyncio.create_task(flusher()), asyncio.create_task(listen())]
     stream: SpecShare | None = None
@@ -187,4 +198,4 @@ async def _one_run(conn: Connection, inbox: asyncio.Queue[tuple[Any, ...]], back
     flush()
     return {"planned": res.planned, "dispatched": res.dispatched, "window_s": res.duration_s,
             "elapsed_s": res.elapsed_s, "interrupted": res.interrupted, "n_records": len(res.records),
-            "drawn": stream.drawn if stream is not None else 0, "hdr": hist.encode() if hist is not None else None}
+            "drawn": stream.drawn if stream is not None else 0, "hdr": hist.encode() if hist is not None else None, "quit": quit_seen}
