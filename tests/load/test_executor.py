@@ -351,3 +351,15 @@ def test_workers_never_outlive_their_parent(tmp_path, mode):
     while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert all(_gone(p) for p in pids)
+
+
+def test_a_worker_that_cannot_open_its_backend_is_named(fake):
+    async def go():
+        pool = WorkerPool(_target(fake.url("ok")), workers=2, backend_options={"no_such_option": 1})
+        try:
+            await pool.start()
+        finally:
+            await pool.close()
+
+    with pytest.raises(WorkerDied, match=r"load worker 0 failed: TypeError.*no_such_option.*nothing was measured"):
+        asyncio.run(go())

@@ -51,7 +51,7 @@ import atexit
 import contextlib
 import multiprocessing as mp
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -198,18 +198,21 @@ class WorkerPool:
         workers: number of processes (>= 1).
         merge: ``"exact"``, ``"hdr"`` or ``"auto"`` (module docstring).
         use_uvloop: passed to :func:`diffbench.load.client.eventloop.run` in each worker (None = auto).
+        backend_options: keyword arguments of each worker's ``HttpBackend(target, **backend_options)``
+            (picklable; e.g. a smaller payload-check pool per worker).
 
     Raises:
         UsageError: ``workers`` < 1 or an unknown merge mode.
     """
 
     def __init__(self, target: Any, workers: int, *, merge: MergeMode = "auto",
-                 use_uvloop: bool | None = None) -> None:
+                 use_uvloop: bool | None = None, backend_options: Mapping[str, Any] | None = None) -> None:
         if workers < 1:
             raise UsageError(f"--workers must be >= 1, got {workers}")
         if merge not in ("exact", "hdr", "auto"):
             raise UsageError(f"merge must be exact, hdr or auto, got {merge!r}")
         self.target, self.workers, self.merge, self.use_uvloop = target, workers, merge, use_uvloop
+        self.backend_options = dict(backend_options or {})
         self._procs: list[_Worker] = []
         self._broken: str | None = None
 
@@ -242,7 +245,8 @@ class WorkerPool:
         _LIVE.add(self)
         for w in range(self.workers):
             parent, child = ctx.Pipe(duplex=True)
-            proc = ctx.Process(target=worker_main, args=(child, self.target, w, self.workers, self.use_uvloop),
+            proc = ctx.Process(target=worker_main, args=(child, self.target, w, self.workers, self.use_uvloop,
+                                                            self.backend_options),
                                name=f"diffbench-load-worker-{w}", daemon=False)
             proc.start()
             child.close()  # so the parent sees EOF when the worker exits

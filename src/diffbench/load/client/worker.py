@@ -73,27 +73,28 @@ def start_reader(conn: Connection, loop: asyncio.AbstractEventLoop, inbox: async
     return t
 
 
-def worker_main(conn: Connection, target: Any, index: int, workers: int, use_uvloop: bool | None) -> None:
+def worker_main(conn: Connection, target: Any, index: int, workers: int, use_uvloop: bool | None,
+                backend_options: dict[str, Any] | None = None) -> None:
     """Entry point of a worker process (``multiprocessing`` spawn target)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     from diffbench.load.client.eventloop import run
 
     try:
-        run(_serve(conn, target, index, workers), use_uvloop=use_uvloop)
+        run(_serve(conn, target, index, workers, backend_options or {}), use_uvloop=use_uvloop)
     finally:
         with contextlib.suppress(OSError):
             conn.close()
 
 
-async def _serve(conn: Connection, target: Any, index: int, workers: int) -> None:
+async def _serve(conn: Connection, target: Any, index: int, workers: int, options: dict[str, Any]) -> None:
     from diffbench.load.client.eventloop import running_loop_name
     from diffbench.load.client.http import HttpBackend
 
     loop = asyncio.get_running_loop()
     inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
     start_reader(conn, loop, inbox, ("quit",), f"diffbench-load-worker-{index}-reader")
-    backend = HttpBackend(target)
     try:
+        backend = HttpBackend(target, **options)
         await backend.start()
     except Exception as exc:  # e.g. a TLS setting the transport rejects: the parent names it
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
