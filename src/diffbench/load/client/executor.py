@@ -61,6 +61,7 @@ from diffbench.errors import DiffbenchError, UsageError
 from diffbench.load.client.base import Backend
 from diffbench.load.client.control import JsonlSink, RunControl
 from diffbench.load.client.runners import (
+    SPIN_TAIL_S,
     OnRecord,
     OnSent,
     RunResult,
@@ -200,19 +201,22 @@ class WorkerPool:
         use_uvloop: passed to :func:`diffbench.load.client.eventloop.run` in each worker (None = auto).
         backend_options: keyword arguments of each worker's ``HttpBackend(target, **backend_options)``
             (picklable; e.g. a smaller payload-check pool per worker).
+        spin_tail_s: each worker's busy-wait tail (:data:`~diffbench.load.client.runners.SPIN_TAIL_S`).
 
     Raises:
         UsageError: ``workers`` < 1 or an unknown merge mode.
     """
 
     def __init__(self, target: Any, workers: int, *, merge: MergeMode = "auto",
-                 use_uvloop: bool | None = None, backend_options: Mapping[str, Any] | None = None) -> None:
+                 use_uvloop: bool | None = None, backend_options: Mapping[str, Any] | None = None,
+                 spin_tail_s: float = SPIN_TAIL_S) -> None:
         if workers < 1:
             raise UsageError(f"--workers must be >= 1, got {workers}")
         if merge not in ("exact", "hdr", "auto"):
             raise UsageError(f"merge must be exact, hdr or auto, got {merge!r}")
         self.target, self.workers, self.merge, self.use_uvloop = target, workers, merge, use_uvloop
         self.backend_options = dict(backend_options or {})
+        self.spin_tail_s = spin_tail_s
         self._procs: list[_Worker] = []
         self._broken: str | None = None
 
@@ -337,7 +341,8 @@ class WorkerPool:
         hdr = self.uses_hdr(n)
         caps = split_users(max_inflight, self.workers) if max_inflight is not None else [None] * self.workers
         jobs = [("open", {"times": times, "specs": part, "offered_rate": offered_rate, "duration_s": duration_s,
-                          "max_inflight": caps[w], "drain_s": drain_s, "hdr": hdr})
+                          "max_inflight": caps[w], "drain_s": drain_s, "hdr": hdr,
+                          "spin_tail_s": self.spin_tail_s})
                 for w, (times, part) in enumerate(split_open(schedule, specs, self.workers))]
         run = f"rate={offered_rate:g}" if offered_rate is not None else "trace"
         return await self._run(jobs, [len(j[1]["specs"]) for j in jobs], "open", run, duration_s=duration_s,

@@ -61,7 +61,12 @@ uvloop, HTTP no-op server, 200 req/s      0.14-0.29 / 0.82-2.09  0.15-0.16 / 0.2
 ========================================  ====================  ====================
 
 (HTTP: the httpx backend of that day, payload checks off, no-op server in another process.) The tail lowers
-lag p99 by 2-4x on both loops, so it is on by default."""
+lag p99 by 2-4x on both loops, so it is on by default.
+
+Not resolved: on an oversubscribed machine (more runnable processes than cores: 2 cores, other busy
+processes, the server and 1-2 load workers, aiohttp, 1,000 req/s) lag p99 ranged 5-74 ms with the tail on
+or off, dominated by CPU contention; there the tail's CPU competes with the rest. ``spin_tail_s=0`` (runner,
+:class:`~diffbench.load.client.executor.WorkerPool`) turns it off; to be rechecked on a quiet machine."""
 SPIN_BUDGET = 0.25
 """At most this fraction of the elapsed window is spent in the busy-wait tail; past it, plain sleeps."""
 

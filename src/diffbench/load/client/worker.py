@@ -185,7 +185,7 @@ async def _one_run(conn: Connection, inbox: asyncio.Queue[tuple[Any, ...]], back
             res = await run_open_loop(job["times"], job["specs"], backend, offered_rate=job["offered_rate"],
                                       duration_s=job["duration_s"], max_inflight=job["max_inflight"],
                                       drain_s=job["drain_s"], control=control, on_record=on_record,
-                                      on_sent=lags.append, t0_ns=t0_ns)
+                                      on_sent=lags.append, t0_ns=t0_ns, spin_tail_s=job["spin_tail_s"])
         else:
             stream = SpecShare(job["planner"], index, workers)
             res = await run_closed_loop(job["users"], stream, backend, duration_s=job["duration_s"],
