@@ -190,3 +190,97 @@ def test_stop_before_anything_is_measured_exits_130(fake):
     with pytest.raises(StoppedBeforeMeasuring, match="nothing was measured") as info:
         asyncio.run(go())
     assert info.value.exit_code == 130  # as bench: an interrupted run exits 130
+
+
+class _NullBackend:
+    """Answers at once without I/O; logs when each request reached ``execute``."""
+
+    def __init__(self, log: list) -> None:
+        self.log = log
+
+    async def start(self) -> None: ...
+
+    async def execute(self, spec, a, now) -> None:
+        a.sent_s = now()
+        self.log.append(("execute", spec.index))
+        await asyncio.sleep(0)
+        a.done_s = now()
+
+    async def check(self, spec, a) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class _LoggedSpecs(list):
+    def __init__(self, specs, log):
+        super().__init__(specs)
+        self.log = log
+
+    def __getitem__(self, i):
+        self.log.append(("read", i))
+        return super().__getitem__(i)
+
+
+def test_due_arrivals_go_out_in_one_pass_and_on_sent_reports_each_lag():
+    """Ten arrivals due at once, then ten more 50 ms later: each group is dispatched without the loop
+    running in between (every spec of a group read before its first execute); on_sent once per request
+    with the lag of its record (taken a few statements earlier than the backend's sent_s)."""
+    log: list = []
+    times = np.array([0.0] * 10 + [0.05] * 10)
+    specs = _LoggedSpecs(RequestPlanner(default_workload(8, 8, 1), ["x"]).take(20), log)
+    lags: list[float] = []
+    run = asyncio.run(run_open_loop(times, specs, _NullBackend(log), offered_rate=None, duration_s=0.1,
+                                    on_sent=lags.append))
+    first_exec = [log.index(("execute", i)) for i in (0, 10)]
+    assert all(log.index(("read", i)) < first_exec[0] for i in range(10))
+    # spec 10 is read before the wait (never on the send path), 11-19 after it, all before their group runs
+    assert log.index(("read", 10)) < first_exec[0]
+    assert all(first_exec[0] < log.index(("read", i)) < first_exec[1] for i in range(11, 20))
+    assert len(lags) == 20 and all(lag >= 0 for lag in lags)
+    rec_lag = [r.lag_s for r in run.records]
+    assert all(0 <= a <= b for a, b in zip(lags, rec_lag, strict=True))
+    assert [r.intended_s for r in run.records] == times.tolist()
+
+
+def test_spin_tail_yields_to_the_loop_and_never_wakes_early():
+    from diffbench.load.client.runners import start_time_ns, wait_until_ns
+
+    async def go():
+        ticks = 0
+
+        async def other():  # another task that must keep running while the dispatcher spins
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        t = asyncio.ensure_future(other())
+        await asyncio.sleep(0)
+        target = start_time_ns(0.02)
+        spun = await wait_until_ns(target, spin_s=0.02)  # the whole wait in the tail
+        after = time.perf_counter_ns()
+        t.cancel()
+        return target, after, spun, ticks
+
+    import time
+
+    target, after, spun, ticks = asyncio.run(go())
+    assert after >= target  # the send time is never before the intended time
+    assert spun > 0 and ticks > 10  # the loop ran other tasks during the tail
+
+
+def test_shared_start_time_and_closed_loop_on_sent():
+    """A given t0_ns (as WorkerPool shares one) is the clock's zero; the closed loop reports lag 0."""
+    from diffbench.load.client.runners import start_time_ns
+
+    log: list = []
+    t0 = start_time_ns(0.05)
+    times = constant(100.0, 0.05)
+    specs = RequestPlanner(default_workload(8, 8, 1), ["x"]).take(len(times))
+    run = asyncio.run(run_open_loop(times, specs, _NullBackend(log), offered_rate=100.0, duration_s=0.05,
+                                    t0_ns=t0))
+    assert all(r.sent_s >= r.intended_s for r in run.records)
+    lags: list[float] = []
+    closed = asyncio.run(run_closed_loop(2, RequestPlanner(default_workload(8, 8, 1), ["x"]).next,
+                                         _NullBackend(log), duration_s=0.02, on_sent=lags.append))
+    assert len(lags) == closed.dispatched > 0 and set(lags) == {0.0}

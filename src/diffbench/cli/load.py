@@ -384,20 +384,12 @@ def run_load_command(o: LoadOptions) -> None:
 
 
 def _executor(o: LoadOptions, target: object) -> object | None:
-    """The multi-process executor for ``--workers N`` (N > 1), None for one process.
-
-    Raises:
-        UsageError: N > 1 and this installation has no multi-process executor.
-    """
+    """The multi-process executor for ``--workers N`` (N > 1), None for one process (the runners then run
+    in this process on ``backend``)."""
     if o.workers <= 1:
         return None
-    from diffbench.errors import UsageError
+    from diffbench.load.client.executor import WorkerPool
 
-    try:
-        from diffbench.load.client.executor import WorkerPool  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        raise UsageError(f"--workers {o.workers}: this build has no multi-process executor "
-                         "(diffbench.load.client.executor); use --workers 1") from None
     return WorkerPool(target, workers=o.workers)
 
 
@@ -488,6 +480,8 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
         await backend.start()
         extra: dict[str, object] = {"executor": executor} if executor is not None else {}
         try:
+            if executor is not None:
+                await executor.start()  # type: ignore[attr-defined]  # spawn before the warm-up, not in a run
             return await run_sweep(cfg, backend, planner, control=control, sink=sink, conditions=conditions,
                                    progress=_noop if o.quiet else lambda msg: console.print(f"[dim]{msg}[/dim]"),
                                    monitor=monitor, **extra)  # type: ignore[arg-type]
@@ -503,8 +497,12 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
                 console.print(f"{len(backend.abandoned_jobs)} video job(s) left on the server after the "
                               "client gave up (use --delete-abandoned to delete them)")
 
+    from diffbench.load.client.eventloop import choose_loop, run
+
+    conditions["event_loop"] = choose_loop() + (f" (in each of {o.workers} worker processes)"
+                                                if o.workers > 1 else "")
     try:
-        sweep = asyncio.run(main())
+        sweep = run(main())
     except asyncio.CancelledError:
         raise KeyboardInterrupt from None
     except WarmupFailed as exc:

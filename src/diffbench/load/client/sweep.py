@@ -25,7 +25,6 @@ requests each, not recorded) so compilation and first-shape costs do not land in
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Callable
 from typing import Literal, Protocol
@@ -36,7 +35,8 @@ from diffbench.core.records import RequestRecord
 from diffbench.errors import DiffbenchError, UsageError
 from diffbench.load.client.base import Attempt, Backend
 from diffbench.load.client.control import JsonlSink, RunControl
-from diffbench.load.client.runners import RunResult, run_closed_loop, run_open_loop
+from diffbench.load.client.executor import InProcess, LoadExecutor
+from diffbench.load.client.runners import RunResult
 from diffbench.load.client.workload import RequestPlanner
 from diffbench.load.goodput import GoodputConstraint, latency_limit
 from diffbench.load.knee import SweepResult, analyze_sweep, merge_probe_capacity
@@ -155,13 +155,11 @@ class RowMonitor(Protocol):
     def end(self) -> None: ...
 
 
-def _hooks(monitor: RowMonitor | None, runner: Callable[..., object]) -> dict[str, object]:
-    """The monitor's hooks that ``runner`` accepts (``on_sent`` only where the runner has it)."""
+def _hooks(monitor: RowMonitor | None) -> dict[str, Callable[..., None]]:
+    """The monitor's per-send and per-record hooks, as executor keywords (none without a monitor)."""
     if monitor is None:
         return {}
-    accepted = inspect.signature(runner).parameters
-    hooks = {"on_record": monitor.on_record, "on_sent": monitor.on_sent}
-    return {k: v for k, v in hooks.items() if k in accepted}
+    return {"on_record": monitor.on_record, "on_sent": monitor.on_sent}
 
 
 async def warmup(backend: Backend, planner: RequestPlanner, per_shape: int) -> WarmupReport:
@@ -222,7 +220,7 @@ def _summarize(run: RunResult, cfg: SweepConfig, *, schedule: str | None = None,
     return row.model_copy(update={"stopped_by": stopped_by}) if stopped_by else row
 
 
-async def _closed_rows(cfg: SweepConfig, users_list: list[int], backend: Backend, planner: RequestPlanner,
+async def _closed_rows(cfg: SweepConfig, users_list: list[int], executor: LoadExecutor, planner: RequestPlanner,
                        control: RunControl, sink: JsonlSink | None, progress: Progress,
                        probe: bool, monitor: RowMonitor | None = None) -> list[RateSummary]:
     rows: list[RateSummary] = []
@@ -232,13 +230,13 @@ async def _closed_rows(cfg: SweepConfig, users_list: list[int], backend: Backend
             break
         label = f"{'capacity probe: ' if probe else ''}closed loop, {users} users"
         progress(f"{label} for {cfg.duration_s:g} s")
-        hooks = _hooks(monitor, run_closed_loop)
+        hooks = _hooks(monitor)
         if monitor is not None:
             monitor.begin(f"{'probe ' if probe else ''}{users} users", None, cfg.duration_s)
         try:
-            run = await run_closed_loop(users, planner.next, backend, duration_s=cfg.duration_s,
-                                        think_time_s=cfg.think_time_s, drain_s=cfg.drain_s, control=control,
-                                        sink=None if probe else sink, **hooks)  # type: ignore[arg-type]
+            run = await executor.closed_loop(users, planner, duration_s=cfg.duration_s,
+                                             think_time_s=cfg.think_time_s, drain_s=cfg.drain_s,
+                                             control=control, sink=None if probe else sink, **hooks)
         finally:
             if monitor is not None:
                 monitor.end()
@@ -263,6 +261,7 @@ async def run_sweep(
     conditions: dict[str, str] | None = None,
     progress: Progress = _noop,
     monitor: RowMonitor | None = None,
+    executor: LoadExecutor | None = None,
 ) -> SweepRun:
     """Warm up, run every rate (or user count), summarize each and analyse the sweep.
 
@@ -275,6 +274,7 @@ async def run_sweep(
         StoppedBeforeMeasuring: a stop before any request finished (exit 130).
     """
     control = control or RunControl()
+    executor = executor or InProcess(backend)  # the warm-up below always uses backend, in this process
     conditions = dict(conditions or {})
     progress(f"warm-up: {cfg.warmup_per_shape} request(s) per shape")
     wu_box: list[WarmupReport] = []
@@ -289,13 +289,13 @@ async def run_sweep(
     rows: list[RateSummary] = []
     skipped: list[str] = []
     if cfg.mode == "closed":
-        rows = await _closed_rows(cfg, cfg.users, backend, planner, control, sink, progress, probe=False,
+        rows = await _closed_rows(cfg, cfg.users, executor, planner, control, sink, progress, probe=False,
                                   monitor=monitor)
     else:
         rates = cfg.rates
         if rates is None:
             probe_users = [u for u in (1, 2, 4, 8, 16, 32, 64) if u <= cfg.auto_max_users]
-            probe_rows = await _closed_rows(cfg, probe_users, backend, planner, control, sink, progress,
+            probe_rows = await _closed_rows(cfg, probe_users, executor, planner, control, sink, progress,
                                             probe=True, monitor=monitor)
             if probe_rows:
                 probe_result = analyze_sweep(probe_rows, slo_s=cfg.knee_slo_s, source="load",
@@ -333,14 +333,14 @@ async def run_sweep(
             progress(label + ("" if burst else f" for {window:g} s ({len(times)} requests"
                               + (", stopped by --num-requests)" if arrivals.stop == "num_requests" else ")")))
             offered = None if burst else rate
-            hooks = _hooks(monitor, run_open_loop)
+            hooks = _hooks(monitor)
             if monitor is not None:
                 monitor.begin(f"burst of {len(times)}" if burst else f"{rate:g} req/s", len(times),
                               0.0 if burst else window)
             try:
-                run = await run_open_loop(times, specs, backend, offered_rate=offered, duration_s=window,
-                                          max_inflight=cfg.max_inflight, drain_s=cfg.drain_s, control=control,
-                                          sink=sink, **hooks)  # type: ignore[arg-type]
+                run = await executor.open_loop(times, specs, offered_rate=offered, duration_s=window,
+                                               max_inflight=cfg.max_inflight, drain_s=cfg.drain_s,
+                                               control=control, sink=sink, **hooks)
             finally:
                 if monitor is not None:
                     monitor.end()
