@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from diffbench.load.client.bare import BareResult, run_bare
+from diffbench.load.client.bare import FULL_GC_THRESHOLD, BareResult, no_full_gc, run_bare
 from diffbench.load.client.dialects import IMAGES_PATH
 from diffbench.load.schedules import constant
 from diffbench.load.summary import summarize_rate
@@ -67,6 +67,17 @@ def test_connection_refused_is_data_not_an_exception():
         res = _run(f"http://127.0.0.1:{port}", constant(10.0, 0.3))
     assert len(res.records) == 3 and res.n_ok == 0
     assert all(r.outcome == "connection_error" and r.error for r in res.records)
+
+
+def test_full_collections_are_kept_out_of_the_window_and_restored(fake):
+    import gc
+
+    before, seen = gc.get_threshold(), []
+    with no_full_gc():
+        seen.append((gc.get_threshold(), gc.get_freeze_count() > 0))
+    assert seen == [((before[0], before[1], FULL_GC_THRESHOLD), True)]
+    _run(fake.url("ok"), constant(20.0, 0.2))
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
 
 
 def test_bad_timeout_is_refused():
