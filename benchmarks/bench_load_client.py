@@ -1,245 +1,584 @@
-"""Load-client benchmarks: dispatch precision, many requests in flight, large payloads.
+"""Load-client benchmark (issue 10): every figure of the issue's table, each beside a bare aiohttp client run on
+the same schedule in the same invocation.
 
-Run: ``.venv/bin/python benchmarks/bench_load_client.py [--quick] [--seconds N]``
+Run::
 
-The server is a minimal asyncio HTTP/1.1 responder in a *separate process* (so it does not share the GIL
-with the client), answering ``POST /v1/images/generations`` with a fixed body:
+    python benchmarks/bench_load_client.py [--quick] [--only ROW[,ROW]] [--seconds S] [--repeats N]
 
-- ``noop``: an 8x8 PNG (the client requests 8x8, so the payload check passes);
-- ``slow``: the same after ``--slow-delay`` seconds (default 12 s);
-- ``large``: a random-noise PNG whose base64 is ~8 MB (1416x1416 RGB), decoded and size-checked by the client.
+Rows (``--only`` names): ``500``, ``1000``, ``2000`` (the client pinned to one CPU and the server to
+another), ``inflight`` (5,000 in flight), ``large`` (8 MB answers at 20 req/s), ``sizes`` (1, 8, 32 MB),
+``workers`` (the ceiling of 1 vs 2 worker processes) and ``transport`` (bare aiohttp vs bare httpx).
+``--quick`` is a smoke run (3 s per run, 2 s per ceiling probe, 1,500 in flight instead of 5,000): its
+numbers are not the issue's figures.
 
-Each measured run is preceded by 0.5 s at 100 req/s on the same client (not counted) that opens a
-connection in every pool shard.
+Setup. The server is :mod:`diffbench.load.client.noop_server` in its own process (a raw asyncio responder
+answering a precomputed images response: an 8x8 PNG for the no-op rows, incompressible noise PNGs of ~1, 8
+and 32 MB for the payload rows). The *diffbench* side is the public API: ``HttpBackend(Target(...))``, a
+``RequestPlanner`` over ``default_workload`` (the size the server answers, so the payload check passes;
+checks are on), ``run_open_loop`` (or ``WorkerPool`` for the workers row) and ``summarize_rate``. The *bare*
+side is :func:`diffbench.load.client.bare.run_bare` (one aiohttp session, the same absolute-schedule
+dispatch, no payload parsing), sending the very JSON body diffbench sends; its records go through the same
+``summarize_rate``. Both run on the same event loop kind (uvloop when installed; ``--loop``), each on a
+fresh session/backend warmed first (0.5 s at the row's rate, at most 100 req/s; not counted).
 
-Figures printed:
+Noise floor. Each row runs peer, client, peer, client, ... (``--repeats`` pairs, default 2), interleaved so
+a drift in machine load hits both. The figure printed is the median over repeats; the ratio column is the
+median of the per-pair ratios with their range over repeats ``[min-max]`` beside it: a ratio whose range
+straddles the target is not resolved by this run. The ceiling row is the exception: one search per client
+(doubling, then bisection; its step is the resolution), the probes are not paired. The machine (CPUs, load average at start and end) is
+printed; a busy machine makes every ratio noisier.
 
-1. Client precision: open loop (constant schedule) at 100, 500 and 1000 req/s for N s (30 s; 5 s with
-   ``--quick``): sent / target rate and client lag p50 / p99 (target at 500 req/s on one core:
-   >= 99 % and p99 lag <= 5 ms).
-2. Many in flight: 500 req/s for 10 s against the slow server (answers after 12 s), so 5,000 requests are
-   outstanding at the end of dispatch (one connection each): errors, and lag p50/p99 in the first vs the
-   last second (lag must not grow).
-3. Large payloads: 20 req/s of ~8 MB base64 images, decoded; lag p99 vs a no-op run at the same rate in
-   the same process (ratio).
+Definitions (those of ``diffbench load``, :mod:`diffbench.load.summary`): sent/target = sent rate / offered
+rate, ok/target = ok rate / offered rate (ok = 2xx and, for diffbench, a payload that decodes at the
+requested size; the bare client checks nothing), lag = sent - intended, latency from send = done - sent
+(ok requests). A target "100 %" is met at >= 99.5 %.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
-import io
 import json
-import resource
-import subprocess
+import os
+import platform
+import statistics
 import sys
 import time
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import numpy as np
 
-# ----------------------------------------------------------------------------------------- server side
+from diffbench.core.records import RequestRecord
+from diffbench.load.client import HttpBackend, RequestPlanner, Target, default_workload, run_open_loop
+from diffbench.load.client.bare import BareRecord, BareResult, no_full_gc, run_bare
+from diffbench.load.client.dialects import IMAGES_PATH, image_body
+from diffbench.load.client.noop_server import ServerProcess, image_size_for, raise_nofile_limit
+from diffbench.load.schedules import constant, poisson
+from diffbench.load.summary import RateSummary, summarize_rate
+
+T = TypeVar("T")
+ROWS = ("500", "1000", "2000", "inflight", "large", "sizes", "workers", "transport")
+MB = 1_000_000
+LARGE_RATES = {1 * MB: 20.0, 8 * MB: 20.0, 32 * MB: 5.0}
+"""Offered rate per body size of the payload rows: 20 req/s (the issue's) up to 8 MB; 5 req/s at 32 MB, so
+the checks (~4 ms per MB in one process) fit in the machine (~160 MB/s of answers in both cases)."""
+LAG_TARGET_S = 0.002
+SCHEDULE_SEED = 11
 
 
-def _body(mode: str) -> bytes:
-    from PIL import Image
-
-    if mode == "large":
-        rng = np.random.default_rng(0)
-        img = Image.fromarray(rng.integers(0, 256, (1416, 1416, 3), dtype=np.uint8), "RGB")
-    else:
-        img = Image.new("RGB", (8, 8), (10, 20, 30))
-    buf = io.BytesIO()
-    img.save(buf, format="PNG", compress_level=1)
-    return json.dumps({"created": 0, "data": [{"b64_json": base64.b64encode(buf.getvalue()).decode()}]}).encode()
+@dataclass
+class Opts:
+    seconds: float
+    repeats: int
+    inflight_s: float
+    inflight_delay_s: float
+    probe_s: float
+    quick: bool
+    use_uvloop: bool
 
 
-class _Responder(asyncio.Protocol):
-    response: bytes = b""
-    delay_s: float = 0.0
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        self.buf = b""
-
-    def data_received(self, data: bytes) -> None:
-        self.buf += data
-        while True:
-            end = self.buf.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            head = self.buf[:end].decode("latin-1").lower()
-            length = 0
-            for line in head.split("\r\n"):
-                if line.startswith("content-length:"):
-                    length = int(line.split(":", 1)[1])
-            if len(self.buf) < end + 4 + length:
-                return
-            self.buf = self.buf[end + 4 + length:]
-            if self.delay_s:
-                asyncio.get_running_loop().call_later(self.delay_s, self._reply)
-            else:
-                self._reply()
-
-    def _reply(self) -> None:
-        if not self.transport.is_closing():
-            self.transport.write(self.response)
+# ------------------------------------------------------------------------------------------- helpers
 
 
-def serve(mode: str, delay_s: float) -> None:
-    body = _body(mode)
-    _Responder.response = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-                           + str(len(body)).encode() + b"\r\n\r\n" + body)
-    _Responder.delay_s = delay_s if mode == "slow" else 0.0
-    _raise_nofile()
+def run_loop(coro: Coroutine[Any, Any, T], use_uvloop: bool) -> T:
+    """Run ``coro`` on a fresh event loop of the chosen kind."""
+    if use_uvloop:
+        import uvloop
 
-    async def main() -> None:
-        server = await asyncio.get_running_loop().create_server(_Responder, "127.0.0.1", 0, backlog=4096)
-        print(server.sockets[0].getsockname()[1], flush=True)
-        await asyncio.Event().wait()
-
-    asyncio.run(main())
+        return uvloop.run(coro)
+    return asyncio.run(coro)
 
 
-# ----------------------------------------------------------------------------------------- client side
+def median(xs: Sequence[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
 
 
-def _raise_nofile() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+def ratio(a: float, b: float) -> float:
+    return a / b if b > 0 else float("nan")
 
 
-class Server:
-    def __init__(self, mode: str, delay_s: float = 10.0) -> None:
-        self.proc = subprocess.Popen([sys.executable, __file__, "--serve", mode, "--slow-delay", str(delay_s)],
-                                     stdout=subprocess.PIPE)
-        assert self.proc.stdout is not None
-        self.url = f"http://127.0.0.1:{int(self.proc.stdout.readline())}"
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
+def lag_p99_in(records: Sequence[RequestRecord], lo: float, hi: float) -> float:
+    """Lag p99 (s) of the requests intended in ``[lo, hi)``."""
+    lag = [r.lag_s for r in records if r.lag_s is not None and lo <= r.intended_s < hi]
+    return float(np.percentile(lag, 99)) if lag else float("nan")
 
 
-def run_open(url: str, rate: float, seconds: float, size: tuple[int, int] = (8, 8), timeout: float = 60.0):
-    from diffbench.load.client import HttpBackend, RequestPlanner, Target, default_workload, run_open_loop
-    from diffbench.load.schedules import constant
+def warm_schedule(rate: float) -> np.ndarray:
+    return constant(min(rate, 100.0), 0.5)
 
-    async def go():
-        backend = HttpBackend(Target(base_url=url, timeout_s=timeout))
-        await backend.start()
+
+def request_body(size: tuple[int, int]) -> bytes:
+    """The JSON body diffbench sends for one request of ``size`` (the bare clients send these bytes)."""
+    spec = RequestPlanner(default_workload(size[0], size[1], 1), ["p"], seed=0).next()
+    return json.dumps(image_body(spec, "vllm-omni")).encode()
+
+
+# ------------------------------------------------------------------------------------------- clients
+
+
+async def _diffbench(url: str, size: tuple[int, int], schedule: np.ndarray, rate: float, duration: float,
+                     timeout_s: float) -> list[RequestRecord]:
+    backend = HttpBackend(Target(base_url=url, timeout_s=timeout_s))
+    await backend.start()
+    try:
+        planner = RequestPlanner(default_workload(size[0], size[1], 1), ["p"], seed=0)
+        warm = warm_schedule(rate)
+        await run_open_loop(warm, planner.take(len(warm)), backend, offered_rate=float(warm.size / 0.5),
+                            duration_s=0.5)
+        run = await run_open_loop(schedule, planner.take(len(schedule)), backend, offered_rate=rate,
+                                  duration_s=duration)
+        return run.records
+    finally:
+        await backend.close()
+
+
+def diffbench_run(url: str, size: tuple[int, int], schedule: np.ndarray, rate: float, duration: float,
+                  timeout_s: float, opts: Opts) -> list[RequestRecord]:
+    return run_loop(_diffbench(url, size, schedule, rate, duration, timeout_s), opts.use_uvloop)
+
+
+def bare_run(url: str, size: tuple[int, int], schedule: np.ndarray, rate: float, timeout_s: float,
+             opts: Opts) -> list[RequestRecord]:
+    res = run_loop(run_bare(url + IMAGES_PATH, schedule, request_body(size), timeout_s,
+                            warmup_s=warm_schedule(rate)), opts.use_uvloop)
+    return res.to_request_records(rate=rate)
+
+
+async def run_bare_httpx(url: str, schedule: np.ndarray, body: bytes, timeout_s: float, *,
+                         warmup_s: np.ndarray | None = None) -> BareResult:
+    """:func:`run_bare` with one ``httpx.AsyncClient`` (unbounded pool) instead of aiohttp: the same
+    dispatch, bookkeeping and garbage-collector window, for the transport row."""
+    import httpx
+
+    ns = time.perf_counter_ns
+    headers = {"Content-Type": "application/json"}
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(timeout_s), trust_env=False) as client:
+
+        async def dispatch(sched: np.ndarray) -> BareResult:
+            times = np.asarray(sched, dtype=np.float64).tolist()
+            records = [BareRecord(id=i, intended_s=t) for i, t in enumerate(times)]
+
+            async def send(rec: BareRecord) -> None:
+                rec.sent_s = (ns() - t0) / 1e9
+                async with client.stream("POST", url, content=body, headers=headers) as resp:
+                    rec.first_byte_s = (ns() - t0) / 1e9
+                    await resp.aread()
+                    rec.done_s = (ns() - t0) / 1e9
+                    rec.status = resp.status_code
+
+            async def one(rec: BareRecord) -> None:
+                try:
+                    await asyncio.wait_for(send(rec), timeout_s)
+                except Exception as exc:
+                    rec.done_s, rec.status = (ns() - t0) / 1e9, None
+                    rec.error = "TimeoutError" if isinstance(exc, (asyncio.TimeoutError, httpx.TimeoutException)) \
+                        else type(exc).__name__
+
+            tasks = []
+            t0 = ns() + 5_000_000
+            for rec, t in zip(records, times, strict=True):
+                delay = (t0 - ns()) / 1e9 + t
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                tasks.append(asyncio.get_running_loop().create_task(one(rec)))
+            if tasks:
+                await asyncio.wait(tasks)
+            return BareResult(records=records, elapsed_s=(ns() - t0) / 1e9)
+
+        if warmup_s is not None and len(warmup_s):
+            await dispatch(warmup_s)
+        with no_full_gc():
+            return await dispatch(schedule)
+
+
+# ------------------------------------------------------------------------------------------- table
+
+
+@dataclass
+class Metric:
+    """One printed line: a figure of the client and of its peer per repeat, and the target."""
+
+    name: str
+    unit: str  # "%", "ms", "x", "n", "req/s"
+    target: str = ""
+    ok: Callable[[float], bool] | None = None  # applied to the client's median (or the ratio, see on_ratio)
+    on_ratio: bool = False
+    client: list[float] = field(default_factory=list)
+    peer: list[float] = field(default_factory=list)
+
+    def met(self) -> str:
+        if self.ok is None:
+            return ""
+        value = self.ratio_median() if self.on_ratio else median(self.client)
+        return "yes" if self.ok(value) else "NO"
+
+    def ratios(self) -> list[float]:
+        return [ratio(c, p) for c, p in zip(self.client, self.peer, strict=False)]
+
+    def ratio_median(self) -> float:
+        return median(self.ratios())
+
+
+SUMMARY: list[tuple[str, str, str, str, str]] = []
+
+
+def fmt(value: float, unit: str) -> str:
+    if value != value:  # nan
+        return "n/a"
+    if unit == "%":
+        return f"{value:.1%}"
+    if unit == "ms":
+        return f"{value * 1e3:.2f} ms"
+    if unit == "x":
+        return f"{value:.2f}x"
+    if unit == "n":
+        return f"{value:.0f}"
+    return f"{value:.0f} req/s"
+
+
+def print_table(row: str, metrics: Sequence[Metric], client_name: str = "diffbench",
+                peer_name: str = "bare aiohttp") -> None:
+    print(f"  {'figure':<34} {client_name:>13} {peer_name:>13} {'ratio [range]':>22}  {'target':<22} met")
+    for m in metrics:
+        rs = [r for r in m.ratios() if r == r]
+        spread = f"[{min(rs):.2f}-{max(rs):.2f}]" if len(rs) > 1 else ""
+        rtxt = f"{m.ratio_median():.2f} {spread}" if rs else "n/a"
+        peer = fmt(median(m.peer), m.unit) if m.peer else "-"
+        print(f"  {m.name:<34} {fmt(median(m.client), m.unit):>13} {peer:>13} {rtxt:>22}  {m.target:<22} "
+              f"{m.met()}")
+        if m.target:
+            shown = f"ratio {m.ratio_median():.2f}" if m.on_ratio else fmt(median(m.client), m.unit)
+            SUMMARY.append((row, m.name, shown, m.target, m.met()))
+
+
+def pct_ok(floor: float) -> Callable[[float], bool]:
+    return lambda v: v >= floor
+
+
+def at_most(limit: float) -> Callable[[float], bool]:
+    return lambda v: v <= limit
+
+
+def rate_metrics(rate: float, sent_floor: float, timeouts: bool = False) -> list[Metric]:
+    hundred = sent_floor >= 0.995
+    tgt = "100 % (>= 99.5 %)" if hundred else f">= {sent_floor:.0%}"
+    ms = [Metric("sent / target", "%", tgt, pct_ok(sent_floor)),
+          Metric("ok / target", "%", tgt if hundred else "", pct_ok(sent_floor) if hundred else None),
+          Metric("lag p50", "ms"),
+          Metric("lag p99", "ms", "<= 2 ms", at_most(LAG_TARGET_S)),
+          Metric("lag max", "ms")]
+    if timeouts:
+        ms.append(Metric("timeouts", "n", "0", at_most(0)))
+    return ms
+
+
+def fill_rate(ms: Sequence[Metric], s: RateSummary, rate: float, side: str) -> None:
+    values = [s.sent_rate / rate, s.ok_rate / rate, s.lag_s.p50, s.lag_s.p99, s.lag_s.max,
+              float(s.outcomes.get("timeout", 0))]
+    for m, v in zip(ms, values, strict=False):
+        getattr(m, side).append(v)
+
+
+# ------------------------------------------------------------------------------------------- rows
+
+
+def row_constant(rate: float, opts: Opts, *, one_core: bool = False) -> None:
+    floor = 0.99 if one_core else 0.995
+    d = opts.seconds
+    schedule = constant(rate, d)
+    cpus = sorted(os.sched_getaffinity(0))
+    pin = one_core and len(cpus) >= 2
+    title = f"constant {rate:,.0f} req/s for {d:g} s"
+    if one_core:
+        title += (f", client pinned to CPU {cpus[0]}, server to CPU {cpus[1]} (os.sched_setaffinity)" if pin
+                  else " (fewer than 2 CPUs: NOT pinned)")
+    print(f"\n== {title}")
+    ms = rate_metrics(rate, floor, timeouts=rate >= 1000 and not one_core)
+    saved = os.sched_getaffinity(0)
+    with ServerProcess(0, cpu=cpus[1] if pin else None) as srv:
         try:
-            planner = RequestPlanner(default_workload(size[0], size[1], 1), ["p"], seed=0)
-            # Prime: open a connection in every pool shard and import lazily loaded modules.
-            prime = constant(100.0, 0.5)
-            await run_open_loop(prime, planner.take(len(prime)), backend, offered_rate=100.0, duration_s=0.5)
-            times = constant(rate, seconds)
-            return await run_open_loop(times, planner.take(len(times)), backend, offered_rate=rate,
-                                       duration_s=seconds)
+            if pin:
+                os.sched_setaffinity(0, {cpus[0]})
+            for _ in range(opts.repeats):
+                recs = bare_run(srv.url, srv.size, schedule, rate, 10.0, opts)
+                fill_rate(ms, summarize_rate(recs, offered_rate=rate, duration_s=d), rate, "peer")
+                recs = diffbench_run(srv.url, srv.size, schedule, rate, d, 10.0, opts)
+                fill_rate(ms, summarize_rate(recs, offered_rate=rate, duration_s=d), rate, "client")
         finally:
-            await backend.close()
-
-    return asyncio.run(go())
-
-
-def _lag_ms(records, lo: float = -1.0, hi: float = 1e18) -> tuple[float, float]:
-    lag = np.array([r.lag_s for r in records if r.sent_s is not None and lo <= r.intended_s < hi])
-    if lag.size == 0:
-        return float("nan"), float("nan")
-    return float(np.percentile(lag, 50) * 1e3), float(np.percentile(lag, 99) * 1e3)
+            os.sched_setaffinity(0, saved)
+    print_table(f"{rate:,.0f} req/s" + (" one core" if one_core else ""), ms)
 
 
-def _outcomes(records) -> str:
-    counts: dict[str, int] = {}
-    for r in records:
-        counts[r.outcome] = counts.get(r.outcome, 0) + 1
-    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+def row_inflight(opts: Opts) -> None:
+    rate, d, delay = 500.0, opts.inflight_s, opts.inflight_delay_s
+    print(f"\n== {int(rate * min(d, delay)):,} in flight: {rate:g} req/s for {d:g} s, the server answers after "
+          f"{delay:g} s (lag p99 of the requests intended in the last second / the first second)")
+    schedule = constant(rate, d)
+    timeout = delay + 30.0
+    grow = Metric("lag p99 last s / first s", "x", "<= 2x", at_most(2.0))
+    first = Metric("lag p99 first second", "ms")
+    last = Metric("lag p99 last second", "ms")
+    failed = Metric("requests not ok", "n", "0", at_most(0))
+    with ServerProcess(0, delay_s=delay) as srv:
+        for _ in range(opts.repeats):
+            for side, run in (("peer", lambda: bare_run(srv.url, srv.size, schedule, rate, timeout, opts)),
+                              ("client", lambda: diffbench_run(srv.url, srv.size, schedule, rate, d, timeout,
+                                                               opts))):
+                recs = run()
+                a, b = lag_p99_in(recs, 0.0, 1.0), lag_p99_in(recs, d - 1.0, d)
+                getattr(first, side).append(a)
+                getattr(last, side).append(b)
+                getattr(grow, side).append(ratio(b, a))
+                getattr(failed, side).append(float(sum(r.outcome != "ok" for r in recs)))
+    print_table("in flight", [first, last, grow, failed])
 
 
-def precision(seconds: float) -> None:
-    from diffbench.load.summary import summarize_rate
+def _payload_pairs(body_bytes: int, opts: Opts, with_noop: bool) -> dict[str, list[list[RequestRecord]]]:
+    """Interleaved runs on one seeded Poisson schedule: bare/diffbench against ``body_bytes`` answers (and
+    against no-op answers when ``with_noop``). Keys: bare, client, bare_noop, client_noop."""
+    rate, d = LARGE_RATES.get(body_bytes, 20.0), opts.seconds
+    schedule = poisson(rate, d, seed=SCHEDULE_SEED)
+    out: dict[str, list[list[RequestRecord]]] = {"bare": [], "client": [], "bare_noop": [], "client_noop": []}
+    with ServerProcess(body_bytes) as big, ServerProcess(0) as noop:
+        for _ in range(opts.repeats):
+            if with_noop:
+                out["bare_noop"].append(bare_run(noop.url, noop.size, schedule, rate, 60.0, opts))
+                out["client_noop"].append(diffbench_run(noop.url, noop.size, schedule, rate, d, 60.0, opts))
+            out["bare"].append(bare_run(big.url, big.size, schedule, rate, 60.0, opts))
+            out["client"].append(diffbench_run(big.url, big.size, schedule, rate, d, 60.0, opts))
+    return out
 
-    print(f"\n1. client precision: open loop, constant schedule, {seconds:g} s per rate, no-op server process")
-    print(f"{'target':>8} {'sent/s':>9} {'ratio':>7} {'lag p50':>9} {'lag p99':>9}  outcomes")
-    srv = Server("noop")
+
+def _lat_p50(recs: Sequence[RequestRecord]) -> float:
+    lat = [r.latency_from_send_s for r in recs if r.outcome == "ok" and r.latency_from_send_s is not None]
+    return float(np.median(lat)) if lat else float("nan")
+
+
+def _lag_p99(recs: Sequence[RequestRecord]) -> float:
+    return lag_p99_in(recs, -1e18, 1e18)
+
+
+PAYLOAD_CACHE: dict[int, dict[str, list[list[RequestRecord]]]] = {}
+
+
+def row_large(opts: Opts) -> None:
+    rate = LARGE_RATES[8 * MB]
+    w, h = image_size_for(8 * MB)
+    print(f"\n== 8 MB base64 PNG answers ({w}x{h} noise) at {rate:g} req/s (Poisson, seed {SCHEDULE_SEED}) for "
+          f"{opts.seconds:g} s, payload checks on; no-op runs (8x8 PNG) on the same schedule")
+    runs = _payload_pairs(8 * MB, opts, with_noop=True)
+    PAYLOAD_CACHE[8 * MB] = runs
+    lag_ratio = Metric("lag p99 8 MB / no-op", "x", "<= 2x", at_most(2.0))
+    lag_big = Metric("lag p99 8 MB", "ms")
+    lag_noop = Metric("lag p99 no-op", "ms")
+    lat = Metric("latency from send p50 (8 MB)", "ms", "<= 1.2x bare", at_most(1.2), on_ratio=True)
+    okm = Metric("ok / sent (8 MB)", "%")
+    for i in range(opts.repeats):
+        for side, key in (("peer", "bare"), ("client", "client")):
+            big, small = runs[key][i], runs[key + "_noop"][i]
+            getattr(lag_big, side).append(_lag_p99(big))
+            getattr(lag_noop, side).append(_lag_p99(small))
+            getattr(lag_ratio, side).append(ratio(_lag_p99(big), _lag_p99(small)))
+            getattr(lat, side).append(_lat_p50(big))
+            getattr(okm, side).append(ratio(sum(r.outcome == "ok" for r in big), sum(r.sent_s is not None
+                                                                                    for r in big)))
+    print_table("8 MB at 20 req/s", [lag_noop, lag_big, lag_ratio, lat, okm])
+
+
+def row_sizes(opts: Opts) -> None:
+    print(f"\n== latency from send p50 vs bare, payload checks on, Poisson (seed {SCHEDULE_SEED}), "
+          f"{opts.seconds:g} s per run; rates: " + ", ".join(f"{b // MB} MB at {r:g} req/s"
+                                                          for b, r in LARGE_RATES.items()))
+    ms = []
+    for body in LARGE_RATES:
+        runs = PAYLOAD_CACHE.get(body) or _payload_pairs(body, opts, with_noop=False)
+        m = Metric(f"latency from send p50 ({body // MB} MB)", "ms", "<= 1.2x bare", at_most(1.2),
+                   on_ratio=True)
+        m.peer = [_lat_p50(r) for r in runs["bare"]]
+        m.client = [_lat_p50(r) for r in runs["client"]]
+        ms.append(m)
+    print_table("sizes", ms)
+
+
+def _probe_passes(recs: Sequence[RequestRecord], rate: float, d: float) -> bool:
+    s = summarize_rate(recs, offered_rate=rate, duration_s=d)
+    return s.sent_rate / rate >= 0.99 and s.ok_rate / rate >= 0.99 and s.lag_s.p99 <= LAG_TARGET_S
+
+
+def ceiling(probe: Callable[[float], bool], start: float = 250.0, limit: float = 64_000.0,
+            bisections: int = 3) -> tuple[float, float, list[tuple[float, bool]]]:
+    """(highest passing rate, search step, history): double from ``start`` until a rate fails, then bisect
+    the last interval ``bisections`` times (below ``start`` when it already fails). A rate fails when two
+    probes in a row fail (one retry), so one transient stall of a shared machine does not end the search."""
+    history: list[tuple[float, bool]] = []
+
+    def passes(rate: float) -> bool:
+        for _ in range(2):
+            ok = probe(rate)
+            history.append((rate, ok))
+            if ok:
+                return True
+        return False
+
+    lo, hi = 0.0, start
+    while hi <= limit and passes(hi):
+        lo, hi = hi, hi * 2
+    step = (hi - lo) / 2 ** bisections
+    for _ in range(bisections):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if passes(mid) else (lo, mid)
+    return lo, step, history
+
+
+async def _pool_run(url: str, rate: float, d: float, workers: int) -> list[RequestRecord]:
+    from diffbench.load.client.executor import WorkerPool
+
+    size = image_size_for(0)
+    planner = RequestPlanner(default_workload(size[0], size[1], 1), ["p"], seed=0)
+    schedule = constant(rate, d)
+    warm = warm_schedule(rate)
+    async with WorkerPool(Target(base_url=url, timeout_s=5.0), workers=workers) as pool:
+        await pool.open_loop(warm, planner.take(len(warm)), offered_rate=float(warm.size / 0.5), duration_s=0.5)
+        run = await pool.open_loop(schedule, planner.take(len(schedule)), offered_rate=rate, duration_s=d)
+    return list(run.records)
+
+
+def row_workers(opts: Opts) -> None:
+    d = opts.probe_s
+    print(f"\n== ceiling: the highest constant rate with sent and ok >= 99 % of target and lag p99 <= 2 ms "
+          f"({d:g} s probes, doubling from 250 req/s then 3 bisection steps, a rate fails when 2 probes in a row "
+          f"fail; one search per client: the step below is the resolution); {os.cpu_count()} CPUs, shared with the server process")
     try:
-        for rate in (100.0, 500.0, 1000.0):
-            run = run_open(srv.url, rate, seconds)
-            s = summarize_rate(run.records, offered_rate=rate, duration_s=seconds)
-            p50, p99 = _lag_ms(run.records)
-            mark = ""
-            if rate == 500.0:
-                mark = "  target >= 99 %, p99 <= 5 ms: " + (
-                    "met" if s.sent_rate / rate >= 0.99 and p99 <= 5.0 else "NOT met")
-            print(f"{rate:8.0f} {s.sent_rate:9.1f} {s.sent_rate / rate:7.2%} {p50:7.2f}ms {p99:7.2f}ms"
-                  f"  {_outcomes(run.records)}{mark}")
-    finally:
-        srv.close()
-
-
-def many_in_flight(delay_s: float) -> None:
-    rate, seconds = 500.0, 10.0
-    print(f"\n2. many in flight: {rate:g} req/s for {seconds:g} s, server answers after {delay_s:g} s "
-          f"(peak outstanding = {int(rate * min(seconds, delay_s))})")
-    _raise_nofile()
-    srv = Server("slow", delay_s)
-    try:
-        t = time.perf_counter()
-        run = run_open(srv.url, rate, seconds, timeout=delay_s + 30)
-        wall = time.perf_counter() - t
-    finally:
-        srv.close()
-    first = _lag_ms(run.records, 0.0, 1.0)
-    last = _lag_ms(run.records, seconds - 1.0, seconds)
-    outstanding = sum(1 for r in run.records if r.sent_s is not None and r.sent_s <= seconds
-                      and r.done_s is not None and r.done_s > seconds)
-    print(f"requests {len(run.records)}  outcomes: {_outcomes(run.records)}  outstanding at the end of "
-          f"dispatch: {outstanding}  wall {wall:.1f} s")
-    print(f"lag p50/p99 first second {first[0]:.2f}/{first[1]:.2f} ms, last second {last[0]:.2f}/{last[1]:.2f} ms"
-          f"  (p99 ratio last/first {last[1] / first[1]:.2f})")
-
-
-def large_payloads(seconds: float) -> None:
-    rate = 20.0
-    print(f"\n3. large payloads: {rate:g} req/s for {seconds:g} s, ~8 MB base64 PNG per response, decoded")
-    base_srv = Server("noop")
-    try:
-        base = run_open(base_srv.url, rate, seconds)
-    finally:
-        base_srv.close()
-    srv = Server("large")
-    try:
-        run = run_open(srv.url, rate, seconds, size=(1416, 1416))
-    finally:
-        srv.close()
-    b50, b99 = _lag_ms(base.records)
-    l50, l99 = _lag_ms(run.records)
-    lat = np.array([r.latency_from_send_s for r in run.records if r.outcome == "ok"])
-    print(f"no-op baseline: lag p50/p99 {b50:.2f}/{b99:.2f} ms  ({_outcomes(base.records)})")
-    print(f"8 MB payloads : lag p50/p99 {l50:.2f}/{l99:.2f} ms  ({_outcomes(run.records)}); "
-          f"latency from send p50 {np.percentile(lat, 50) * 1e3:.1f} ms" if lat.size else "no ok request")
-    print(f"lag p99 ratio large / no-op: {l99 / b99:.2f}")
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="5 s per rate instead of 30 s")
-    ap.add_argument("--seconds", type=float, default=None, help="seconds per precision rate")
-    ap.add_argument("--slow-delay", type=float, default=12.0, help="slow server delay (s)")
-    ap.add_argument("--only", choices=("precision", "inflight", "large"), default=None)
-    ap.add_argument("--serve", choices=("noop", "slow", "large"), default=None, help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.serve:
-        serve(args.serve, args.slow_delay)
+        from diffbench.load.client.executor import WorkerPool  # noqa: F401
+    except ImportError:
+        pool_ok = False
+    else:
+        pool_ok = True
+    results: dict[str, tuple[float, float, list[tuple[float, bool]]]] = {}
+    with ServerProcess(0) as srv:
+        results["bare aiohttp, 1 process"] = ceiling(lambda r: _probe_passes(
+            bare_run(srv.url, srv.size, constant(r, d), r, 5.0, opts), r, d))
+        results["diffbench, 1 process"] = ceiling(lambda r: _probe_passes(
+            diffbench_run(srv.url, srv.size, constant(r, d), r, d, 5.0, opts), r, d))
+        if pool_ok:
+            results["diffbench, WorkerPool workers=2"] = ceiling(lambda r: _probe_passes(
+                run_loop(_pool_run(srv.url, r, d, 2), opts.use_uvloop), r, d))
+    for name, (c, step, hist) in results.items():
+        trail = " ".join(f"{r:.0f}{'+' if ok else '-'}" for r, ok in hist)
+        shown = f"{c:>8,.0f}" if c > 0 else f"< {min(r for r, _ in hist):,.0f}"
+        print(f"  {name:<34} ceiling {shown:>8} req/s (step {step:,.0f})   probes: {trail}")
+    one = results["diffbench, 1 process"][0]
+    print(f"  diffbench 1 process / bare: {ratio(one, results['bare aiohttp, 1 process'][0]):.2f}")
+    if not pool_ok:
+        print("  2 workers: skipped: WorkerPool not available")
+        SUMMARY.append(("workers", "ceiling 2 workers / 1 worker", "skipped", ">= 1.8x", ""))
         return
-    seconds = args.seconds or (5.0 if args.quick else 30.0)
-    if args.only in (None, "precision"):
-        precision(seconds)
-    if args.only in (None, "inflight"):
-        many_in_flight(args.slow_delay)
-    if args.only in (None, "large"):
-        large_payloads(min(seconds, 10.0))
+    two = results["diffbench, WorkerPool workers=2"][0]
+    r = ratio(two, one)
+    met = "yes" if r >= 1.8 else "NO"
+    note = "  (1 worker below the lowest probe: the ratio is undefined)" if one == 0 else ""
+    print(f"  ceiling 2 workers / 1 worker: {r:.2f}  (target >= 1.8x: {met}){note}")
+    SUMMARY.append(("workers", "ceiling 2 workers / 1 worker", f"ratio {r:.2f}", ">= 1.8x", met))
+
+
+def row_transport(opts: Opts) -> None:
+    rate, d = 1000.0, opts.seconds
+    print(f"\n== transport: bare aiohttp vs bare httpx (one AsyncClient, unbounded pool), constant {rate:,.0f} "
+          f"req/s for {d:g} s, the same dispatch and body")
+    schedule = constant(rate, d)
+    ms = [Metric("sent / target", "%"), Metric("ok / target", "%"), Metric("lag p50", "ms"),
+          Metric("lag p99", "ms"), Metric("lag max", "ms"), Metric("timeouts", "n")]
+    body = request_body(image_size_for(0))
+    with ServerProcess(0) as srv:
+        url = srv.url + IMAGES_PATH
+        for _ in range(opts.repeats):
+            res = run_loop(run_bare(url, schedule, body, 10.0, warmup_s=warm_schedule(rate)), opts.use_uvloop)
+            fill_rate(ms, summarize_rate(res.to_request_records(rate), offered_rate=rate, duration_s=d), rate,
+                      "peer")
+            res = run_loop(run_bare_httpx(url, schedule, body, 10.0, warmup_s=warm_schedule(rate)),
+                           opts.use_uvloop)
+            fill_rate(ms, summarize_rate(res.to_request_records(rate), offered_rate=rate, duration_s=d), rate,
+                      "client")
+    print_table("transport", ms, client_name="bare httpx", peer_name="bare aiohttp")
+    lag_a, lag_h = median(ms[3].peer), median(ms[3].client)
+    sent_a, sent_h = median(ms[0].peer), median(ms[0].client)
+    winner = "aiohttp" if (sent_a >= sent_h - 0.005 and lag_a <= lag_h) else "httpx" if (
+        sent_h >= sent_a - 0.005 and lag_h <= lag_a) else "neither on both figures"
+    print(f"  measured winner at {rate:,.0f} req/s: {winner}")
+    SUMMARY.append(("transport", "lag p99 httpx / aiohttp", f"ratio {ms[3].ratio_median():.2f}",
+                    "the lower wins", winner))
+
+
+# ------------------------------------------------------------------------------------------- main
+
+
+def machine(label: str) -> str:
+    la = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return f"{label}: load average {la} (1/5/15 min) on {os.cpu_count()} CPUs"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="smoke run: 3 s per run, 2 s probes, 1,500 in flight")
+    ap.add_argument("--seconds", type=float, default=None, help="seconds per measured run (default 10; quick 3)")
+    ap.add_argument("--repeats", type=int, default=2, help="interleaved peer/client pairs per row (default 2)")
+    ap.add_argument("--only", default=None, help=f"comma-separated rows: {', '.join(ROWS)}")
+    ap.add_argument("--loop", choices=("uvloop", "asyncio"), default=None,
+                    help="event loop for every client (default: uvloop when installed)")
+    args = ap.parse_args(argv)
+    rows = ROWS if args.only is None else tuple(x.strip() for x in args.only.split(",") if x.strip())
+    bad = [r for r in rows if r not in ROWS]
+    if bad:
+        ap.error(f"--only: unknown row(s) {', '.join(bad)}; choose from {', '.join(ROWS)}")
+    if args.repeats < 1:
+        ap.error("--repeats must be >= 1")
+    if args.seconds is not None and not args.seconds >= 2:
+        ap.error("--seconds must be >= 2 (the in-flight row compares the first and the last second)")
+    if args.loop is None:
+        try:
+            import uvloop  # noqa: F401
+        except ImportError:
+            args.loop = "asyncio"
+        else:
+            args.loop = "uvloop"
+    seconds = args.seconds or (3.0 if args.quick else 10.0)
+    opts = Opts(seconds=seconds, repeats=args.repeats, quick=args.quick, use_uvloop=args.loop == "uvloop",
+                inflight_s=3.0 if args.quick else 10.0, inflight_delay_s=4.0 if args.quick else 12.0,
+                probe_s=2.0 if args.quick else 5.0)
+    raise_nofile_limit()
+    import aiohttp
+    import httpx
+
+    print(f"bench_load_client: python {platform.python_version()}, event loop {args.loop}, aiohttp "
+          f"{aiohttp.__version__}, httpx {httpx.__version__}; {len(os.sched_getaffinity(0))} CPUs usable "
+          f"({platform.processor() or platform.machine()})")
+    print(machine("start"))
+    if args.quick:
+        print("QUICK smoke run: short runs; these are not the issue's figures")
+    print(f"{seconds:g} s per run, {args.repeats} interleaved pair(s) per row (bare peer first)")
+    t0 = time.perf_counter()
+    table: dict[str, Callable[[], None]] = {
+        "500": lambda: row_constant(500.0, opts),
+        "1000": lambda: row_constant(1000.0, opts),
+        "2000": lambda: row_constant(2000.0, opts, one_core=True),
+        "inflight": lambda: row_inflight(opts),
+        "large": lambda: row_large(opts),
+        "sizes": lambda: row_sizes(opts),
+        "workers": lambda: row_workers(opts),
+        "transport": lambda: row_transport(opts),
+    }
+    for name in ROWS:
+        if name in rows:
+            table[name]()
+            sys.stdout.flush()
+    print("\n== summary (diffbench figure, median over repeats; targets of issue 10)")
+    for row, name, shown, target, met in SUMMARY:
+        print(f"  {row:<18} {name:<34} {shown:>14}  {target:<22} {met}")
+    print(machine("end"))
+    print(f"wall {time.perf_counter() - t0:.0f} s")
 
 
 if __name__ == "__main__":
