@@ -1,0 +1,235 @@
+"""Payload checks in worker processes, batched, so the measuring event loop never decodes.
+
+Base64 and PNG decoding of a multi-MB answer hold the GIL for milliseconds; on the event loop that keeps
+the dispatch clock and reads the other responses they delay every send and every reception behind them,
+so a fast service would be reported slow (issue 10). Threads do not help (the GIL is the contention), so
+:class:`PayloadChecker` runs the checks in a :class:`~concurrent.futures.ProcessPoolExecutor`:
+
+- **Workers**: ``min(2, os.cpu_count())`` by default. Two keep up with the checks of multi-MB answers at
+  tens of req/s (a check is ~3-10 ms per MB) and of small answers at thousands of req/s (batched), while
+  leaving the other cores to the load process itself and to the service when it runs on the same machine.
+- **Start context** ``spawn``: a forked child would inherit the parent's event loop, sockets and threads.
+  :meth:`PayloadChecker.start` starts every worker and imports the checking code (Pillow included) in it
+  before the first measured request, so no check pays process start-up inside a run.
+- **Batching**: checks queued within ``window_s`` (2 ms) go to a worker as one task, or at once when the
+  queued bodies exceed ``batch_bytes`` (1 MiB), so at thousands of req/s the inter-process traffic is a
+  few hundred tasks per second, and a large body is sent without waiting. The window only delays the
+  verdict, which is taken outside the timed region.
+- **Failures are data**: a check that raises, and a worker process that dies (``BrokenProcessPool``),
+  give a :class:`~diffbench.load.client.payload.Verdict` that is not ok, with the error ``payload check
+  failed in the client: ...``; a broken pool is replaced (at most ``max_restarts`` times, then every
+  later check fails with that message). Nothing hangs and nothing is raised into the run.
+
+The bytes are pickled to the worker by the executor's feeder thread (a copy, ~1 ms per 4 MB); the event
+loop only appends to a list and arms a timer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import multiprocessing
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from diffbench.load.client.payload import Verdict
+
+WINDOW_S = 0.002
+BATCH_BYTES = 1 << 20
+MAX_RESTARTS = 3
+FAILED = "payload check failed in the client"
+
+Job = tuple[Callable[..., object], tuple[object, ...]]
+
+
+def default_workers() -> int:
+    """``min(2, os.cpu_count())`` (at least 1)."""
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+def run_batch(jobs: Sequence[Job]) -> list[object]:
+    """Run ``fn(*args)`` for each job in this (worker) process; an exception becomes a failed verdict.
+
+    A :class:`Verdict` result gets ``checked_pid`` set to this process's id, so callers and tests can see
+    where the check ran.
+    """
+    pid = os.getpid()
+    out: list[object] = []
+    for fn, args in jobs:
+        try:
+            res = fn(*args)
+        except Exception as exc:  # a checker failure is a verdict, never lost
+            res = Verdict(False, f"{FAILED}: {type(exc).__name__}: {exc}"[:300])
+        if isinstance(res, Verdict):
+            res.checked_pid = pid
+        out.append(res)
+    return out
+
+
+def _warm(hold_s: float) -> int:
+    """Import the checking code (and Pillow when installed) in a worker; return its pid."""
+    import diffbench.load.client.payload  # noqa: F401
+
+    with contextlib.suppress(ImportError):
+        import PIL.Image
+        import PIL.PngImagePlugin  # noqa: F401
+    time.sleep(hold_s)  # keep this worker busy so the next warm task reaches another one
+    return os.getpid()
+
+
+class PayloadChecker:
+    """Batched payload checks in ``workers`` spawned processes.
+
+    Lifecycle: ``await start()`` (starts and warms the workers) → ``await run(fn, *args)`` concurrently →
+    ``await close()``. ``fn`` must be a module-level (picklable) function returning a :class:`Verdict`.
+
+    Args:
+        workers: worker processes (>= 1); :func:`default_workers` when None.
+        window_s: seconds a check may wait for others to share its task (>= 0).
+        batch_bytes: a task is sent at once when its queued bodies reach this many bytes.
+        max_restarts: broken pools replaced before every later check fails.
+    """
+
+    def __init__(self, workers: int | None = None, *, window_s: float = WINDOW_S,
+                 batch_bytes: int = BATCH_BYTES, max_restarts: int = MAX_RESTARTS) -> None:
+        self.workers = default_workers() if workers is None else workers
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers}")
+        self.window_s, self.batch_bytes, self.max_restarts = window_s, batch_bytes, max_restarts
+        self.restarts = 0
+        self.batches = 0
+        self._pool: ProcessPoolExecutor | None = None
+        self._pending: list[tuple[Job, asyncio.Future[object]]] = []
+        self._pending_bytes = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    def _new_pool(self) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"))
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of the live workers (empty before :meth:`start`)."""
+        procs = getattr(self._pool, "_processes", None) or {}
+        return sorted(procs)
+
+    async def start(self, timeout_s: float = 120.0) -> None:
+        """Start the workers and import the checking code in each (a no-op task per worker)."""
+        self._pool = self._new_pool()
+        await self._warm(self._pool, timeout_s)
+
+    async def _warm(self, pool: ProcessPoolExecutor, timeout_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        seen: set[int] = set()
+        deadline = loop.time() + timeout_s
+        hold = 0.05
+        while len(seen) < self.workers and loop.time() < deadline:
+            futs = [loop.run_in_executor(pool, _warm, hold) for _ in range(self.workers)]
+            seen.update(await asyncio.gather(*futs))
+            hold *= 2
+
+    async def run(self, fn: Callable[..., Verdict], *args: object, size: int = 0) -> Verdict:
+        """``fn(*args)`` in a worker, batched with the checks queued in the same window.
+
+        ``size`` (bytes) counts towards ``batch_bytes``. Never raises except cancellation; a failure of
+        the check or of the worker is a verdict that is not ok.
+        """
+        if self._closed or self._pool is None:
+            return Verdict(False, f"{FAILED}: the checker is not running")
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[object] = loop.create_future()
+        self._pending.append(((fn, args), fut))
+        self._pending_bytes += size
+        if self._pending_bytes >= self.batch_bytes or self.window_s <= 0:
+            self._flush()
+        elif self._timer is None:
+            self._timer = loop.call_later(self.window_s, self._flush)
+        res = await fut
+        if not isinstance(res, Verdict):  # pragma: no cover - fn broke its contract
+            return Verdict(False, f"{FAILED}: the check returned {type(res).__name__}")
+        return res
+
+    def _flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        batch, self._pending, self._pending_bytes = self._pending, [], 0
+        if not batch:
+            return
+        self.batches += 1
+        task = asyncio.get_running_loop().create_task(self._deliver(batch))
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+
+    def _submit(self, jobs: list[Job]) -> tuple[ProcessPoolExecutor, Future[list[object]]]:
+        """Hand ``jobs`` to the pool; a pool found broken before the hand-over is replaced once."""
+        pool = self._pool
+        if pool is None:
+            raise RuntimeError("the checker is closed")
+        try:
+            return pool, pool.submit(run_batch, jobs)
+        except BrokenProcessPool:
+            if not self._restart(pool) or self._pool is None:
+                raise
+            return self._pool, self._pool.submit(run_batch, jobs)
+
+    def _restart(self, broken: ProcessPoolExecutor) -> bool:
+        """Replace the ``broken`` pool (new workers start lazily); True when a working pool is in place
+        (already replaced by another batch, or now), False once ``max_restarts`` is spent."""
+        if self._pool is not broken:
+            return self._pool is not None
+        if self._closed or self.restarts >= self.max_restarts:
+            return False
+        self._pool = self._new_pool()
+        self.restarts += 1
+        broken.shutdown(wait=False, cancel_futures=True)
+        return True
+
+    async def _deliver(self, batch: list[tuple[Job, asyncio.Future[object]]]) -> None:
+        jobs = [job for job, _ in batch]
+        results: list[object]
+        pool = self._pool
+        try:
+            pool, cf = self._submit(jobs)
+            results = await asyncio.wrap_future(cf)
+        except BrokenProcessPool as exc:
+            restarted = pool is not None and self._restart(pool)
+            note = "the pool was restarted" if restarted else \
+                f"not restarted (already restarted {self.restarts} times)"
+            err = f"{FAILED}: a checker process died ({type(exc).__name__}: {exc}); {note}"[:300]
+            results = [Verdict(False, err) for _ in batch]
+        except asyncio.CancelledError:
+            for _, fut in batch:
+                fut.cancel()
+            raise
+        except Exception as exc:  # pickling errors, a shut-down pool: counted, never raised
+            results = [Verdict(False, f"{FAILED}: {type(exc).__name__}: {exc}"[:300]) for _ in batch]
+        for (_, fut), res in zip(batch, results, strict=True):
+            if not fut.done():
+                fut.set_result(res)
+
+    async def close(self) -> None:
+        """Fail what is still queued, wait for the workers to exit."""
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for _, fut in self._pending:
+            if not fut.done():
+                fut.set_result(Verdict(False, f"{FAILED}: the checker was closed"))
+        self._pending = []
+        for task in list(self._inflight):
+            task.cancel()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, functools.partial(pool.shutdown, wait=True, cancel_futures=True))
+
+    def describe(self) -> str:
+        """``"N worker processes"`` (for the report's conditions)."""
+        return f"{self.workers} worker process{'es' if self.workers != 1 else ''}"
