@@ -144,12 +144,12 @@ def test_headers_and_auto_rates():
         auto_rates(0.0)
 
 
-def test_importing_the_client_and_command_does_not_import_httpx_or_torch():
+def test_importing_the_client_and_command_does_not_import_aiohttp_httpx_or_torch():
     import subprocess
     import sys
 
     code = ("import sys, diffbench.load.client, diffbench.cli.load; "
-            "print(sorted(m for m in ('httpx', 'torch', 'diffusers', 'PIL') if m in sys.modules))")
+            "print(sorted(m for m in ('aiohttp', 'httpx', 'torch', 'diffusers', 'PIL') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
