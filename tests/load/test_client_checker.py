@@ -183,25 +183,50 @@ def test_no_decoding_on_the_event_loop(fake, monkeypatch, mode, size, outcome):
     assert mode_line.startswith(f"decoded in {n} worker process{'es' if n > 1 else ''}")
 
 
-def test_no_decode_reads_shape_and_count_in_the_pool(fake):
-    async def go():
-        out = {}
-        for mode in ("wrongsize", "badimg"):
-            backend = HttpBackend(Target(base_url=fake.url(mode), timeout_s=5.0, decode_payload=False),
-                                  check_workers=1)
-            await backend.start()
-            try:
-                planner = RequestPlanner(default_workload(64, 48, 2), ["x"], seed=0)
-                times = constant(10.0, 0.2)
-                out[mode] = await run_open_loop(times, planner.take(len(times)), backend, offered_rate=10.0,
-                                                duration_s=0.2)
-            finally:
-                await backend.close()
-        return out, backend.check_mode
+@pytest.mark.parametrize("mode, size, in_pool", [("wrongsize", (64, 48), False), ("badimg", (64, 48), False),
+                                                  ("noisewrong", (200, 200), True)])
+def test_no_decode_reads_shape_and_count_small_on_the_loop_large_in_the_pool(fake, mode, size, in_pool):
+    from diffbench.load.client.http import NO_DECODE_INLINE_BYTES
 
-    out, mode_line = _run(go)
+    async def go():
+        backend = HttpBackend(Target(base_url=fake.url(mode), timeout_s=5.0, decode_payload=False),
+                              check_workers=1)
+        await backend.start()
+        calls = []
+        real = backend.checker.run
+
+        async def spy(fn, *args, **kw):
+            calls.append(kw["size"])
+            return await real(fn, *args, **kw)
+
+        backend.checker.run = spy
+        try:
+            planner = RequestPlanner(default_workload(*size, 2), ["x"], seed=0)
+            times = constant(10.0, 0.2)
+            run = await run_open_loop(times, planner.take(len(times)), backend, offered_rate=10.0, duration_s=0.2)
+        finally:
+            await backend.close()
+        return run, calls, backend.check_mode
+
+    run, calls, mode_line = _run(go)
     # not decoded: a wrong size and an undecodable image pass; the JSON shape and server timings are read
-    for run in out.values():
-        assert [r.outcome for r in run.records] == ["ok", "ok"]
-        assert run.records[0].server_stages_s["denoise"] == 0.25
-    assert mode_line == "not decoded (--no-decode): JSON shape and image count read in 1 worker process"
+    assert [r.outcome for r in run.records] == ["ok", "ok"]
+    assert run.records[0].server_stages_s["denoise"] == 0.25
+    assert len(calls) == (2 if in_pool else 0)
+    assert all(c > NO_DECODE_INLINE_BYTES for c in calls)  # 200x200 noise: ~160 kB of base64
+    assert mode_line == ("not decoded (--no-decode): JSON shape and image count read on the event loop up to "
+                         "16 KiB, in 1 worker process above")
+
+
+def test_a_script_without_a_main_guard_gets_a_clear_error(tmp_path):
+    """spawn re-imports the main module in each worker: the workers die; start() says why, never hangs."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "noguard.py"
+    script.write_text("import asyncio\nfrom diffbench.load.client.checker import PayloadChecker\n"
+                      "c = PayloadChecker(1)\nasyncio.run(c.start())\n")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "payload-check worker processes could not start" in proc.stderr
+    assert 'if __name__ == "__main__":' in proc.stderr
