@@ -178,6 +178,14 @@ def test_session_sends_identity_and_headers_and_reads_a_compressed_answer_in_the
     assert h["content-type"] == "application/json"
 
 
+def test_user_headers_win_case_insensitively(fake):
+    a = _one(Target(base_url=fake.url("ok"), timeout_s=5.0, api_key="sk-1",
+                    headers={"accept-encoding": "gzip", "AUTHORIZATION": "Basic x"}))
+    assert a.outcome == "ok"
+    h = fake.last_headers  # one value each (a duplicate header would be joined or the last one kept)
+    assert h["accept-encoding"] == "gzip" and h["authorization"] == "Basic x"
+
+
 def test_redirects_are_not_followed(fake):
     """A 3xx is the server's answer (http_error), never silently followed to another URL."""
     a = _one(Target(base_url=fake.url("r301"), timeout_s=5.0))

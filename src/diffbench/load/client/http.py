@@ -183,10 +183,12 @@ class HttpBackend:
 
         if self.target.decode_payload:
             require("PIL", "serve")
-        # identity: a compressed answer would have to be inflated somewhere; user headers may override it
-        headers = {"Accept-Encoding": "identity", **self.target.headers}
-        if self.target.api_key is not None:
-            headers.setdefault("Authorization", f"Bearer {self.target.api_key.get_secret_value()}")
+        headers = dict(self.target.headers)
+        given = {k.lower() for k in headers}
+        if "accept-encoding" not in given:  # a compressed answer would have to be inflated somewhere
+            headers["Accept-Encoding"] = "identity"
+        if self.target.api_key is not None and "authorization" not in given:
+            headers["Authorization"] = f"Bearer {self.target.api_key.get_secret_value()}"
         tls: ssl.SSLContext | bool = tls_context(self.target.verify_tls) \
             if self.target.base_url.startswith("https://") else True
         t = self.target.timeout_s
