@@ -230,3 +230,23 @@ def test_a_script_without_a_main_guard_gets_a_clear_error(tmp_path):
     assert proc.returncode != 0
     assert "payload-check worker processes could not start" in proc.stderr
     assert 'if __name__ == "__main__":' in proc.stderr
+
+
+def test_ctrl_c_reaching_the_workers_does_not_break_the_checks():
+    """The terminal sends SIGINT to the whole process group; the run drains, its checks must still run."""
+    good = _bodies()[0]
+
+    async def go():
+        checker = PayloadChecker(2)
+        await checker.start()
+        try:
+            for pid in checker.pids:
+                os.kill(pid, signal.SIGINT)
+            await asyncio.sleep(0.3)
+            v = await asyncio.wait_for(checker.run(check_images, *good), 60)
+            return v, checker.restarts
+        finally:
+            await checker.close()
+
+    v, restarts = _run(go)
+    assert v.ok and restarts == 0

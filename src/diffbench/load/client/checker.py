@@ -35,6 +35,7 @@ import contextlib
 import functools
 import multiprocessing
 import os
+import signal
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -46,6 +47,7 @@ WINDOW_S = 0.002
 NICE = 10
 BATCH_BYTES = 1 << 20
 MAX_RESTARTS = 3
+WARM_TRIES = 5
 FAILED = "payload check failed in the client"
 
 Job = tuple[Callable[..., object], tuple[object, ...]]
@@ -76,9 +78,13 @@ def run_batch(jobs: Sequence[Job]) -> list[object]:
 
 
 def _init_worker() -> None:
-    """Worker initializer: a lower scheduling priority than the measuring process."""
+    """Worker initializer: a lower scheduling priority than the measuring process, and Ctrl-C ignored (the
+    terminal sends SIGINT to the whole process group; the parent drains its run, then shuts the workers
+    down, and a check of the drain must not fail because its worker was interrupted)."""
     with contextlib.suppress(OSError, AttributeError):
         os.nice(NICE)
+    with contextlib.suppress(OSError, ValueError):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _warm(hold_s: float) -> int:
@@ -134,14 +140,18 @@ class PayloadChecker:
         """Start the workers and import the checking code in each (a no-op task per worker).
 
         Raises:
-            RuntimeError: the worker processes could not start (their error is on stderr; the usual cause
-                is a script without an ``if __name__ == "__main__":`` guard, which spawn re-imports).
+            RuntimeError: the worker processes could not start within ``timeout_s`` seconds (their error is
+                on stderr; the usual cause is a script without an ``if __name__ == "__main__":`` guard,
+                which spawn re-imports).
         """
         self._pool = self._new_pool()
         try:
             await self._warm(self._pool, timeout_s)
-        except BrokenProcessPool:
+        except (BrokenProcessPool, TimeoutError) as exc:
             await self.close()
+            if isinstance(exc, TimeoutError):
+                raise RuntimeError(f"the payload-check worker processes did not start within {timeout_s:g} s") \
+                    from None
             raise RuntimeError(
                 "the payload-check worker processes could not start (see their error above); a script that "
                 "starts HttpBackend must guard its entry point with `if __name__ == \"__main__\":` "
@@ -152,9 +162,11 @@ class PayloadChecker:
         seen: set[int] = set()
         deadline = loop.time() + timeout_s
         hold = 0.05
-        while len(seen) < self.workers and loop.time() < deadline:
+        for _ in range(WARM_TRIES):  # until every worker has run one (a slow start may need a longer hold)
             futs = [loop.run_in_executor(pool, _warm, hold) for _ in range(self.workers)]
-            seen.update(await asyncio.gather(*futs))
+            seen.update(await asyncio.wait_for(asyncio.gather(*futs), max(0.1, deadline - loop.time())))
+            if len(seen) >= self.workers:
+                return
             hold *= 2
 
     async def run(self, fn: Callable[..., Verdict], *args: object, size: int = 0) -> Verdict:
@@ -233,6 +245,8 @@ class PayloadChecker:
             raise
         except Exception as exc:  # pickling errors, a shut-down pool: counted, never raised
             results = [Verdict(False, f"{FAILED}: {type(exc).__name__}: {exc}"[:300]) for _ in batch]
+        if len(results) != len(batch):  # pragma: no cover - run_batch returns one result per job
+            results = [Verdict(False, f"{FAILED}: {len(results)} results for {len(batch)} checks")] * len(batch)
         for (_, fut), res in zip(batch, results, strict=True):
             if not fut.done():
                 fut.set_result(res)
@@ -253,7 +267,3 @@ class PayloadChecker:
         if pool is not None:
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, functools.partial(pool.shutdown, wait=True, cancel_futures=True))
-
-    def describe(self) -> str:
-        """``"N worker processes"`` (for the report's conditions)."""
-        return f"{self.workers} worker process{'es' if self.workers != 1 else ''}"
