@@ -1,7 +1,7 @@
 """The HTTP backend: images API and async video jobs over one ``aiohttp.ClientSession``.
 
-Transport (issue 10, chosen by ``benchmarks/bench_load_client.py``: httpx-based clients collapsed above
-~800 req/s on one core, a plain aiohttp loop held 2,000 req/s): one session per backend, one
+Transport (issue 10, chosen by measurement: httpx-based clients collapsed above ~800 req/s on one core,
+a plain aiohttp loop held 2,000 req/s): one session per backend, one
 ``TCPConnector`` without a connection limit (``Target.max_connections`` None; an open loop must never
 queue on the pool), keep-alive, one TLS context built at start, no proxies from the environment, no
 redirects followed, no cookies kept (every request is independent, like a fleet of clients).
@@ -240,8 +240,10 @@ class HttpBackend:
             attempt.done_s = now()
             attempt.outcome, attempt.error = c.outcome, c.error
             attempt.body = None
-            if c.outcome == "timeout":
+            if c.outcome == "timeout" and type(exc) in (TimeoutError, asyncio.TimeoutError):  # the deadline
                 attempt.error = f"no complete response within --timeout {self.target.timeout_s:g} s"
+            elif c.outcome == "timeout":  # the TCP connect bound
+                attempt.error = f"{c.error} (TCP connect bounded by {min(self.target.timeout_s, CONNECT_TIMEOUT_S):g} s)"
             if attempt.job_id is not None:  # the client gave up on a job the server may still run
                 await self._abandon(session, attempt)
 

@@ -109,7 +109,7 @@ def classify_exception(exc: BaseException) -> Classified:
     detail = str(exc).strip() or name
     if isinstance(exc, asyncio.CancelledError):
         return Classified("cancelled", error="cancelled at the end of the run")
-    if isinstance(exc, TimeoutError):
+    if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):  # distinct classes before Python 3.11
         return Classified("timeout", error=f"{name}: {detail}"[:300])
     if _is_tls(exc, (ssl.SSLError, aiohttp.ClientSSLError)):
         return Classified("connection_error", error=f"TLS: {name}: {detail}"[:300])
