@@ -250,3 +250,28 @@ def test_ctrl_c_reaching_the_workers_does_not_break_the_checks():
 
     v, restarts = _run(go)
     assert v.ok and restarts == 0
+
+
+def test_large_bodies_go_through_a_file_that_is_removed_afterwards(tmp_path):
+    """Bodies >= file_bytes are handed over as files (no pickled copy); each is removed when its batch
+    returns, also when the worker died holding it."""
+    bodies = _bodies()[:5]
+
+    async def go():
+        checker = PayloadChecker(1, file_bytes=1)  # every body through a file
+        checker._dir = str(tmp_path)
+        await checker.start()
+        try:
+            got = await asyncio.gather(*(checker.run(check_images, *b, size=len(b[0])) for b in bodies))
+            left_ok = sorted(p.name for p in tmp_path.iterdir())
+            crashed = await asyncio.wait_for(asyncio.gather(checker.run(check_images, *bodies[0]),
+                                                            checker.run(os._exit, 3)), 60)
+            left_crash = sorted(p.name for p in tmp_path.iterdir())
+            return got, checker.files_written, left_ok, crashed, left_crash
+        finally:
+            await checker.close()
+
+    got, written, left_ok, crashed, left_crash = _run(go)
+    assert [(v.ok, v.error) for v in got] == [(check_images(*b).ok, check_images(*b).error) for b in bodies]
+    assert written == 6 and left_ok == [] and left_crash == []
+    assert all(not v.ok and "a checker process died" in v.error for v in crashed)

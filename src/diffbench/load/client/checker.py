@@ -24,8 +24,15 @@ so a fast service would be reported slow (issue 10). Threads do not help (the GI
   failed in the client: ...``; a broken pool is replaced (at most ``max_restarts`` times, then every
   later check fails with that message). Nothing hangs and nothing is raised into the run.
 
-The bytes are pickled to the worker by the executor's feeder thread (a copy, ~1 ms per 4 MB); the event
-loop only appends to a list and arms a timer.
+- **Large bodies bypass the pickle** (``file_bytes``, 256 KiB and more): the executor pickles its tasks in
+  a feeder thread (a copy with the GIL held) and writes them in 64 KiB pipe writes, each taking the GIL
+  back from the event loop. A large body is instead written by one ``write()`` call, in a helper thread
+  that releases the GIL for the kernel copy, to a file in ``/dev/shm`` (memory; the temporary directory
+  where it is missing); the worker reads it, and the checker removes it when the batch returns, whatever
+  its outcome (a process killed with SIGKILL can leave ``diffbench-body-*`` files behind). Measured on a
+  busy 2-core machine, 20 hand-offs of 8 MB bodies (trivial check) every 50 ms, the summed delay of a
+  1 ms ticker on the loop: 100-140 ms idle, 250-310 ms pickled, 190-200 ms through a file. Smaller
+  bodies are pickled.
 """
 
 from __future__ import annotations
@@ -36,10 +43,12 @@ import functools
 import multiprocessing
 import os
 import signal
+import tempfile
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 
 from diffbench.load.client.payload import Verdict
 
@@ -48,6 +57,7 @@ NICE = 10
 BATCH_BYTES = 1 << 20
 MAX_RESTARTS = 3
 WARM_TRIES = 5
+FILE_BYTES = 256 * 1024
 FAILED = "payload check failed in the client"
 
 Job = tuple[Callable[..., object], tuple[object, ...]]
@@ -58,16 +68,62 @@ def default_workers() -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
 
+@dataclass(frozen=True)
+class FileBody:
+    """A body handed over as a file (``path``, ``size`` bytes) instead of pickled bytes."""
+
+    path: str
+    size: int
+
+    def read(self) -> bytes:
+        """The body. Raises OSError when the file is gone or short."""
+        with open(self.path, "rb", buffering=0) as f:
+            data = f.read()
+        if len(data) != self.size:
+            raise OSError(f"{self.path}: {len(data)} bytes, expected {self.size}")
+        return data
+
+
+def _shm_dir() -> str:
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+
+
+def _write_body(body: bytes, directory: str) -> FileBody:
+    """Write ``body`` to a new file in ``directory`` (one ``write``: the GIL is released for the copy)."""
+    fd, path = tempfile.mkstemp(prefix="diffbench-body-", dir=directory)
+    try:
+        view, done = memoryview(body), 0
+        while done < len(body):
+            done += os.write(fd, view[done:])
+    except BaseException:
+        os.close(fd)
+        _remove(path)
+        raise
+    os.close(fd)
+    return FileBody(path, len(body))
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def _remove_written(fut: asyncio.Future[FileBody]) -> None:
+    if not fut.cancelled() and fut.exception() is None:
+        _remove(fut.result().path)
+
+
 def run_batch(jobs: Sequence[Job]) -> list[object]:
     """Run ``fn(*args)`` for each job in this (worker) process; an exception becomes a failed verdict.
 
-    A :class:`Verdict` result gets ``checked_pid`` set to this process's id, so callers and tests can see
-    where the check ran.
+    :class:`FileBody` arguments are read first. A :class:`Verdict` result gets ``checked_pid`` set to this
+    process's id, so callers and tests can see where the check ran.
     """
     pid = os.getpid()
     out: list[object] = []
     for fn, args in jobs:
         try:
+            args = tuple(a.read() if isinstance(a, FileBody) else a for a in args)
             res = fn(*args)
         except Exception as exc:  # a checker failure is a verdict, never lost
             res = Verdict(False, f"{FAILED}: {type(exc).__name__}: {exc}"[:300])
@@ -109,14 +165,20 @@ class PayloadChecker:
         window_s: seconds a check may wait for others to share its task (>= 0).
         batch_bytes: a task is sent at once when its queued bodies reach this many bytes.
         max_restarts: broken pools replaced before every later check fails.
+        file_bytes: a ``bytes`` first argument of at least this size is handed over as a file (None: never).
     """
 
     def __init__(self, workers: int | None = None, *, window_s: float = WINDOW_S,
-                 batch_bytes: int = BATCH_BYTES, max_restarts: int = MAX_RESTARTS) -> None:
+                 batch_bytes: int = BATCH_BYTES, max_restarts: int = MAX_RESTARTS,
+                 file_bytes: int | None = FILE_BYTES) -> None:
         self.workers = default_workers() if workers is None else workers
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
         self.window_s, self.batch_bytes, self.max_restarts = window_s, batch_bytes, max_restarts
+        self.file_bytes = file_bytes
+        self.files_written = 0
+        self._dir = _shm_dir()
+        self._writer: ThreadPoolExecutor | None = None
         self.restarts = 0
         self.batches = 0
         self._pool: ProcessPoolExecutor | None = None
@@ -178,6 +240,19 @@ class PayloadChecker:
         if self._closed or self._pool is None:
             return Verdict(False, f"{FAILED}: the checker is not running")
         loop = asyncio.get_running_loop()
+        if self.file_bytes is not None and args and isinstance(args[0], bytes) and len(args[0]) >= self.file_bytes:
+            if self._writer is None:
+                self._writer = ThreadPoolExecutor(1, thread_name_prefix="diffbench-body-writer")
+            written = loop.run_in_executor(self._writer, _write_body, args[0], self._dir)
+            try:
+                ref = await written
+            except OSError as exc:  # a full /dev/shm: the check fails as data
+                return Verdict(False, f"{FAILED}: writing the body for the checker: {exc}"[:300])
+            except asyncio.CancelledError:  # the write still finishes in its thread: remove its file then
+                written.add_done_callback(_remove_written)
+                raise
+            self.files_written += 1
+            args = (ref, *args[1:])
         fut: asyncio.Future[object] = loop.create_future()
         self._pending.append(((fn, args), fut))
         self._pending_bytes += size
@@ -245,6 +320,11 @@ class PayloadChecker:
             raise
         except Exception as exc:  # pickling errors, a shut-down pool: counted, never raised
             results = [Verdict(False, f"{FAILED}: {type(exc).__name__}: {exc}"[:300]) for _ in batch]
+        finally:
+            for _, args in jobs:
+                for a in args:
+                    if isinstance(a, FileBody):
+                        _remove(a.path)
         if len(results) != len(batch):  # pragma: no cover - run_batch returns one result per job
             results = [Verdict(False, f"{FAILED}: {len(results)} results for {len(batch)} checks")] * len(batch)
         for (_, fut), res in zip(batch, results, strict=True):
@@ -257,13 +337,19 @@ class PayloadChecker:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        for _, fut in self._pending:
+        for (_, args), fut in self._pending:
             if not fut.done():
                 fut.set_result(Verdict(False, f"{FAILED}: the checker was closed"))
+            for a in args:
+                if isinstance(a, FileBody):
+                    _remove(a.path)
         self._pending = []
         for task in list(self._inflight):
             task.cancel()
         pool, self._pool = self._pool, None
+        loop = asyncio.get_running_loop()
         if pool is not None:
-            loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, functools.partial(pool.shutdown, wait=True, cancel_futures=True))
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.shutdown(wait=True)
