@@ -120,7 +120,10 @@ def test_a_worker_killed_while_idle_is_replaced_before_the_next_check():
         try:
             (pid,) = checker.pids
             os.kill(pid, signal.SIGKILL)
-            await asyncio.sleep(0.5)  # the executor notices the death and marks the pool broken
+            for _ in range(200):  # until the executor has noticed the death and marked the pool broken
+                if getattr(checker._pool, "_broken", False):
+                    break
+                await asyncio.sleep(0.05)
             v = await asyncio.wait_for(checker.run(check_images, *good), 60)
             return pid, v, checker.restarts
         finally:
