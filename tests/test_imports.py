@@ -1,4 +1,4 @@
-"""Fast start: importing diffbench and `diffbench --help` never import torch, diffusers or httpx."""
+"""Fast start: importing diffbench and `diffbench --help` never import torch, diffusers, httpx or aiohttp."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-HEAVY = ("torch", "diffusers", "transformers", "httpx")
+HEAVY = ("torch", "diffusers", "transformers", "httpx", "aiohttp")
 
 
 def _loaded_after(code: str) -> set[str]:

@@ -7,7 +7,10 @@ The first path segment selects the behaviour, so one server serves every mode:
 Modes: ``ok`` (PNG of the requested size after ``delay_s``, honouring a pause window), ``r429`` (429 with
 ``Retry-After: 3``), ``r503`` (503 without it), ``r500``, ``badjson`` (truncated JSON), ``badimg`` (valid
 base64 that is not an image), ``wrongsize`` (an image 8 px wider than asked), ``reset`` (closes the
-connection without answering), ``stall`` (never answers), ``noise`` / ``noisewrong`` (an incompressible PNG, of the requested size /
+connection without answering), ``short`` (announces a longer body than it sends, then closes),
+``gzip`` (an ``ok`` answer gzip-compressed although the client asked for ``identity``), ``r301`` (a
+redirect to ``ok``), ``stall`` (never answers), ``noise`` / ``noisewrong`` (an incompressible PNG, of the
+requested size /
 8 px wider: large bodies checked in the worker pool), ``mix`` (cycles through ``MIX_CYCLE``),
 ``mix60`` (cycles through ``MIX60_CYCLE``: 60 % failures), ``vid`` (video jobs finishing after ``video_s``), ``vidstuck`` (jobs that never finish), ``vidmp4`` (a real
 MP4 with the requested frame count, reported in the job), ``vidmp4short`` (one frame missing from the MP4)
@@ -52,6 +55,8 @@ class FakeServer:
         self.requests = 0
         self.polls = 0
         self.last_headers: dict[str, str] = {}
+        self.create_headers: dict[str, str] = {}
+        self.create_body = b""
         self._jobs: dict[str, tuple[float | None, int, int]] = {}
         self._ids = itertools.count()
         self._mix = itertools.count()
@@ -167,11 +172,19 @@ class FakeServer:
         if mode == "reset":
             writer.transport.abort()
             return False
+        if mode == "short":
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+                         b'{"data": [')
+            await writer.drain()
+            writer.transport.abort()
+            return False
         if mode == "stall":
             await asyncio.sleep(3600)
             return False
         if mode == "r429":
             return await self._send(writer, 429, b'{"error":"overloaded"}', "Retry-After: 3\r\n")
+        if mode == "r301":
+            return await self._send(writer, 301, b"", f"Location: /ok{path}\r\n")
         if mode == "r503":
             return await self._send(writer, 503, b'{"error":"not ready"}')
         if mode == "r500":
@@ -196,6 +209,10 @@ class FakeServer:
         out = {"created": 0, "data": [{"b64_json": b64}] * int(req.get("n", 1)),
                "stage_durations": {"denoise": 0.25, "vae_decode": 0.05}, "peak_memory_mb": 512.0,
                "service_time_s": time.perf_counter() - t_in}  # measured: what this server really held it
+        if mode == "gzip":
+            import gzip
+
+            return await self._send(writer, 200, gzip.compress(json.dumps(out).encode()), "Content-Encoding: gzip\r\n")
         return await self._send(writer, 200, json.dumps(out).encode())
 
     async def _video(self, mode: str, method: str, path: str, writer: asyncio.StreamWriter,
@@ -204,6 +221,7 @@ class FakeServer:
         parts = path.strip("/").split("/")  # v1 videos [id] [content]
         if method == "POST" and parts == ["v1", "videos"]:
             jid = f"video_{next(self._ids)}"
+            self.create_headers, self.create_body = dict(self.last_headers), body
             m = re.search(rb'num_frames"\s*(?:\r\n\r\n|:\s*)(\d+)', body)  # multipart form or JSON
             frames = int(m.group(1)) if m else 0
             self._jobs[jid] = (None if mode == "vidstuck" else now + self.video_s, frames, 0)

@@ -144,12 +144,12 @@ def test_headers_and_auto_rates():
         auto_rates(0.0)
 
 
-def test_importing_the_client_and_command_does_not_import_httpx_or_torch():
+def test_importing_the_client_and_command_does_not_import_aiohttp_httpx_or_torch():
     import subprocess
     import sys
 
     code = ("import sys, diffbench.load.client, diffbench.cli.load; "
-            "print(sorted(m for m in ('httpx', 'torch', 'diffusers', 'PIL') if m in sys.modules))")
+            "print(sorted(m for m in ('aiohttp', 'httpx', 'torch', 'diffusers', 'PIL') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -178,3 +178,23 @@ def test_mp4_frame_count_reads_the_sample_table():
         assert check_video(data, frames).ok and not check_video(data, frames + 1).ok
     header_only = b"\x00\x00\x00\x18ftypmp42\x00\x00\x00\x00mp42isom"
     assert mp4_frame_count(header_only) is None and check_video(header_only, 5).ok  # unknown, not zero
+
+
+def test_decode_body_removes_the_content_encoding():
+    import gzip
+    import zlib
+
+    from diffbench.load.client.payload import decode_body
+
+    raw = json.dumps({"data": [1, 2, 3]}).encode() * 50
+    co = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    raw_deflate = co.compress(raw) + co.flush()
+    assert decode_body(raw, None) == decode_body(raw, "identity") == raw
+    assert decode_body(gzip.compress(raw), "gzip") == decode_body(gzip.compress(raw), "X-GZIP") == raw
+    assert decode_body(zlib.compress(raw), "deflate") == decode_body(raw_deflate, "deflate") == raw
+    with pytest.raises(ValueError, match="unsupported Content-Encoding 'br'"):
+        decode_body(raw, "br")
+    with pytest.raises(ValueError, match="does not decompress"):
+        decode_body(b"not gzip", "gzip")
+    v = check_images(raw, 8, 8, 1, encoding="br")
+    assert not v.ok and "unsupported Content-Encoding" in v.error

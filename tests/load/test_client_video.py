@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -29,7 +30,7 @@ def _video(url: str, *, timeout: float, n: int = 2, delete_abandoned: bool = Fal
     return asyncio.run(go())
 
 
-@pytest.mark.parametrize("dialect", ["vllm-omni", "sglang"])
+@pytest.mark.parametrize("dialect", ["vllm-omni", "sglang", "openai"])
 def test_video_job_completes_after_polling(fake, dialect):
     fake.video_s = 0.3
     run, _ = _video(fake.url("vid"), timeout=5.0, dialect=dialect)
@@ -40,6 +41,14 @@ def test_video_job_completes_after_polling(fake, dialect):
         assert 0.3 <= lat <= 0.3 + 0.05 + 0.1
         assert r.server_stages_s == {"denoise": 0.2}
     assert fake.polls >= 2 * 5  # ~0.3 / 0.05 polls per job
+    ctype = fake.create_headers["content-type"]
+    if dialect == "sglang":  # JSON, as SGLang takes it
+        assert ctype == "application/json" and json.loads(fake.create_body)["num_frames"] == 5
+    else:  # a multipart form with a Content-Length (not chunked), as the videos API takes it
+        assert ctype.startswith("multipart/form-data; boundary=")
+        assert int(fake.create_headers["content-length"]) == len(fake.create_body)
+        assert b'name="size"\r\n' in fake.create_body and b"\r\n\r\n64x48\r\n" in fake.create_body
+        assert (b'name="num_frames"' in fake.create_body) == (dialect == "vllm-omni")  # openai: not sent
 
 
 def test_video_job_never_completing_times_out_and_is_not_deleted(fake):

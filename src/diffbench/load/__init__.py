@@ -1,6 +1,6 @@
 """Load testing of diffusion services: arrival schedules, open/closed-loop runners, summaries, knee, simulator.
 
-Modules (import what you need; this package imports nothing heavy and never torch, diffusers or httpx):
+Modules (import what you need; this package imports nothing heavy and never torch, diffusers, httpx or aiohttp):
 
 - :mod:`diffbench.load.schedules`: seeded arrival schedules as absolute times, and the shared CLI syntax.
 - :mod:`diffbench.load.summary`: :class:`~diffbench.load.summary.RateSummary` per rate and divergence check.

@@ -1,7 +1,7 @@
 """The HTTP load client of ``diffbench load``: open- and closed-loop runners, serving-API dialects,
 workload files, outcome classification and the sweep driver.
 
-Importing this package does not import httpx (it is imported inside the functions that send requests).
+Importing this package does not import aiohttp (it is imported inside the functions that send requests).
 """
 
 from __future__ import annotations

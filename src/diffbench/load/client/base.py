@@ -25,6 +25,7 @@ class Attempt:
     ``sent_s``: handed to the transport (the body is serialized before). ``first_byte_s``: response
     headers received (for video jobs: the create call's response). ``done_s``: the last byte of the
     response (for video jobs: of the content download), or the moment the deadline fired.
+    ``body_encoding``: the ``Content-Encoding`` of ``body`` (None: identity), removed by the check.
     """
 
     sent_s: float | None = None
@@ -35,6 +36,7 @@ class Attempt:
     retry_after_s: float | None = None
     error: str | None = None
     body: bytes | None = None
+    body_encoding: str | None = None
     stages_s: dict[str, float] = field(default_factory=dict)
     peak_memory_bytes: int | None = None
     job_id: str | None = None

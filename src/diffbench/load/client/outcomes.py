@@ -1,6 +1,6 @@
 """Classify what happened to one request into an outcome (see :data:`diffbench.core.records.OUTCOMES`).
 
-Third-party (httpx) exceptions are translated here, at one boundary; nothing else in the client looks at
+Third-party (aiohttp) exceptions are translated here, at one boundary; nothing else in the client looks at
 exception classes. Rules (serving-apis.md §5):
 
 - 2xx → ``ok`` (the payload is checked later, outside the timed region, and may become ``invalid_payload``);
@@ -76,34 +76,45 @@ def classify_status(status: int, retry_after: str | None = None) -> Classified:
     return Classified("http_error", status=status, error=f"HTTP {status}")
 
 
-def _is_tls(exc: BaseException) -> bool:
+def _is_tls(exc: BaseException, tls_errors: tuple[type[BaseException], ...]) -> bool:
+    """A TLS error anywhere in the exception's chain (aiohttp wraps them in its connector errors)."""
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
-        if isinstance(cur, ssl.SSLError):
+        if isinstance(cur, tls_errors):
             return True
         cur = cur.__cause__ or cur.__context__
-    return "SSL" in str(exc) or "certificate" in str(exc).lower()
+    return False
 
 
 def classify_exception(exc: BaseException) -> Classified:
     """Outcome of an exception raised while sending a request or reading its response.
 
-    httpx timeouts and :class:`TimeoutError` → ``timeout``; :class:`asyncio.CancelledError` →
-    ``cancelled``; httpx transport errors (connect, read, write, protocol) and OS errors →
-    ``connection_error`` (a TLS failure says ``TLS:`` in the error). Anything else is also recorded as
-    ``connection_error`` with its class name, so an unexpected client failure is counted, never dropped.
+    - :class:`asyncio.CancelledError` → ``cancelled``;
+    - :class:`TimeoutError` (the per-request deadline; aiohttp's ``ServerTimeoutError`` derives from it)
+      → ``timeout``;
+    - a TLS failure (an :class:`ssl.SSLError` in the chain: ``ClientConnectorCertificateError``,
+      ``ClientConnectorSSLError``, a TLS handshake against a plain-HTTP server) → ``connection_error``
+      with ``TLS:`` in the error;
+    - aiohttp connection errors (refused/unreachable ``ClientConnectorError``, ``ServerDisconnectedError``,
+      ``ClientOSError`` such as a reset, ``ClientPayloadError`` for a body cut short, a malformed response
+      ``ClientResponseError``, ``InvalidURL``) and OS errors → ``connection_error``;
+    - anything else is also ``connection_error`` with ``unexpected`` and its class name, so an unexpected
+      client failure is counted, never dropped.
     """
-    import httpx
+    import aiohttp
 
     name = type(exc).__name__
     detail = str(exc).strip() or name
     if isinstance(exc, asyncio.CancelledError):
         return Classified("cancelled", error="cancelled at the end of the run")
-    if isinstance(exc, (httpx.TimeoutException, TimeoutError)):
+    if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):  # distinct classes before Python 3.11
         return Classified("timeout", error=f"{name}: {detail}"[:300])
-    if isinstance(exc, (httpx.TransportError, OSError)):
-        prefix = "TLS: " if _is_tls(exc) else ""
-        return Classified("connection_error", error=f"{prefix}{name}: {detail}"[:300])
+    if _is_tls(exc, (ssl.SSLError, aiohttp.ClientSSLError)):
+        return Classified("connection_error", error=f"TLS: {name}: {detail}"[:300])
+    if isinstance(exc, aiohttp.InvalidURL):
+        return Classified("connection_error", error=f"invalid URL: {name}: {detail}"[:300])
+    if isinstance(exc, (aiohttp.ClientError, OSError)):
+        return Classified("connection_error", error=f"{name}: {detail}"[:300])
     return Classified("connection_error", error=f"unexpected {name}: {detail}"[:300])

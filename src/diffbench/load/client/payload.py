@@ -6,8 +6,10 @@ is valid when it is non-empty, starts like an ISO-BMFF/MP4 file (an ``ftyp`` box
 requested number of frames (read from the MP4 sample table and from the job's ``num_frames``; the client
 does not decode video frames).
 
-These functions are pure and CPU-bound: the runners call them in a worker thread so a large payload does
-not stall the dispatch clock.
+These functions are pure and CPU-bound. :class:`~diffbench.load.client.http.HttpBackend` runs
+:func:`check_images` in worker processes (:mod:`diffbench.load.client.checker`), never on the measuring
+event loop; :func:`check_video` walks the MP4 box headers only (no decoding, no copy: microseconds for the
+few dozen boxes of a generated clip), so it runs on the loop and saves copying the whole file to a worker.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import base64
 import binascii
 import io
 import json
+import zlib
 from dataclasses import dataclass, field
 
 from diffbench.errors import require
@@ -32,6 +35,31 @@ class Verdict:
     peak_memory_bytes: int | None = None
     job_id: str | None = None
     job_status: str | None = None
+    checked_pid: int | None = None
+    """Process id of the process that ran the check (set by the checker's workers)."""
+
+
+def decode_body(body: bytes, encoding: str | None) -> bytes:
+    """``body`` with its HTTP ``Content-Encoding`` removed (the client asks for ``identity``; a server may
+    compress anyway). Supports ``identity``, ``gzip``/``x-gzip`` and ``deflate`` (zlib or raw).
+
+    Raises:
+        ValueError: an unsupported encoding, or a body that does not decompress.
+    """
+    enc = (encoding or "identity").strip().lower()
+    if enc in ("", "identity"):
+        return body
+    try:
+        if enc in ("gzip", "x-gzip"):
+            return zlib.decompress(body, wbits=16 + zlib.MAX_WBITS)
+        if enc == "deflate":
+            try:
+                return zlib.decompress(body)
+            except zlib.error:
+                return zlib.decompress(body, wbits=-zlib.MAX_WBITS)
+    except zlib.error as exc:
+        raise ValueError(f"Content-Encoding {enc} body does not decompress: {exc}") from None
+    raise ValueError(f"unsupported Content-Encoding {encoding!r}")
 
 
 def parse_json(body: bytes) -> tuple[dict[str, object] | None, str | None]:
@@ -66,15 +94,21 @@ def _check_image(b64: object, width: int, height: int) -> str | None:
     return None
 
 
-def check_images(body: bytes, width: int, height: int, n: int, decode: bool = True) -> Verdict:
+def check_images(body: bytes, width: int, height: int, n: int, decode: bool = True,
+                 encoding: str | None = None) -> Verdict:
     """Check an images-API response body.
 
     Args:
-        body: the raw response body.
+        body: the raw response body (as received: ``encoding`` is removed here).
         width, height: the requested size in pixels.
         n: the requested number of images.
         decode: False skips base64/image decoding (JSON shape and server timings are still read).
+        encoding: the response's ``Content-Encoding`` (None: identity).
     """
+    try:
+        body = decode_body(body, encoding)
+    except ValueError as exc:
+        return Verdict(False, str(exc))
     obj, err = parse_json(body)
     if obj is None:
         return Verdict(False, err)
