@@ -189,6 +189,8 @@ def test_request_rate_inf_is_a_burst(fake, tmp_path, capsys):
     assert res["conditions"]["arrival"].startswith("burst") and res["conditions"]["max_inflight"] == "2"
     assert "Infinity" not in (tmp_path / "r.json").read_text()
     assert "burst of 5" in capsys.readouterr().out
+    lines = [json.loads(x) for x in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert {x["run"] for x in lines} == {"burst"}
 
 
 def test_goodput_constraints_end_to_end(fake, tmp_path):

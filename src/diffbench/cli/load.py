@@ -1,7 +1,7 @@
 """``diffbench load``: open- or closed-loop load test of a diffusion service, with a rate sweep and the knee.
 
 Without ``--url`` it starts the reference service (``diffbench serve``) on loopback and targets it.
-Heavy imports (httpx, the service) happen inside the command.
+Heavy imports (aiohttp, the service) happen inside the command.
 """
 
 from __future__ import annotations
@@ -388,9 +388,13 @@ def _executor(o: LoadOptions, target: object) -> object | None:
     in this process on ``backend``)."""
     if o.workers <= 1:
         return None
+    import os
+
     from diffbench.load.client.executor import WorkerPool
 
-    return WorkerPool(target, workers=o.workers)
+    # Each worker checks payloads in its own pool; together they get about one process per core.
+    per_worker = max(1, (os.cpu_count() or 1) // o.workers)
+    return WorkerPool(target, workers=o.workers, backend_options={"check_workers": per_worker})
 
 
 async def _close(obj: object) -> None:

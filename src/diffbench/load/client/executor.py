@@ -117,7 +117,8 @@ class LoadExecutor(Protocol):
     async def open_loop(self, schedule: np.ndarray, specs: Sequence[RequestSpec], *, offered_rate: float | None,
                         duration_s: float, max_inflight: int | None = None, drain_s: float = 10.0,
                         control: RunControl | None = None, sink: JsonlSink | None = None,
-                        on_record: OnRecord | None = None, on_sent: OnSent | None = None) -> RunResult:
+                        on_record: OnRecord | None = None, on_sent: OnSent | None = None,
+                        run_label: str | None = None) -> RunResult:
         """As :func:`~diffbench.load.client.runners.run_open_loop`."""
 
     async def closed_loop(self, users: int, planner: RequestPlanner, *, duration_s: float,
@@ -138,10 +139,12 @@ class InProcess:
     async def open_loop(self, schedule: np.ndarray, specs: Sequence[RequestSpec], *, offered_rate: float | None,
                         duration_s: float, max_inflight: int | None = None, drain_s: float = 10.0,
                         control: RunControl | None = None, sink: JsonlSink | None = None,
-                        on_record: OnRecord | None = None, on_sent: OnSent | None = None) -> RunResult:
+                        on_record: OnRecord | None = None, on_sent: OnSent | None = None,
+                        run_label: str | None = None) -> RunResult:
         return await run_open_loop(schedule, specs, self.backend, offered_rate=offered_rate,
                                    duration_s=duration_s, max_inflight=max_inflight, drain_s=drain_s,
-                                   control=control, sink=sink, on_record=on_record, on_sent=on_sent)
+                                   control=control, sink=sink, on_record=on_record, on_sent=on_sent,
+                                   run_label=run_label)
 
     async def closed_loop(self, users: int, planner: RequestPlanner, *, duration_s: float,
                           think_time_s: float = 0.0, drain_s: float = 10.0, control: RunControl | None = None,
@@ -323,7 +326,8 @@ class WorkerPool:
     async def open_loop(self, schedule: np.ndarray, specs: Sequence[RequestSpec], *, offered_rate: float | None,
                         duration_s: float, max_inflight: int | None = None, drain_s: float = 10.0,
                         control: RunControl | None = None, sink: JsonlSink | None = None,
-                        on_record: OnRecord | None = None, on_sent: OnSent | None = None) -> RunResult:
+                        on_record: OnRecord | None = None, on_sent: OnSent | None = None,
+                        run_label: str | None = None) -> RunResult:
         """As :func:`~diffbench.load.client.runners.run_open_loop`, split over the workers.
 
         Raises:
@@ -344,7 +348,7 @@ class WorkerPool:
                           "max_inflight": caps[w], "drain_s": drain_s, "hdr": hdr,
                           "spin_tail_s": self.spin_tail_s})
                 for w, (times, part) in enumerate(split_open(schedule, specs, self.workers))]
-        run = f"rate={offered_rate:g}" if offered_rate is not None else "trace"
+        run = run_label or (f"rate={offered_rate:g}" if offered_rate is not None else "trace")
         return await self._run(jobs, [len(j[1]["specs"]) for j in jobs], "open", run, duration_s=duration_s,
                                drain_s=drain_s, control=control, sink=sink, on_record=on_record,
                                on_sent=on_sent, offered_rate=offered_rate, users=None, planner=None)

@@ -236,6 +236,7 @@ async def run_open_loop(
     on_sent: OnSent | None = None,
     t0_ns: int | None = None,
     spin_tail_s: float = SPIN_TAIL_S,
+    run_label: str | None = None,
 ) -> RunResult:
     """Dispatch ``specs[i]`` at ``schedule[i]`` seconds after the start, whatever is in flight.
 
@@ -254,6 +255,7 @@ async def run_open_loop(
         t0_ns: the run start on ``time.perf_counter_ns`` (shared by the processes of a
             :class:`~diffbench.load.client.executor.WorkerPool`); None: :data:`START_DELAY_S` from now.
         spin_tail_s: busy-wait tail of each wait (seconds, >= 0; 0 = plain sleeps), see :data:`SPIN_TAIL_S`.
+        run_label: the JSONL ``run`` of these records (default ``rate=R``, or ``trace`` without a rate).
 
     Raises:
         UsageError: mismatched lengths, a non-positive duration or cap.
@@ -265,7 +267,7 @@ async def run_open_loop(
     if max_inflight is not None and max_inflight < 1:
         raise UsageError(f"--max-inflight must be >= 1, got {max_inflight}")
     control = control or RunControl()
-    run = f"rate={offered_rate:g}" if offered_rate is not None else "trace"
+    run = run_label or (f"rate={offered_rate:g}" if offered_rate is not None else "trace")
     recorder = _Recorder(run, "open", offered_rate, sink, on_record)
     sem = asyncio.Semaphore(max_inflight) if max_inflight else None
     times_arr = np.asarray(schedule, dtype=np.float64)

@@ -340,7 +340,8 @@ async def run_sweep(
             try:
                 run = await executor.open_loop(times, specs, offered_rate=offered, duration_s=window,
                                                max_inflight=cfg.max_inflight, drain_s=cfg.drain_s,
-                                               control=control, sink=sink, **hooks)
+                                               control=control, sink=sink, run_label="burst" if burst else None,
+                                               **hooks)
             finally:
                 if monitor is not None:
                     monitor.end()
