@@ -278,3 +278,42 @@ def test_large_bodies_go_through_a_file_that_is_removed_afterwards(tmp_path):
     assert [(v.ok, v.error) for v in got] == [(check_images(*b).ok, check_images(*b).error) for b in bodies]
     assert written == 6 and left_ok == [] and left_crash == []
     assert all(not v.ok and "a checker process died" in v.error for v in crashed)
+
+
+def test_check_workers_exit_when_their_parent_is_killed(tmp_path):
+    """A load process killed with SIGKILL (the OOM killer, a killed --workers process) never shuts its
+    pool down; its check workers must not live on as orphans (they ignore Ctrl-C)."""
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "killed.py"
+    script.write_text(
+        "import asyncio, os, signal\n"
+        "from diffbench.load.client.checker import PayloadChecker\n"
+        "async def main():\n"
+        "    c = PayloadChecker(2)\n"
+        "    await c.start()\n"
+        "    print(' '.join(map(str, c.pids)), flush=True)\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "if __name__ == '__main__':\n"
+        "    asyncio.run(main())\n")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    pids = [int(p) for p in proc.stdout.split()]
+    assert len(pids) == 2
+
+    def alive(pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:  # a zombie is gone for our purpose
+                return fh.read().split(")")[-1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    deadline = time.monotonic() + 10 * 0.5 + 5  # PARENT_POLL_S polls, generously
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [p for p in pids if alive(p)]
+    for p in left:
+        os.kill(p, signal.SIGKILL)
+    assert not left, f"check workers {left} outlived their killed parent"

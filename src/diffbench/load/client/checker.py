@@ -44,6 +44,7 @@ import multiprocessing
 import os
 import signal
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
@@ -133,14 +134,31 @@ def run_batch(jobs: Sequence[Job]) -> list[object]:
     return out
 
 
+PARENT_POLL_S = 0.5
+"""How often a check worker looks whether its parent is still alive (seconds)."""
+
+
+def _watch_parent(parent: int) -> None:
+    """Exit when the parent process is gone. A killed parent (SIGKILL, the OOM killer) never shuts the pool
+    down, and the workers' task queue never reports EOF (each worker holds its write end too), so without
+    this watch they would wait forever, ignoring Ctrl-C."""
+    while True:
+        time.sleep(PARENT_POLL_S)
+        if os.getppid() != parent:
+            os._exit(0)
+
+
 def _init_worker() -> None:
-    """Worker initializer: a lower scheduling priority than the measuring process, and Ctrl-C ignored (the
+    """Worker initializer: a lower scheduling priority than the measuring process, Ctrl-C ignored (the
     terminal sends SIGINT to the whole process group; the parent drains its run, then shuts the workers
-    down, and a check of the drain must not fail because its worker was interrupted)."""
+    down, and a check of the drain must not fail because its worker was interrupted), and an exit when the
+    parent dies (:func:`_watch_parent`)."""
     with contextlib.suppress(OSError, AttributeError):
         os.nice(NICE)
     with contextlib.suppress(OSError, ValueError):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_watch_parent, args=(os.getppid(),), name="diffbench-check-parent-watch",
+                     daemon=True).start()
 
 
 def _warm(hold_s: float) -> int:
