@@ -180,8 +180,7 @@ async def run_bare_httpx(url: str, schedule: np.ndarray, body: bytes, timeout_s:
             tasks = []
             t0 = ns() + 5_000_000
             for rec, t in zip(records, times, strict=True):
-                delay = (t0 - ns()) / 1e9 + t
-                if delay > 0:
+                while (delay := (t0 - ns()) / 1e9 + t) > 0:  # never early (uvloop may wake early)
                     await asyncio.sleep(delay)
                 tasks.append(asyncio.get_running_loop().create_task(one(rec)))
             if tasks:

@@ -83,3 +83,14 @@ def test_full_collections_are_kept_out_of_the_window_and_restored(fake):
 def test_bad_timeout_is_refused():
     with pytest.raises(ValueError, match="timeout_s"):
         _run("http://127.0.0.1:9", constant(1.0, 1.0), timeout_s=0)
+
+
+def test_never_sends_early_on_uvloop(fake):
+    """uvloop's timers are whole milliseconds rounded to nearest, so one sleep can wake before the due time;
+    the peer must re-sleep, or its lag (and every ratio against it) would look better than on schedule."""
+    uvloop = pytest.importorskip("uvloop")
+    # offsets 0.4 ms past whole milliseconds: the sleep that rounds to nearest wakes ~0.4 ms early
+    schedule = np.arange(150) * 0.0034 + 0.0004
+    res = uvloop.run(run_bare(fake.url("ok"), schedule, BODY, 5.0))
+    lag = res.lag_s()
+    assert lag.size == 150 and lag.min() >= 0.0, f"{int((lag < 0).sum())} requests sent early"

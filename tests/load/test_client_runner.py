@@ -281,3 +281,16 @@ def test_shared_start_time_and_closed_loop_on_sent():
     closed = asyncio.run(run_closed_loop(2, RequestPlanner(default_workload(8, 8, 1), ["x"]).next,
                                          _NullBackend(log), duration_s=0.02, on_sent=lags.append))
     assert len(lags) == closed.dispatched > 0 and set(lags) == {0.0}
+
+
+@pytest.mark.parametrize("spin_tail_s", [0.0, 0.001])
+def test_never_sends_early_on_uvloop_with_or_without_the_tail(spin_tail_s):
+    """uvloop's timers are whole milliseconds rounded to nearest: one plain sleep can wake up to 0.5 ms
+    before the due time. With or without the busy-wait tail, no request may be sent before it is due."""
+    uvloop = pytest.importorskip("uvloop")
+    times = np.arange(150) * 0.0034 + 0.0004  # 0.4 ms past whole milliseconds: rounding wakes early
+    specs = RequestPlanner(default_workload(8, 8, 1), ["x"]).take(len(times))
+    run = uvloop.run(run_open_loop(times, specs, _NullBackend([]), offered_rate=None, duration_s=0.6,
+                                   spin_tail_s=spin_tail_s))
+    lags = [r.lag_s for r in run.records]
+    assert len(lags) == 150 and min(lags) >= 0.0, f"{sum(lag < 0 for lag in lags)} requests sent early"

@@ -137,8 +137,8 @@ async def _dispatch(session: aiohttp.ClientSession, url: str, schedule_s: np.nda
     tasks: list[asyncio.Task[None]] = []
     t0_ns = ns() + int(START_DELAY_S * 1e9)
     for rec, t in zip(records, times, strict=True):
-        delay = (t0_ns - ns()) / 1e9 + t
-        if delay > 0:
+        # re-sleep until due: uvloop's timers are whole milliseconds rounded to nearest and may wake early
+        while (delay := (t0_ns - ns()) / 1e9 + t) > 0:
             await asyncio.sleep(delay)
         tasks.append(loop.create_task(one(rec)))
     if tasks:

@@ -199,7 +199,9 @@ async def wait_until_ns(target_ns: int, spin_s: float = SPIN_TAIL_S) -> float:
     delay = target_ns - perf_ns()
     if delay > spin_ns:
         await asyncio.sleep((delay - spin_ns) * 1e-9)
-    if spin_ns <= 0:
+    if spin_ns <= 0:  # uvloop's ms timers round to nearest and may wake early: sleep again until due
+        while (delay := target_ns - perf_ns()) > 0:
+            await asyncio.sleep(delay * 1e-9)
         return 0.0
     t_spin = perf_ns()
     while perf_ns() < target_ns:
