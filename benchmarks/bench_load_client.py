@@ -52,9 +52,10 @@ import numpy as np
 
 from diffbench.core.records import RequestRecord
 from diffbench.load.client import HttpBackend, RequestPlanner, Target, default_workload, run_open_loop
-from diffbench.load.client.bare import BareRecord, BareResult, no_full_gc, run_bare
+from diffbench.load.client.bare import BareRecord, BareResult, run_bare
 from diffbench.load.client.dialects import IMAGES_PATH, image_body
 from diffbench.load.client.noop_server import ServerProcess, image_size_for, raise_nofile_limit
+from diffbench.load.client.runners import quiet_gc
 from diffbench.load.schedules import constant, poisson
 from diffbench.load.summary import RateSummary, summarize_rate
 
@@ -189,7 +190,7 @@ async def run_bare_httpx(url: str, schedule: np.ndarray, body: bytes, timeout_s:
 
         if warmup_s is not None and len(warmup_s):
             await dispatch(warmup_s)
-        with no_full_gc():
+        with quiet_gc():
             return await dispatch(schedule)
 
 

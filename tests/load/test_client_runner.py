@@ -294,3 +294,27 @@ def test_never_sends_early_on_uvloop_with_or_without_the_tail(spin_tail_s):
                                    spin_tail_s=spin_tail_s))
     lags = [r.lag_s for r in run.records]
     assert len(lags) == 150 and min(lags) >= 0.0, f"{sum(lag < 0 for lag in lags)} requests sent early"
+
+
+class _SlowCheckBackend(_NullBackend):
+    """Answers at once; its payload check takes ``check_s`` (as a busy checker pool would)."""
+
+    def __init__(self, check_s: float) -> None:
+        super().__init__([])
+        self.check_s = check_s
+
+    async def check(self, spec, a) -> None:
+        await asyncio.sleep(self.check_s)
+
+
+def test_closed_loop_user_does_not_wait_for_the_payload_check():
+    """The check is the tool's overhead, not the user's think time: a user sends its next request when the
+    response is complete, and every record still arrives (checked) before the run returns."""
+    check_s = 0.2
+    run = asyncio.run(run_closed_loop(1, RequestPlanner(default_workload(8, 8, 1), ["x"]).next,
+                                      _SlowCheckBackend(check_s), duration_s=0.5))
+    recs = sorted(run.records, key=lambda r: r.sent_s)
+    assert len(recs) == run.dispatched > 10  # waiting for 0.2 s checks would allow at most 3
+    gaps = [b.sent_s - a.done_s for a, b in zip(recs, recs[1:], strict=False)]
+    assert max(gaps) < check_s / 2, f"the user waited {max(gaps):.3f} s between a response and its next send"
+    assert all(r.outcome == "ok" for r in recs)

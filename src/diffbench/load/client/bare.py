@@ -24,16 +24,14 @@ callbacks, no retries (neither does the real client).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from diffbench.core.records import Outcome, RequestRecord
+from diffbench.load.client.runners import START_DELAY_S, quiet_gc
 
 if TYPE_CHECKING:
     import aiohttp
@@ -41,24 +39,6 @@ if TYPE_CHECKING:
 READ_BUFSIZE = 4 * 1024 * 1024
 """aiohttp's per-response read buffer in bytes (its 64 KiB default throttles multi-MB bodies;
 vllm-project/vllm #39963)."""
-START_DELAY_S = 0.005
-"""t0 is set this far in the future, as in the runners, so the first arrival is not late from setup."""
-FULL_GC_THRESHOLD = 1_000_000
-"""Oldest-generation threshold inside the measured window (young collections still run)."""
-
-
-@contextlib.contextmanager
-def no_full_gc() -> Iterator[None]:
-    """Full collections out of the window; objects alive before it frozen; restored afterwards."""
-    gc.collect()
-    gc.freeze()
-    old = gc.get_threshold()
-    gc.set_threshold(old[0], old[1], FULL_GC_THRESHOLD)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*old)
-        gc.unfreeze()
 
 
 @dataclass
@@ -174,8 +154,8 @@ async def run_bare(url: str, schedule_s: np.ndarray, body: bytes, timeout_s: flo
                                      auto_decompress=False, trust_env=False) as session:
         if warmup_s is not None and len(warmup_s):
             await _dispatch(session, url, warmup_s, body, timeout)
-        with no_full_gc():
+        with quiet_gc():
             return await _dispatch(session, url, schedule_s, body, timeout)
 
 
-__all__ = ["FULL_GC_THRESHOLD", "READ_BUFSIZE", "BareRecord", "BareResult", "no_full_gc", "run_bare"]
+__all__ = ["READ_BUFSIZE", "BareRecord", "BareResult", "run_bare"]

@@ -65,6 +65,7 @@ from diffbench.load.client.runners import (
     OnRecord,
     OnSent,
     RunResult,
+    check_closed_loop_args,
     run_closed_loop,
     run_open_loop,
     start_time_ns,
@@ -363,12 +364,7 @@ class WorkerPool:
             UsageError: as the runner.
             WorkerDied: a worker exited during the run.
         """
-        if users < 1:
-            raise UsageError(f"--users must be >= 1, got {users}")
-        if not duration_s > 0:
-            raise UsageError(f"--duration must be > 0 seconds, got {duration_s}")
-        if think_time_s < 0:
-            raise UsageError(f"--think-time must be >= 0 seconds, got {think_time_s}")
+        check_closed_loop_args(users, duration_s, think_time_s)
         hdr = self.uses_hdr(None)
         jobs = [("closed", {"users": u, "planner": planner, "duration_s": duration_s, "think_time_s": think_time_s,
                             "drain_s": drain_s, "hdr": hdr}) if u else None

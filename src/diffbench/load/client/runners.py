@@ -132,11 +132,14 @@ class _Recorder:
 
 
 async def _one_request(backend: Backend, spec: RequestSpec, intended: float, now: Callable[[], float],
-                       sem: asyncio.Semaphore | None, recorder: _Recorder, on_sent: OnSent | None) -> None:
+                       sem: asyncio.Semaphore | None, recorder: _Recorder, on_sent: OnSent | None,
+                       detached: set[asyncio.Task[None]] | None = None) -> None:
     """Send one request and record it, whatever happens (cancellation included).
 
     ``on_sent`` gets ``now() - intended`` (seconds) just before the backend's ``execute`` (the record's
-    ``sent_s`` is taken by the backend right after it serialized the body)."""
+    ``sent_s`` is taken by the backend right after it serialized the body). With ``detached`` (the closed
+    loop) the payload check and the record run in a task added to that set and this returns when the
+    response is complete, so the check never delays the user's next request."""
     a = Attempt()
     queue_s = 0.0
     phase = "queued"
@@ -153,20 +156,39 @@ async def _one_request(backend: Backend, spec: RequestSpec, intended: float, now
         finally:
             if sem is not None:
                 sem.release()
-        phase = "checking"
+    except asyncio.CancelledError:
+        a.outcome, a.done_s, a.body = "cancelled", None, None
+        a.error = "still in flight when the run stopped" if phase == "sending" else \
+            "still queued in the client when the run stopped"
+        abandon = getattr(backend, "abandon_cancelled", None)
+        if abandon is not None and a.job_id is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.shield(abandon(a))
+        _record(backend, spec, a, intended, queue_s, recorder)
+        return
+    if detached is None:
+        await _check_and_record(backend, spec, a, intended, queue_s, recorder)
+        return
+    task = asyncio.get_running_loop().create_task(_check_and_record(backend, spec, a, intended, queue_s,
+                                                                    recorder))
+    detached.add(task)
+    task.add_done_callback(detached.discard)
+
+
+async def _check_and_record(backend: Backend, spec: RequestSpec, a: Attempt, intended: float, queue_s: float,
+                            recorder: _Recorder) -> None:
+    """The payload check of a finished attempt (outside the timed region), then its record; a stop during
+    the check records the attempt with "payload not checked"."""
+    try:
         await backend.check(spec, a)
     except asyncio.CancelledError:
-        if phase == "checking":
-            a.body = None
-            a.error = (a.error + "; " if a.error else "") + "payload not checked (run stopped)"
-        else:
-            a.outcome, a.done_s, a.body = "cancelled", None, None
-            a.error = "still in flight when the run stopped" if phase == "sending" else \
-                "still queued in the client when the run stopped"
-            abandon = getattr(backend, "abandon_cancelled", None)
-            if abandon is not None and a.job_id is not None:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await asyncio.shield(abandon(a))
+        a.body = None
+        a.error = (a.error + "; " if a.error else "") + "payload not checked (run stopped)"
+    _record(backend, spec, a, intended, queue_s, recorder)
+
+
+def _record(backend: Backend, spec: RequestSpec, a: Attempt, intended: float, queue_s: float,
+            recorder: _Recorder) -> None:
     label = getattr(backend, "label", None)  # the backend knows what its dialect really sends
     shape = label(spec) if label is not None else spec.shape.label()
     recorder.add(a.to_record(id=spec.index, rate=recorder.rate, shape=shape, intended_s=intended,
@@ -316,6 +338,20 @@ async def run_open_loop(
                      records=sorted(recorder.records, key=lambda r: r.id))
 
 
+def check_closed_loop_args(users: int, duration_s: float, think_time_s: float) -> None:
+    """Refuse a closed loop that cannot run.
+
+    Raises:
+        UsageError: ``users`` < 1, a non-positive duration or a negative think time (seconds).
+    """
+    if users < 1:
+        raise UsageError(f"--users must be >= 1, got {users}")
+    if not duration_s > 0:
+        raise UsageError(f"--duration must be > 0 seconds, got {duration_s}")
+    if think_time_s < 0:
+        raise UsageError(f"--think-time must be >= 0 seconds, got {think_time_s}")
+
+
 async def run_closed_loop(
     users: int,
     next_spec: Callable[[], RequestSpec],
@@ -339,12 +375,7 @@ async def run_closed_loop(
     Raises:
         UsageError: ``users`` < 1, a non-positive duration or a negative think time.
     """
-    if users < 1:
-        raise UsageError(f"--users must be >= 1, got {users}")
-    if not duration_s > 0:
-        raise UsageError(f"--duration must be > 0 seconds, got {duration_s}")
-    if think_time_s < 0:
-        raise UsageError(f"--think-time must be >= 0 seconds, got {think_time_s}")
+    check_closed_loop_args(users, duration_s, think_time_s)
     control = control or RunControl()
     recorder = _Recorder(f"users={users}", "closed", None, sink, on_record)
     sent_hook = None if on_sent is None else (lambda _lag: on_sent(0.0))
@@ -358,17 +389,19 @@ async def run_closed_loop(
             if ready >= duration_s:
                 return
             count += 1
-            await _one_request(backend, next_spec(), ready, now, None, recorder, sent_hook)
+            await _one_request(backend, next_spec(), ready, now, None, recorder, sent_hook, checks)
             if think_time_s > 0:
                 await asyncio.sleep(think_time_s)
 
     loop = asyncio.get_running_loop()
     with quiet_gc():
         now = make_clock(start_time_ns() if t0_ns is None else int(t0_ns))
+        checks: set[asyncio.Task[None]] = set()  # payload checks run beside the users (never between requests)
         tasks: set[asyncio.Task[None]] = {loop.create_task(user()) for _ in range(users)}
         finished = await control.interruptible(asyncio.wait(set(tasks)))
         stop_at = now()
         await _drain(tasks, control, drain_s)
+        await _drain(checks, control, drain_s)
     window = duration_s if finished and not control.stopped else max(min(stop_at, duration_s), 1e-9)
     return RunResult(mode="closed", users=users, duration_s=window, elapsed_s=now(), planned=count,
                      dispatched=count, interrupted=control.stopped,
