@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import threading
+from pathlib import Path
 
 import pytest
 
@@ -60,3 +63,36 @@ def test_write_json_atomic_does_not_create_directories(tmp_path):
     with pytest.raises(InputError, match="cannot write"):
         write_json_atomic(tmp_path / "missing" / "r.json", {"a": 1})
     assert not (tmp_path / "missing").exists()
+
+
+def test_atomic_writes_never_replace_a_device_fifo_or_symlink(tmp_path):
+    """``--json /dev/null`` (or a FIFO, or a symlink) must stay what it is: the temp-file-and-rename writer
+    used to replace it with a regular file."""
+    import stat
+
+    from diffbench.core.jsonio import write_json_atomic, write_text_atomic
+
+    write_json_atomic("/dev/null", {"a": 1})
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+    target = tmp_path / "real.json"
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    write_json_atomic(link, {"a": 2})
+    assert link.is_symlink() and json.loads(target.read_text()) == {"a": 2}
+
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
+    reader.start()
+    write_text_atomic(fifo, "x,y\n")
+    reader.join(10)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and got == ["x,y\n"]
+
+
+def test_a_file_system_that_refuses_new_files_is_caught_before_the_run():
+    """As root, os.access says yes everywhere; /proc refuses new files whatever the permissions."""
+    with pytest.raises(InputError, match="--csv /proc/out.csv: cannot create files there"):
+        check_output_file("/proc/out.csv", "--csv")
+    assert check_output_file("/dev/null", "--json") == Path("/dev/null")  # a device is written in place

@@ -16,6 +16,14 @@ from diffbench.cli.main import main
 URL = ["load", "--url", "http://127.0.0.1:9"]
 
 ROWS = [
+    # issue 10 (fresh-user trial): bad URLs and clashing outputs fail before the run
+    (["--url", "http://127.0.0.1:99999", "--rates", "1"], 2, "has an invalid port (give 1-65535)"),
+    (["--url", "", "--rates", "1"], 2, "--url is empty"),
+    (["--rates", "inf"], 2, "use --request-rate inf --num-requests N"),
+    (["--rates", "1", "--goodput", "ttft:0.5"], 2, "(vLLM's ttft: here ttfb"),
+    (["--url", "http://:8000", "--rates", "1"], 2, "--url: URL 'http://:8000' has no host"),
+    (["--rates", "1", "--json", "same.out", "--csv", "same.out"], 2, "--json and --csv name the same file"),
+    (["--rates", "1", "--csv", "/proc/diffbench.csv"], 2, "--csv /proc/diffbench.csv: cannot create files there"),
     (["--rates", "1,0"], 2, "--rates: rate must be > 0, got 0"),
     (["--rates", "1", "--duration", "-1"], 2, "--duration must be > 0"),
     (["--rates", "x"], 2, "--rates: 'x' is not a number"),

@@ -39,6 +39,7 @@ def _assert_no_capacity(res: dict) -> None:
     ("stall", "timeout", "no complete response within --timeout 0.5 s"),
     ("reset", "connection_error", "connection_error"),
     ("refused", "connection_error", "connection_error"),
+    ("r500", "http_error", 'HTTP 500: {"error":"boom"}'),  # the server's own explanation is kept
 ])
 def test_open_loop_where_nothing_succeeds_exits_1(fake, tmp_path, capsys, mode, outcome, first_error):
     url = f"http://127.0.0.1:{_closed_port()}" if mode == "refused" else fake.url(mode)
@@ -55,7 +56,7 @@ def test_open_loop_where_nothing_succeeds_exits_1(fake, tmp_path, capsys, mode, 
     assert "no request succeeded" in captured.err and f"{outcome} 12" in captured.err
     first = read_jsonl(jl)[0].error
     assert first and first[:40] in captured.err  # the first error text is shown
-    if mode == "stall":
+    if mode in ("stall", "r500"):
         assert first_error in captured.err
     text = captured.out
     assert "KNEE" not in text and "capacity:" not in text.replace("capacity: none", "")

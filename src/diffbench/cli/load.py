@@ -349,6 +349,12 @@ def run_load_command(o: LoadOptions) -> None:
         check_output_file(o.jsonl, "--jsonl", mkdir=o.mkdir)
     if o.csv_out:
         check_output_file(o.csv_out, "--csv", mkdir=o.mkdir)
+    given = [(name, os.path.realpath(path)) for name, path in (("--json", o.json_out), ("--jsonl", o.jsonl),
+                                                              ("--csv", o.csv_out)) if path]
+    for i, (name, real) in enumerate(given):
+        for other, real2 in given[i + 1:]:
+            if real == real2 and real != os.devnull:
+                raise UsageError(f"{name} and {other} name the same file {real}; give each output its own path")
     _check_workers(o.workers)
     schedule = spec_from_cli(arrival=o.arrival, duration_s=o.duration, burstiness=o.burstiness, seed=o.seed)
     cfg = SweepConfig(mode=o.mode, rates=rates, users=users, duration_s=o.duration, schedule=schedule,  # type: ignore[arg-type]
@@ -364,11 +370,14 @@ def run_load_command(o: LoadOptions) -> None:
                           delete_abandoned=o.delete_abandoned, verify_tls=not o.insecure,
                           decode_payload=not o.no_decode)
         except ValidationError as exc:
-            raise UsageError(f"--url: {exc.errors()[0]['msg']}") from None
+            raise UsageError(f"--url: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
 
     from rich.console import Console
 
     console = Console()
+    if o.url is not None and not o.url.strip():
+        raise UsageError("--url is empty; give the service's base URL (e.g. http://host:8000) or leave --url out "
+                         "to start the reference service")
     if o.url:
         _execute(o, cfg, wl, target_for(o.url), console, local=False)
         return
@@ -467,20 +476,30 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
     async def main() -> SweepRun:
         backend = HttpBackend(target)
         conditions["payload_check"] = _payload_check(backend, target.decode_payload)
+        if executor is not None:  # the parent's pool checks the warm-up only; each worker has its own
+            per = executor.backend_options.get("check_workers")  # type: ignore[attr-defined]
+            conditions["payload_check"] = (f"{conditions['payload_check']} for the warm-up; during the runs "
+                                           f"each of the {o.workers} load workers checks its own answers"
+                                           + (f" in {per} process(es)" if per else ""))
         control = RunControl()
         loop = asyncio.get_running_loop()
         me = asyncio.current_task()
 
-        def on_sigint() -> None:
+        def on_signal(name: str, code: int) -> None:
             if control.stopped and me is not None:
-                me.cancel()  # second Ctrl-C: stop now
+                me.cancel()  # a second signal: stop now
             else:
-                console.print("[yellow]Ctrl-C: stopping dispatch, draining in-flight requests "
+                stopped_by.append(code)
+                if monitor is not None:
+                    monitor.end()  # the notice on its own line, not at the end of the progress line
+                console.print(f"[yellow]{name}: stopping dispatch, draining in-flight requests "
                               f"(up to {cfg.drain_s:g} s; Ctrl-C again to stop now)[/yellow]")
-                control.request_stop("Ctrl-C")
+                control.request_stop(name)
 
-        with contextlib.suppress(NotImplementedError, RuntimeError):  # non-main thread / Windows
-            loop.add_signal_handler(signal.SIGINT, on_sigint)
+        # SIGTERM (timeout, docker stop, a CI cancel) stops like Ctrl-C: the partial result is written
+        for sig, name, code in ((signal.SIGINT, "Ctrl-C", 130), (signal.SIGTERM, "SIGTERM", 143)):
+            with contextlib.suppress(NotImplementedError, RuntimeError):  # non-main thread / Windows
+                loop.add_signal_handler(sig, on_signal, name, code)
         await backend.start()
         extra: dict[str, object] = {"executor": executor} if executor is not None else {}
         try:
@@ -496,6 +515,7 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
                 await _close(executor)
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(signal.SIGINT)
+                loop.remove_signal_handler(signal.SIGTERM)
             await backend.close()
             if backend.abandoned_jobs:
                 console.print(f"{len(backend.abandoned_jobs)} video job(s) left on the server after the "
@@ -505,14 +525,20 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
 
     conditions["event_loop"] = choose_loop() + (f" (in each of {o.workers} worker processes)"
                                                 if o.workers > 1 else "")
+    from diffbench.load.client.executor import WorkerDied
+
+    stopped_by: list[int] = []
     try:
         sweep = run(main())
     except asyncio.CancelledError:
         raise KeyboardInterrupt from None
-    except WarmupFailed as exc:
-        if o.json_out:  # the README promises --json for a failed run too: warm-up counts, no rows
+    except (WarmupFailed, WorkerDied) as exc:
+        # the README promises --json for a failed run too (no rows, the error; warm-up counts), so an
+        # earlier run's result at the same path is never left looking current
+        what = "the warm-up failed" if isinstance(exc, WarmupFailed) else "a load worker died"
+        if o.json_out:
             write_json_atomic(o.json_out, warmup_failure_result(cfg, exc, conditions).model_dump(mode="json"))
-            console.print(f"failed-run result written to {o.json_out} (no rows: the warm-up failed)")
+            console.print(f"failed-run result written to {o.json_out} (no rows: {what})")
         if o.csv_out:  # the header alone: no row was measured
             from diffbench.report.load_csv import write_sweep_csv
 
@@ -540,7 +566,7 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
         typer.secho("interrupted: the summary covers the requests that finished or were cancelled"
                     + (f"; the partial result was written to {o.json_out}" if o.json_out else ""),
                     fg="red", err=True)
-        raise typer.Exit(130)
+        raise typer.Exit(stopped_by[0] if stopped_by else 130)
     if result.n_ok == 0:
         raise NoSuccessError(_no_success_message(result, sweep.failed_in))
 

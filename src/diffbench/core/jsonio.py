@@ -20,20 +20,40 @@ def strict_json_value(obj: Any) -> Any:
     return obj
 
 
-def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
-    """Write ``data`` as strict JSON (non-finite floats as strings) via temp file + rename.
+def write_text_atomic(path: str | os.PathLike[str], text: str, *, newline: str | None = None) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` so a reader never sees half a file: a temporary file beside the
+    target, then a rename over it.
 
-    The parent directory must exist (see :mod:`diffbench.core.outpath`: commands check their output paths
-    before running and create parents only with ``--mkdir``). Raises :class:`InputError` when the file
-    cannot be written.
+    A symlink is followed (its target is replaced, the link stays); an existing path that is not a regular
+    file (``/dev/null``, a FIFO, a device) is written in place, never replaced by a regular file.
+
+    Raises:
+        InputError: the file cannot be written (the message names the path).
     """
     from diffbench.errors import InputError
 
     p = Path(path)
-    tmp = p.with_name(p.name + ".tmp")
+    real = Path(os.path.realpath(p))
     try:
-        tmp.write_text(json.dumps(strict_json_value(data), indent=2, sort_keys=False))
-        tmp.replace(p)
+        if real.exists() and not real.is_file():
+            with open(real, "w", encoding="utf-8", newline=newline) as fh:
+                fh.write(text)
+            return p
+        tmp = real.with_name(real.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8", newline=newline)
+        tmp.replace(real)
     except OSError as exc:
         raise InputError(f"{p}: cannot write ({exc.strerror or exc}); choose a writable path") from exc
     return p
+
+
+def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
+    """Write ``data`` as strict JSON (non-finite floats as strings) with :func:`write_text_atomic`.
+
+    The parent directory must exist (see :mod:`diffbench.core.outpath`: commands check their output paths
+    before running and create parents only with ``--mkdir``).
+
+    Raises:
+        InputError: the file cannot be written.
+    """
+    return write_text_atomic(path, json.dumps(strict_json_value(data), indent=2, sort_keys=False))

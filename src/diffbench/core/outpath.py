@@ -49,7 +49,28 @@ def check_output_file(path: str | os.PathLike[str], option: str, *, mkdir: bool 
     _ensure_parent(p, option, mkdir)
     if p.exists() and not os.access(p, os.W_OK):
         raise InputError(f"{option} {p}: file is not writable; choose a writable path")
+    real = Path(os.path.realpath(p))
+    if not real.exists() or real.is_file():
+        _probe(real.with_name(real.name + ".tmp"), p, option)
     return p
+
+
+def _probe(tmp: Path, p: Path, option: str) -> None:
+    """Create and remove the temporary file the atomic writers will use (``os.access`` says yes to root
+    everywhere, and some file systems, such as /proc, refuse new files whatever the permissions).
+
+    Raises:
+        InputError: the file cannot be created.
+    """
+    try:
+        with open(tmp, "x", encoding="utf-8"):
+            pass
+    except FileExistsError:  # a leftover of an interrupted run: it will be replaced
+        return
+    except OSError as exc:
+        raise InputError(f"{option} {p}: cannot create files there ({exc.strerror or exc}); "
+                         "choose a writable path") from exc
+    tmp.unlink(missing_ok=True)
 
 
 def check_output_dir(path: str | os.PathLike[str], option: str, *, mkdir: bool = False) -> Path:

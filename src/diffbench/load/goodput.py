@@ -68,7 +68,10 @@ def _canonical(name: str, item: str, option: str) -> str:
         return name
     if name.startswith(STAGE_PREFIX) and len(name) > len(STAGE_PREFIX):
         return name
-    raise UsageError(f"{option}: unknown constraint {item!r}; use {', '.join(METRICS)}, first_byte, e2el or "
+    vllm = {"ttft": "ttfb (time to the response headers; an image has no tokens)", "tpot": "none (no tokens)",
+            "itl": "none (no tokens)"}.get(name)
+    hint = f" (vLLM's {name}: here {vllm})" if vllm else ""
+    raise UsageError(f"{option}: unknown constraint {item!r}{hint}; use {', '.join(METRICS)}, first_byte, e2el or "
                      "stage.NAME (a server-reported stage, e.g. stage.denoise)")
 
 

@@ -324,7 +324,9 @@ def parse_rate_list(text: str, option: str = "--rates") -> list[float]:
         except ValueError as exc:
             raise UsageError(f"{option}: {part!r} is not a number; use e.g. {option} 0.5,1,2") from exc
         if not math.isfinite(value):
-            raise UsageError(f"{option}: rate {part} is not a finite number of requests per second")
+            hint = "; to send every request at once use --request-rate inf --num-requests N" \
+                if value > 0 else ""
+            raise UsageError(f"{option}: rate {part} is not a finite number of requests per second{hint}")
         if value <= 0:
             raise UsageError(f"{option}: rate must be > 0, got {part}")
         out.append(value)

@@ -82,12 +82,14 @@ def sweep_csv(result: SweepResult) -> str:
 
 
 def write_sweep_csv(path: str | Path, result: SweepResult) -> None:
-    """Write :func:`sweep_csv` to ``path`` (through a temporary file and a rename, so a reader never sees
-    half a file). The caller checked the path with :func:`diffbench.core.outpath.check_output_file`."""
-    p = Path(path)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(sweep_csv(result), encoding="utf-8", newline="")
-    tmp.replace(p)
+    """Write :func:`sweep_csv` to ``path`` with :func:`diffbench.core.jsonio.write_text_atomic` (a reader
+    never sees half a file). The caller checked the path with :func:`diffbench.core.outpath.check_output_file`.
+
+    Raises:
+        InputError: the file cannot be written."""
+    from diffbench.core.jsonio import write_text_atomic
+
+    write_text_atomic(path, sweep_csv(result), newline="")
 
 
 __all__ = ["COLUMNS", "row_values", "sweep_csv", "write_sweep_csv"]

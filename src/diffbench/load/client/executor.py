@@ -291,7 +291,7 @@ class WorkerPool:
             while w.proc.is_alive() and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
             if w.proc.is_alive():
-                w.proc.terminate()
+                w.proc.kill()  # SIGTERM is ignored by workers (they stop when told)
                 w.proc.join(2.0)
             w.alive = False
             with contextlib.suppress(OSError):  # after the exit: the reader thread has seen EOF
@@ -306,7 +306,7 @@ class WorkerPool:
         for w in self._procs:
             w.proc.join(2.0)
             if w.proc.is_alive():
-                w.proc.terminate()
+                w.proc.kill()
                 w.proc.join(1.0)
         self._procs = []
         _LIVE.discard(self)

@@ -97,9 +97,20 @@ class Target(BaseModel):
     @field_validator("base_url")
     @classmethod
     def _url(cls, v: str) -> str:
+        from urllib.parse import urlsplit
+
         v = v.strip().rstrip("/")
         if not v.startswith(("http://", "https://")):
             raise ValueError(f"URL must start with http:// or https://, got {v!r}")
+        parts = urlsplit(v)
+        if not parts.hostname:
+            raise ValueError(f"URL {v!r} has no host")
+        try:
+            parts.port  # noqa: B018  (raises for a port outside 0-65535 or not a number)
+        except ValueError:
+            raise ValueError(f"URL {v!r} has an invalid port (give 1-65535)") from None
+        if parts.query or parts.fragment:
+            raise ValueError(f"URL {v!r} must be the service's base URL, without ?query or #fragment")
         return v
 
 
@@ -136,6 +147,15 @@ async def _with_deadline(coro: Coroutine[object, object, None], seconds: float) 
             await coro
     else:  # pragma: no cover
         await asyncio.wait_for(coro, seconds)
+
+
+def _error_text(error: str | None, body: bytes, encoding: str | None) -> str | None:
+    """``"HTTP 400: <the first 160 characters of the answer>"`` (the status alone for a compressed or empty
+    answer)."""
+    if _encoding(encoding) is not None:
+        return error
+    snippet = " ".join(body[:160].decode("utf-8", "replace").split())
+    return f"{error}: {snippet}" if snippet else error
 
 
 class HttpBackend:
@@ -256,10 +276,12 @@ class HttpBackend:
             body = await resp.read()
             a.done_s = now()
         c = classify_status(resp.status, resp.headers.get("Retry-After"))
-        a.outcome, a.status, a.retry_after_s, a.error = c.outcome, c.status, c.retry_after_s, c.error
+        a.outcome, a.status, a.retry_after_s = c.outcome, c.status, c.retry_after_s
         if c.outcome == "ok":
             a.body = body
             a.body_encoding = _encoding(resp.headers.get("Content-Encoding"))
+        else:  # the server's own explanation (e.g. "width 100 is not a multiple of 8") is kept
+            a.error = _error_text(c.error, body, resp.headers.get("Content-Encoding"))
 
     async def _get(self, session: aiohttp.ClientSession, url: str) -> tuple[int, str | None, bytes]:
         """GET ``url``: (status, Retry-After, body with its Content-Encoding removed)."""
@@ -332,8 +354,7 @@ class HttpBackend:
             return True
         a.done_s = now()
         a.outcome, a.retry_after_s = c.outcome, c.retry_after_s
-        snippet = data[:160].decode("utf-8", "replace").strip()
-        a.error = f"{c.error}: {snippet}" if snippet else c.error
+        a.error = _error_text(c.error, data, None)
         return False
 
     async def _abandon(self, session: aiohttp.ClientSession, a: Attempt) -> None:

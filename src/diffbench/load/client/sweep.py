@@ -59,17 +59,20 @@ class WarmupFailed(NoSuccessError):
         self.report = report
 
 
-def warmup_failure_result(cfg: SweepConfig, exc: WarmupFailed, conditions: dict[str, str]) -> SweepResult:
-    """The :class:`SweepResult` written to ``--json`` when the warm-up failed: no rows, no knee, no
-    capacity, ``partial`` true, the error text and the warm-up outcome counts."""
+def warmup_failure_result(cfg: SweepConfig, exc: DiffbenchError, conditions: dict[str, str]) -> SweepResult:
+    """The :class:`SweepResult` written to ``--json`` when a run failed before it had a result (the warm-up
+    failed, a load worker died): no rows, no knee, no capacity, ``partial`` true, the error text and, for a
+    failed warm-up, its outcome counts."""
     from diffbench.load.knee import Knee
 
     method = "slo" if cfg.knee_slo_s is not None else ("saturation" if cfg.mode == "closed" else "tail_ratio")
     return SweepResult(source="load", mode=cfg.mode, slo_s=cfg.knee_slo_s, rates=[],
                        knee=Knee(index=None, method=method, reason="none: nothing was measured"),
                        capacity_rps=None, capacity_saturated=False, partial=True, conditions=conditions,
-                       error=str(exc), warmup_outcomes=dict(exc.report.outcomes),
-                       warnings=[f"warm-up error: {e}" for e in exc.report.errors])
+                       error=str(exc),
+                       warmup_outcomes=dict(exc.report.outcomes) if isinstance(exc, WarmupFailed) else {},
+                       warnings=[f"warm-up error: {e}" for e in exc.report.errors]
+                       if isinstance(exc, WarmupFailed) else [])
 
 
 class StoppedBeforeMeasuring(DiffbenchError):
@@ -207,7 +210,7 @@ def auto_rates(capacity_rps: float) -> list[float]:
 
 
 def _summarize(run: RunResult, cfg: SweepConfig, *, schedule: str | None = None,
-               stopped_by: Literal["duration", "num_requests"] | None = None) -> RateSummary:
+               stopped_by: Literal["duration", "num_requests", "interrupted"] | None = None) -> RateSummary:
     """One row over the runner's window (the count stop's window is passed to the runner as its duration);
     a burst (``schedule="burst"``) is counted over the time to its last event."""
     duration = run.duration_s
@@ -347,7 +350,7 @@ async def run_sweep(
                     monitor.end()
             if run.records:
                 rows.append(_summarize(run, cfg, schedule="burst" if burst else cfg.schedule.kind,
-                                       stopped_by=arrivals.stop))
+                                       stopped_by="interrupted" if run.interrupted else arrivals.stop))
             elif not control.stopped:
                 skipped.append(f"{rate:g} req/s: the schedule drew no arrival in {cfg.duration_s:g} s "
                                "(no row); use a longer --duration")

@@ -75,8 +75,12 @@ def start_reader(conn: Connection, loop: asyncio.AbstractEventLoop, inbox: async
 
 def worker_main(conn: Connection, target: Any, index: int, workers: int, use_uvloop: bool | None,
                 backend_options: dict[str, Any] | None = None) -> None:
-    """Entry point of a worker process (``multiprocessing`` spawn target)."""
+    """Entry point of a worker process (``multiprocessing`` spawn target).
+
+    Ctrl-C and SIGTERM sent to the whole process group are ignored here: the parent turns them into a stop
+    that it forwards, so the workers drain and return their records; a worker whose parent is gone quits."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     from diffbench.load.client.eventloop import run
 
     try:
