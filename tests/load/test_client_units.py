@@ -198,3 +198,20 @@ def test_decode_body_removes_the_content_encoding():
         decode_body(b"not gzip", "gzip")
     v = check_images(raw, 8, 8, 1, encoding="br")
     assert not v.ok and "unsupported Content-Encoding" in v.error
+
+
+def test_payload_errors_read_well():
+    """An empty data[] is called empty; Pillow's message does not leak its buffer's repr."""
+    import base64
+    import json as _json
+
+    from diffbench.load.client.payload import check_images
+
+    empty = check_images(_json.dumps({"data": []}).encode(), 8, 8, 1)
+    assert not empty.ok and empty.error == "response has an empty data[] list"
+    missing = check_images(_json.dumps({"images": []}).encode(), 8, 8, 1)
+    assert missing.error == "response has no data[] list"
+    junk = base64.b64encode(b"this is not an image").decode()
+    bad = check_images(_json.dumps({"data": [{"b64_json": junk}]}).encode(), 8, 8, 1)
+    assert not bad.ok and "image does not decode: cannot identify image file" in bad.error
+    assert "BytesIO" not in bad.error and "0x" not in bad.error

@@ -126,3 +126,16 @@ def test_sixty_percent_failures_report_ok_throughput(fake, tmp_path, capsys):
     text = captured.out
     assert "60% of requests failed" in text
     assert "ok/s" in text and "completed/s" in text
+
+
+def test_warmup_where_every_answer_is_an_http_error_stops_before_measuring(fake, tmp_path, capsys):
+    """A wrong base URL (404) or a shape the service refuses (400) fails every request the same way: stop
+    after the warm-up with the server's own explanation instead of running the schedule into errors."""
+    out = tmp_path / "r.json"
+    rc = main(["load", "--url", fake.url("r500"), "--rates", "4", "--duration", "1", "--timeout", "2",
+               "--json", str(out)])
+    captured = capsys.readouterr()
+    assert rc == 1, captured.err
+    assert 'no warm-up request succeeded (http_error 1): HTTP 500: {"error":"boom"}' in captured.err
+    res = json.loads(out.read_text())
+    assert res["rates"] == [] and res["partial"] is True and res["warmup_outcomes"] == {"http_error": 1}

@@ -80,7 +80,7 @@ def register(app: typer.Typer) -> None:
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No live progress line (shown only when "
                                    "stderr is a terminal) and no per-run lines; tables and errors stay."),
         max_requests: int = typer.Option(MAX_REQUESTS, "--max-requests", help="Refuse a rate whose schedule "
-                                         "holds more requests than this (each kept request costs ~2 kB)."),
+                                         "holds more requests than this (each kept request costs ~1.6 kB)."),
         serve_engine: str = typer.Option("diffusers", "--serve-engine", help="Engine of the local service "
                                          "(no --url): diffusers | sim."),
         serve_model: str = typer.Option("tiny-flux", "--serve-model", help="Model of the local service."),

@@ -18,6 +18,7 @@ import base64
 import binascii
 import io
 import json
+import re
 import zlib
 from dataclasses import dataclass, field
 
@@ -88,7 +89,8 @@ def _check_image(b64: object, width: int, height: int) -> str | None:
             img.load()
             size = img.size
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
-        return f"image does not decode: {str(exc)[:120]}"
+        text = re.sub(r"\s*<_io\.BytesIO object at 0x[0-9a-f]+>", "", str(exc))  # Pillow names its buffer
+        return f"image does not decode: {text[:120]}"
     if size != (width, height):
         return f"image is {size[0]}x{size[1]}, requested {width}x{height} (WIDTHxHEIGHT)"
     return None
@@ -115,7 +117,8 @@ def check_images(body: bytes, width: int, height: int, n: int, decode: bool = Tr
     stages, peak = server_timings(obj)
     data = obj.get("data")
     if not isinstance(data, list) or not data:
-        return Verdict(False, "response has no data[] list", stages, peak)
+        what = "an empty data[] list" if isinstance(data, list) else "no data[] list"
+        return Verdict(False, f"response has {what}", stages, peak)
     if len(data) != n:
         return Verdict(False, f"response holds {len(data)} images, requested n={n}", stages, peak)
     if decode:

@@ -193,6 +193,11 @@ async def warmup(backend: Backend, planner: RequestPlanner, per_shape: int) -> W
         raise WarmupFailed(f"no warm-up request succeeded (connection_error {rep.n}): "
                            f"{rep.errors[0] if rep.errors else 'connection error'}; nothing was measured. "
                            "Check --url and that the server is up", rep)
+    if rep.outcomes.get("http_error", 0) == rep.n:  # every answer an error (not a 429/503 rejection)
+        first = rep.errors[0] if rep.errors else "HTTP error"
+        hint = " (--url is the service's base URL, without /v1)" if first.startswith("HTTP 404") else ""
+        raise WarmupFailed(f"no warm-up request succeeded (http_error {rep.n}): {first}; nothing was measured: "
+                           f"every request would fail the same way. Check --url{hint} and the request shape", rep)
     return rep
 
 
