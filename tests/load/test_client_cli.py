@@ -127,6 +127,31 @@ def test_sigint_stops_dispatch_and_writes_summary(fake, tmp_path, sig, code):
     assert b"interrupted" in text
 
 
+def test_second_ctrl_c_cancels_in_flight_and_still_writes_the_partial_result(fake, tmp_path):
+    """The first Ctrl-C drains (here for up to 60 s), the second cancels what is in flight at once; the
+    summary and --json are still written (before, the second Ctrl-C lost them)."""
+    fake.delay_s = 30.0  # every request stays in flight
+    out, jl = tmp_path / "r.json", tmp_path / "r.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "diffbench.cli.main", "load", "--url", fake.url("ok"), "--rates", "20",
+         "--duration", "60", "--drain", "60", "--warmup", "0", "--json", str(out), "--jsonl", str(jl),
+         "--timeout", "60"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "200"})
+    time.sleep(3.0)  # start-up and ~1 s of dispatch
+    proc.send_signal(signal.SIGINT)
+    time.sleep(1.0)
+    t = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    text, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 130, text.decode()
+    assert time.monotonic() - t < 20  # not the 60 s drain
+    res = json.loads(out.read_text())
+    assert res["partial"] is True and res["interrupted"] is True
+    (row,) = res["rates"]
+    assert row["n"] > 0 and row["outcomes"]["cancelled"] == row["n"] == len(read_jsonl(jl))
+    assert b"stopping now" in text
+
+
 @pytest.mark.slow
 def test_reference_service_open_and_closed(tmp_path, capsys):
     """Acceptance at short durations: no --url starts the reference service (tiny pipeline on CPU)."""

@@ -486,8 +486,12 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
         me = asyncio.current_task()
 
         def on_signal(name: str, code: int) -> None:
-            if control.stopped and me is not None:
-                me.cancel()  # a second signal: stop now
+            if control.stopped and (control.hurried or executor is not None) and me is not None:
+                me.cancel()  # a third signal (or a second with --workers): stop at once, no summary
+            elif control.stopped:  # a second signal: cancel what is in flight, keep the partial result
+                console.print("[yellow]stopping now: cancelling the requests in flight (the partial result "
+                              "is still written; again to quit at once)[/yellow]")
+                control.request_hurry()
             else:
                 stopped_by.append(code)
                 if monitor is not None:

@@ -21,8 +21,10 @@ class RunControl:
 
     def __init__(self) -> None:
         self.stopped = False
+        self.hurried = False
         self.reason: str | None = None
         self._waiters: set[asyncio.Task[object]] = set()
+        self._hurry: asyncio.Future[None] | None = None
 
     def request_stop(self, reason: str = "interrupted") -> None:
         """Stop dispatching; idempotent."""
@@ -32,6 +34,22 @@ class RunControl:
         self.reason = reason
         for task in list(self._waiters):
             task.cancel()
+
+    def request_hurry(self) -> None:
+        """Stop now (a second Ctrl-C): :meth:`request_stop`, and the drain ends at once, so in-flight
+        requests are recorded ``cancelled`` and the run still returns its partial result."""
+        self.request_stop("interrupted twice")
+        self.hurried = True
+        if self._hurry is not None and not self._hurry.done():
+            self._hurry.set_result(None)
+
+    def hurry_future(self) -> asyncio.Future[None]:
+        """A future that completes when :meth:`request_hurry` is called (created on first use)."""
+        if self._hurry is None:
+            self._hurry = asyncio.get_running_loop().create_future()
+            if self.hurried:
+                self._hurry.set_result(None)
+        return self._hurry
 
     async def interruptible(self, coro: object) -> bool:
         """Run ``coro`` (a coroutine) until it ends or a stop is requested. True when it ended by itself."""

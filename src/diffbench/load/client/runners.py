@@ -232,13 +232,19 @@ async def wait_until_ns(target_ns: int, spin_s: float = SPIN_TAIL_S) -> float:
 
 
 async def _drain(tasks: set[asyncio.Task[None]], control: RunControl, drain_s: float) -> None:
-    """Wait for ``tasks``; after a stop, wait at most ``drain_s`` more and cancel the rest."""
+    """Wait for ``tasks``; after a stop, wait at most ``drain_s`` more (less after
+    :meth:`RunControl.request_hurry`) and cancel the rest."""
     if tasks and not control.stopped:
         await control.interruptible(asyncio.wait(set(tasks)))
     if tasks and control.stopped:
         pending = {t for t in tasks if not t.done()}
-        if pending:
-            _, pending = await asyncio.wait(pending, timeout=drain_s)
+        if pending and not control.hurried:  # a second Ctrl-C (request_hurry) ends the drain at once
+            hurry = control.hurry_future()
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + drain_s
+            while pending and not hurry.done() and (left := deadline - loop.time()) > 0:
+                await asyncio.wait(pending | {hurry}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+                pending = {t for t in pending if not t.done()}
         for t in pending:
             t.cancel()
         if pending:
