@@ -93,6 +93,6 @@ def test_atomic_writes_never_replace_a_device_fifo_or_symlink(tmp_path):
 
 def test_a_file_system_that_refuses_new_files_is_caught_before_the_run():
     """As root, os.access says yes everywhere; /proc refuses new files whatever the permissions."""
-    with pytest.raises(InputError, match="--csv /proc/out.csv: cannot create files there"):
+    with pytest.raises(InputError, match="--csv /proc/out.csv: cannot create a file in /proc"):
         check_output_file("/proc/out.csv", "--csv")
     assert check_output_file("/dev/null", "--json") == Path("/dev/null")  # a device is written in place

@@ -23,7 +23,7 @@ ROWS = [
     (["--rates", "1", "--goodput", "ttft:0.5"], 2, "(vLLM's ttft: here ttfb"),
     (["--url", "http://:8000", "--rates", "1"], 2, "--url: URL 'http://:8000' has no host"),
     (["--rates", "1", "--json", "same.out", "--csv", "same.out"], 2, "--json and --csv name the same file"),
-    (["--rates", "1", "--csv", "/proc/diffbench.csv"], 2, "--csv /proc/diffbench.csv: cannot create files there"),
+    (["--rates", "1", "--csv", "/proc/diffbench.csv"], 2, "--csv /proc/diffbench.csv: cannot create a file in /proc"),
     (["--rates", "1,0"], 2, "--rates: rate must be > 0, got 0"),
     (["--rates", "1", "--duration", "-1"], 2, "--duration must be > 0"),
     (["--rates", "x"], 2, "--rates: 'x' is not a number"),

@@ -78,25 +78,3 @@ class OutputWriter:
                 )
             )
         write_manifest(self.dir, self.manifest)
-
-
-def probe_file_writable(path: Path, option: str) -> None:
-    """Create and remove a scratch file beside ``path``, so that a parent directory that exists and passes
-    ``os.access`` yet cannot hold files (``/proc``, a read-only mount seen by root) fails before the run.
-
-    Raises:
-        UsageError: the scratch file cannot be created; names ``option`` and the path.
-    """
-    import os
-    import tempfile
-
-    from diffbench.errors import UsageError
-
-    parent = path.parent if str(path.parent) else Path(".")
-    try:
-        fd, name = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".probe")
-    except OSError as exc:
-        raise UsageError(f"{option} {path}: cannot create a file in {parent} ({exc.strerror or exc}); "
-                         "choose a writable path") from exc
-    os.close(fd)
-    os.unlink(name)

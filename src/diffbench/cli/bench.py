@@ -157,12 +157,9 @@ def register(app: typer.Typer) -> None:
             raise UsageError(f"--warmup {warmup!r}: expected a count of runs in [0, 10000] or 'auto'")
         shape_list = parse_shapes(shapes) if shapes else [Shape(height=height, width=width, frames=frames)]
         check_limits(steps=steps, batch=batch, shapes=[s.limit_spec() for s in shape_list], allow_large=allow_large)
-        from diffbench.bench.outputs import probe_file_writable
-
         for option, out_path in (("--json", json_path), ("--markdown", markdown_path)):
             if out_path is not None:
-                check_output_file(out_path, option, mkdir=mkdir)
-                probe_file_writable(out_path, option)
+                check_output_file(out_path, option, mkdir=mkdir)  # also creates and removes a scratch file
         if save_outputs is not None:
             check_output_dir(save_outputs, "--save-outputs", mkdir=mkdir)
         sim = SimParams(

@@ -68,7 +68,7 @@ def _probe(tmp: Path, p: Path, option: str) -> None:
     except FileExistsError:  # a leftover of an interrupted run: it will be replaced
         return
     except OSError as exc:
-        raise InputError(f"{option} {p}: cannot create files there ({exc.strerror or exc}); "
+        raise InputError(f"{option} {p}: cannot create a file in {tmp.parent} ({exc.strerror or exc}); "
                          "choose a writable path") from exc
     tmp.unlink(missing_ok=True)
 
