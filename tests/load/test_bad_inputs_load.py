@@ -20,6 +20,7 @@ ROWS = [
     (["--url", "http://127.0.0.1:99999", "--rates", "1"], 2, "has an invalid port (give 1-65535)"),
     (["--url", "", "--rates", "1"], 2, "--url is empty"),
     (["--rates", "inf"], 2, "use --request-rate inf --num-requests N"),
+    (["--request-rate", "abc"], 2, "--request-rate: 'abc' is not a number; use e.g. --request-rate 2 (req/s)"),
     (["--rates", "1", "--goodput", "ttft:0.5"], 2, "(vLLM's ttft: here ttfb"),
     (["--url", "http://:8000", "--rates", "1"], 2, "--url: URL 'http://:8000' has no host"),
     (["--rates", "1", "--json", "same.out", "--csv", "same.out"], 2, "--json and --csv name the same file"),

@@ -242,6 +242,12 @@ def _rates(o: LoadOptions, num_requests: int | None) -> list[float] | None:
                 raise UsageError("--request-rate inf sends every request at once and needs --num-requests N "
                                  "(or --num-prompts N)")
             return [math.inf]
+        try:
+            float(text)
+        except ValueError:
+            if "," not in text:
+                raise UsageError(f"--request-rate: {o.request_rate!r} is not a number; use e.g. --request-rate 2 "
+                                 "(req/s) or --request-rate inf") from None
         rates = parse_rate_list(o.request_rate, "--request-rate")
         if len(rates) != 1:
             raise UsageError(f"--request-rate takes one rate, got {o.request_rate!r}; use --rates for a list")
