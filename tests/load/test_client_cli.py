@@ -101,16 +101,20 @@ def test_auto_rates_probe_capacity_then_sweep(fake, tmp_path):
     assert min(rates) == pytest.approx(0.25 * capacity, rel=0.01)
 
 
+def _load_process(fake, out, jl, *extra: str) -> subprocess.Popen:
+    """``diffbench load`` at 20 req/s for up to 60 s in a subprocess (so it can be sent signals)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "diffbench.cli.main", "load", "--url", fake.url("ok"), "--rates", "20",
+         "--duration", "60", "--warmup", "0", "--json", str(out), "--jsonl", str(jl), *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "200"})
+
+
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_sigint_stops_dispatch_and_writes_summary(fake, tmp_path, sig, code):
     """Ctrl-C, and SIGTERM (timeout, docker stop, a CI cancel), stop dispatch and keep the partial result."""
     fake.delay_s = 0.2
     out, jl = tmp_path / "r.json", tmp_path / "r.jsonl"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "diffbench.cli.main", "load", "--url", fake.url("ok"), "--rates", "20",
-         "--duration", "60", "--drain", "0.05", "--warmup", "0", "--json", str(out), "--jsonl", str(jl),
-         "--timeout", "10"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "200"})
+    proc = _load_process(fake, out, jl, "--drain", "0.05", "--timeout", "10")
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and (not jl.exists() or len(jl.read_text().splitlines()) < 10):
         time.sleep(0.1)
@@ -132,12 +136,10 @@ def test_second_ctrl_c_cancels_in_flight_and_still_writes_the_partial_result(fak
     summary and --json are still written (before, the second Ctrl-C lost them)."""
     fake.delay_s = 30.0  # every request stays in flight
     out, jl = tmp_path / "r.json", tmp_path / "r.jsonl"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "diffbench.cli.main", "load", "--url", fake.url("ok"), "--rates", "20",
-         "--duration", "60", "--drain", "60", "--warmup", "0", "--json", str(out), "--jsonl", str(jl),
-         "--timeout", "60"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "200"})
-    time.sleep(3.0)  # start-up and ~1 s of dispatch
+    proc = _load_process(fake, out, jl, "--drain", "60", "--timeout", "60")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and fake.requests < 10:  # dispatching: the signal handler is set
+        time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
     time.sleep(1.0)
     t = time.monotonic()
