@@ -283,14 +283,6 @@ def _conditions_extra(cfg: object) -> dict[str, str]:
     return {"stop": stop, "goodput": describe(cfg.goodput), "workers": str(cfg.workers)}
 
 
-def _payload_check(backend: object, decode: bool) -> str:
-    """What the client checked of each payload: the backend's own ``check_mode`` when it has one."""
-    mode = getattr(backend, "check_mode", None)
-    if mode is not None:
-        return str(getattr(mode, "value", mode))
-    return "decoded" if decode else "not decoded (--no-decode)"
-
-
 def run_load_command(o: LoadOptions) -> None:
     """Validate the options, start the local service when no URL is given, run the sweep, render it.
 
@@ -481,7 +473,7 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
 
     async def main() -> SweepRun:
         backend = HttpBackend(target)
-        conditions["payload_check"] = _payload_check(backend, target.decode_payload)
+        conditions["payload_check"] = backend.check_mode
         if executor is not None:  # the parent's pool checks the warm-up only; each worker has its own
             per = executor.backend_options.get("check_workers")  # type: ignore[attr-defined]
             conditions["payload_check"] = (f"{conditions['payload_check']} for the warm-up; during the runs "
