@@ -52,6 +52,10 @@ def _register() -> None:
     __import__("diffbench.cli.quality", fromlist=["register"]).register(app)
     __import__("diffbench.cli.sweep", fromlist=["register"]).register(app)
     __import__("diffbench.cli.runs", fromlist=["register"]).register(app)
+    __import__("diffbench.cli.monitor", fromlist=["register"]).register(app)
+    __import__("diffbench.cli.probe", fromlist=["register"]).register(app)
+    __import__("diffbench.cli.drill", fromlist=["register"]).register(app)
+    __import__("diffbench.cli.doctor", fromlist=["register"]).register(app)
 
 
 _register()

@@ -14,6 +14,8 @@ from typing import Literal, Protocol, runtime_checkable
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from diffbench.monitor.signals import RequestSignals
+
 STAGES = ("text_encode", "denoise", "vae_decode", "other")
 
 
@@ -85,13 +87,16 @@ class GenerationResult:
     """What an engine returns.
 
     ``images``: uint8 array, (B, H, W, 3) for images or (B, F, H, W, 3) for video. For an asynchronous
-    engine it may be filled only after :meth:`Engine.sync` (use :meth:`Engine.fetch`).
+    engine it may be filled only after :meth:`Engine.sync` (use :meth:`Engine.fetch`). ``signals``: what
+    the monitor measured beyond stages and memory (cache decisions, recompiles, ranks, FLOPs); None when the
+    engine is not instrumented.
     """
 
     images: np.ndarray | None
     stages: StageTimes | None = None
     memory: MemoryStats | None = None
     extra: dict[str, float] = field(default_factory=dict)
+    signals: RequestSignals | None = None
 
 
 class EngineInfo(BaseModel):

@@ -66,6 +66,17 @@ class EngineConfig(BaseModel):
     offload: Literal["none", "model", "sequential"] = "none"
     threads: int | None = None
     sim: SimParams = SimParams()
+    cache: str | None = Field(
+        default=None,
+        description="a diffusers step cache enabled at start, AXIS=VALUE as the sweep axes take it "
+        "(e.g. first-block=0.1; see diffbench.sweep.axes); None: no cache",
+    )
+    memory_budget_bytes: int | None = Field(
+        default=None,
+        gt=0,
+        description="an injected device memory budget (bytes): a generation whose measured peak exceeds it "
+        "fails as out of memory, and it is reported as the device total; for OOM drills on a CPU",
+    )
 
 
 def create_engine(config: EngineConfig) -> Engine:
