@@ -156,11 +156,12 @@ def _service_health(L: _Layout) -> None:
     L.add("stat", "Targets up", "Prometheus scrape health of each selected target (1 = up).", "none",
           [_target(f"up{{{T}}}", "{{instance}}")], w=6, thresholds=[(None, "red"), (1, "green")])
     L.add("table", "Deployment", "Deployment configuration of each instance (diffusion_deployment_info); "
-          "the fingerprint must match the calibration's (diffusion_baseline_info).", "none",
+          "the fingerprint must match the calibration's (diffusion_baseline_info); build versions.", "none",
           [_target(f"{_m('diffusion_deployment_info')}{{{TM}}}", "", format="table", instant=True,
                    range=False),
            _target(f"{_m('diffusion_baseline_info')}{{{TM}}}", "", format="table", instant=True,
-                   range=False)],
+                   range=False),
+           _target(f"{_m('diffusion_build_info')}{{{T}}}", "", format="table", instant=True, range=False)],
           w=24, h=5)
 
 
@@ -269,10 +270,12 @@ def _quality(L: _Layout) -> None:
     L.add("timeseries", "Probe SSIM", "SSIM of each probe answer against its reference (1 = identical).",
           "none", [_target(f"min by (probe) ({_m('diffusion_quality_ssim_ratio')}{{{TM}}})", "{{probe}}")],
           w=5)
-    L.add("stat", "Probe age", "Seconds since each probe's last finished replay; DiffusionProbeStale fires "
-          "over two probe intervals.", "s",
+    L.add("stat", "Probe age", "Seconds since each probe's last finished replay, and twice its interval: "
+          "DiffusionProbeStale fires when the age is over it.", "s",
           [_target(f"time() - max by (probe) ({_m('diffusion_quality_probe_timestamp_seconds')}{{{TM}}})",
-                   "{{probe}}")], w=5)
+                   "age {{probe}}"),
+           _target(f"2 * max by (probe) ({_m('diffusion_quality_probe_interval_seconds')}{{{TM}}})",
+                   "stale after {{probe}}")], w=5)
     L.add("timeseries", "Probe replays by outcome", "Probe replays per interval by outcome.", "short",
           [_target(f"sum by (outcome) ({_rate('diffusion_quality_probe_runs_total', TM, 'increase')})",
                    "{{outcome}}")], w=6)

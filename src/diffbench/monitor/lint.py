@@ -26,9 +26,9 @@ from diffbench.monitor import names
 SEVERITIES = ("page", "warning", "info")
 RECORD_NAME = re.compile(r"^[a-z][a-z0-9_]*:[a-z][a-z0-9_]*:[a-z][a-z0-9_]*$")
 """``level:metric:operations`` (Prometheus recording-rule naming)."""
-REQUEST_SAMPLES = ("diffusion_requests_total", "diffusion_request_duration_seconds_bucket",
-                   "diffusion_request_duration_seconds_sum", "diffusion_request_duration_seconds_count")
-"""Request series: every selector of them must say ``traffic="user"`` (probe/warmup never count)."""
+REQUEST_SAMPLES = frozenset(s for m in names.METRICS if "traffic" in m.labels for s in m.samples)
+"""Samples of the families with a ``traffic`` label: every selector of them must say ``traffic="user"``
+(probe and warmup requests never count)."""
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
 _IDENT = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
