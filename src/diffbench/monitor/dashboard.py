@@ -262,10 +262,10 @@ def _memory(L: _Layout) -> None:
 def _quality(L: _Layout) -> None:
     L.row("Quality probe")
     L.add("timeseries", "Probe PSNR vs threshold - 3 dB",
-          "PSNR of each probe answer against its reference; DiffusionQualityPSNRDrop fires below "
-          "threshold - 3 dB.", "dB",
+          "PSNR of each probe answer against its reference; DiffusionQualityPSNRDrop fires below the "
+          "strictest threshold - 3 dB.", "dB",
           [_target(f"min by (probe) ({_m('diffusion_quality_psnr_decibels')}{{{TM}}})", "PSNR {{probe}}"),
-           _target(f"min by (probe) ({_m('diffusion_quality_psnr_threshold_decibels')}{{{TM}}}) - 3",
+           _target(f"max by (probe) ({_m('diffusion_quality_psnr_threshold_decibels')}{{{TM}}}) - 3",
                    "alert below {{probe}}")])
     L.add("timeseries", "Probe SSIM", "SSIM of each probe answer against its reference (1 = identical).",
           "none", [_target(f"min by (probe) ({_m('diffusion_quality_ssim_ratio')}{{{TM}}})", "{{probe}}")],
