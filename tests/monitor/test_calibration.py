@@ -137,3 +137,35 @@ def test_mkdir_creates_the_parent(tmp_path):
     out = tmp_path / "new" / "cal.json"
     assert main(["monitor", "calibrate", str(SIM), "-o", str(out), "--mkdir"]) == 0
     assert read_calibration(out).model == "sim"
+
+
+@pytest.mark.slow
+def test_bench_calibrate_serve_round_trip_on_one_deployment(tmp_path):
+    """bench → calibrate → serve --calibration on tiny-flux: the served deployment fingerprint is the
+    calibration's (no warning), and baseline_info and deployment_info carry the same id."""
+    from fastapi.testclient import TestClient
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from diffbench.server.app import create_app
+    from diffbench.server.config import ServerConfig
+
+    bench = tmp_path / "bench.json"
+    assert main(["bench", "--model", "tiny-flux", "--height", "64", "--width", "64", "--steps", "2", "--runs", "3",
+                 "--warmup", "1", "--no-repro", "--threads", "1", "--json", str(bench)]) == 0
+    out = tmp_path / "cal.json"
+    assert main(["monitor", "calibrate", str(bench), "-o", str(out)]) == 0
+    cal = read_calibration(out)
+    from diffbench.engines.registry import EngineConfig
+
+    cfg = ServerConfig(engine=EngineConfig(model="tiny-flux", threads=1), default_size="64x64", calibration=cal)
+    with TestClient(create_app(cfg)) as c:
+        service = c.app.state.service
+        text = c.get("/metrics").text
+        card = c.get("/v1/models").json()["data"][0]
+    assert service.calibration_differences == []
+    assert card["fingerprint_id"] == cal.fingerprint_id
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    assert [s.labels["fingerprint"] for s in fams["diffusion_baseline_info"].samples] == [cal.fingerprint_id]
+    assert [s.labels["fingerprint"] for s in fams["diffusion_deployment_info"].samples] == [cal.fingerprint_id]
+    steps = [s for s in fams["diffusion_denoise_step_baseline_seconds"].samples if s.labels["shape"] == "64x64"]
+    assert [s.value for s in steps] == [cal.shapes["64x64"].step_s]
