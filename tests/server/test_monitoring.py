@@ -223,3 +223,34 @@ def test_cli_enable_faults_without_the_module_exits_2(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "diffbench.server.faults", None)
     assert main(["serve", "--engine", "sim", "--port", "0", "--enable-faults"]) == 2
     assert "--enable-faults" in capsys.readouterr().err
+
+
+class _Timer:
+    def __init__(self, engine: SimEngine) -> None:
+        self.engine, self.marked_after = engine, None
+
+    def mark_warm(self) -> None:
+        self.marked_after = self.engine.launches  # generations run before the snapshot
+
+
+def test_the_instrumentation_is_marked_warm_after_the_warmups():
+    engine = SimEngine(EngineConfig(engine="sim", sim=sim_params()))
+    engine.timer = _Timer(engine)  # type: ignore[attr-defined]  # the diffusers engine's instrumentation
+    with TestClient(_app(engine, warmup_sizes=("32x32", "64x64"))):
+        pass
+    assert engine.timer.marked_after == 2  # type: ignore[attr-defined]
+
+
+def test_refresh_deployment_follows_a_run_time_change():
+    engine = SimEngine(EngineConfig(engine="sim", sim=sim_params()))
+    with TestClient(_app(engine)) as c:
+        service = c.app.state.service
+        before = c.get("/v1/models").json()["data"][0]["fingerprint_id"]
+        engine._info = engine.info().model_copy(update={"cache": "first-block(threshold=0.5)"})
+        service.refresh_deployment(vae_tiling=True)
+        card = c.get("/v1/models").json()["data"][0]
+        smp = scrape(c)
+    assert card["fingerprint"]["cache"] == "first-block(threshold=0.5)" and card["fingerprint_id"] != before
+    info = [dict(k[1]) for k in smp if k[0] == "diffusion_deployment_info"]
+    assert len(info) == 1 and info[0]["fingerprint"] == card["fingerprint_id"]
+    assert info[0]["cache"] == "first-block(threshold=0.5)" and info[0]["vae_tiling"] == "true"

@@ -17,7 +17,8 @@ device). A request's predicted service time (seconds) is
 
 With a calibration file (``serve --calibration``), a request whose shape label (``WxH[fF][bB]``) the file
 calibrates is predicted from its baselines instead: steps × step baseline + text-encode + VAE-decode
-baselines (monitoring.md §3.4), before any request completed; other shapes fall back to 1–3.
+baselines (monitoring.md §3.4), before any request completed; other shapes fall back to 1–3 (and count
+0 until something was observed: the estimate is then a lower bound).
 
 A line fitted on small shapes can under-predict a much larger one; bound such requests with
 ``Limits.max_pixels`` / ``max_steps`` (``serve --max-pixels/--max-steps``), which no estimate replaces.

@@ -131,6 +131,16 @@ class Service:
             return int(torch.cuda.mem_get_info(self.info.device)[1])
         return None
 
+    def refresh_deployment(self, *, vae_tiling: bool | None = None) -> None:
+        """Re-read the engine's conditions after something changed them at run time (a fault route switching
+        the cache or VAE tiling): the fingerprint, ``/v1/models`` and ``diffusion_deployment_info`` follow.
+        ``vae_tiling``: the tiling now in effect (default: the configured one)."""
+        self.info = self.engine.info()
+        self._fingerprint()
+        if self.exporter is not None:
+            tiling = self.config.engine.vae_tiling if vae_tiling is None else vae_tiling
+            self.exporter.set_deployment(self.info, self.fingerprint_id, vae_tiling=tiling)
+
     @property
     def metrics(self) -> Exporter | None:
         """The exporter (old name)."""
