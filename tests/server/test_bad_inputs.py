@@ -183,6 +183,25 @@ CLI_ROWS = [
     (["--engine", "sim", "--drain", "-1"], 2, ["--drain -1.0", "finite number >= 0"]),
     (["--engine", "sim", "--max-wait", "0"], 2, ["--max-wait 0.0", ">= 0.001"]),
     (["--engine", "sim", "--max-pixels", "0"], 2, ["--max-pixels"]),
+    # monitoring flags (issue 11)
+    (["--engine", "sim", "--cache", "first-block"], 2, ["--cache 'first-block'", "AXIS=VALUE"]),
+    (["--engine", "sim", "--cache", "nope=1"], 2, ["--cache 'nope=1'", "unknown cache", "first-block"]),
+    (["--engine", "sim", "--cache", "first-block=-1"], 2, ["--cache 'first-block=-1'", ">= 0"]),
+    (["--engine", "sim", "--cache", "first-block=0.1"], 2, ["--cache", "sim engine has no step cache"]),
+    (["--engine", "sim", "--compile"], 2, ["--compile", "sim engine"]),
+    (["--engine", "sim", "--vae-tiling"], 2, ["--vae-tiling", "sim engine"]),
+    (["--engine", "sim", "--memory-budget", "lots"], 2, ["--memory-budget 'lots'", "2GiB"]),
+    (["--engine", "sim", "--memory-budget", "2XB"], 2, ["--memory-budget '2XB'", "not a size"]),
+    (["--engine", "sim", "--memory-budget", "0"], 2, ["--memory-budget '0'", "at least 1 byte"]),
+    (["--engine", "sim", "--calibration", "/nonexistent/cal.json"], 2, ["/nonexistent/cal.json", "not found",
+                                                                          "diffbench monitor calibrate"]),
+    (["--engine", "sim", "--calibration", __file__], 2, ["test_bad_inputs.py", "not JSON"]),
+    (["--engine", "sim", "--slo", "nan"], 2, ["--slo nan", "finite number of seconds > 0"]),
+    (["--engine", "sim", "--slo", "-1"], 2, ["--slo -1.0", "> 0"]),
+    (["--engine", "sim", "--shapes", "big"], 2, ["--shapes 'big'", "not a shape label", "256x256"]),
+    (["--engine", "sim", "--shapes", ","], 2, ["--shapes is empty"]),
+    (["--engine", "sim", "--shapes", "64x64,64x64"], 2, ["--shapes", "64x64 is listed twice"]),
+    (["--engine", "sim", "--request-timeout", "0"], 2, ["--request-timeout 0.0", "> 0"]),
 ]
 
 

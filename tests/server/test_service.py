@@ -52,8 +52,9 @@ def test_health_models_metrics_and_timing_headers():
         assert float(timing["denoise"]) == pytest.approx(stages["denoise"] * 1e3, abs=1e-3)
         assert float(timing["service"]) == pytest.approx(body["service_time_s"] * 1e3, abs=1e-3)
         metrics = c.get("/metrics").text
-        assert 'diffusion_requests_total{model="sim",outcome="ok",status="200"} 1.0' in metrics
-        assert 'diffusion_stage_duration_seconds_count{model="sim",stage="denoise"} 1.0' in metrics
+        assert 'diffusion_requests_total{model="sim",outcome="ok",status="200",traffic="user"} 1.0' in metrics
+        # 64x32 with n=2 is not on the allowlist (default: the default size 256x256): shape "other"
+        assert 'diffusion_stage_duration_seconds_count{model="sim",shape="other",stage="denoise"} 1.0' in metrics
 
 
 def test_openai_client_generates_an_image():
@@ -139,7 +140,7 @@ def test_width_and_height_are_honoured_without_size():
 
 
 def _count(metrics: str, outcome: str, status: int) -> float:
-    key = f'diffusion_requests_total{{model="sim",outcome="{outcome}",status="{status}"}} '
+    key = f'diffusion_requests_total{{model="sim",outcome="{outcome}",status="{status}",traffic="user"}} '
     line = next((x for x in metrics.splitlines() if x.startswith(key)), None)
     return 0.0 if line is None else float(line.rsplit(" ", 1)[1])
 

@@ -60,8 +60,8 @@ def test_injected_oom_fails_one_request_and_the_next_succeeds():
         assert health.status_code == 200
         assert health.json()["failed"] == 2 and health.json()["completed"] == 1
         metrics = c.get("/metrics").text
-        assert 'diffusion_requests_total{model="sim",outcome="oom",status="507"} 2.0' in metrics
-        assert 'diffusion_requests_total{model="sim",outcome="ok",status="200"} 1.0' in metrics
+        assert 'diffusion_requests_total{model="sim",outcome="oom",status="507",traffic="user"} 2.0' in metrics
+        assert 'diffusion_requests_total{model="sim",outcome="ok",status="200",traffic="user"} 1.0' in metrics
 
 
 def test_other_exception_is_500_with_reason_and_worker_lives(gated_engine):

@@ -2,7 +2,57 @@
 
 from __future__ import annotations
 
+import math
+import re
+
 import typer
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_BYTES = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
+
+
+def parse_bytes(text: str, flag: str = "--memory-budget") -> int:
+    """``"2GiB"`` → 2147483648. Decimal (kB, MB, GB, TB) and binary (KiB, MiB, GiB, TiB) suffixes; bytes
+    without one.
+
+    Raises:
+        UsageError: not a number with a known suffix, or not > 0; the message names ``flag``.
+    """
+    from diffbench.errors import UsageError
+
+    m = _BYTES.match(text)
+    unit = m.group(2).lower() if m else ""
+    if not m or unit not in _UNITS:
+        raise UsageError(f"{flag} {text!r}: not a size in bytes; give e.g. 2GiB, 512MiB or 1500000000")
+    value = float(m.group(1)) * _UNITS[unit]
+    if not (math.isfinite(value) and value >= 1):
+        raise UsageError(f"{flag} {text!r}: must be at least 1 byte")
+    return int(value)
+
+
+def parse_cache(text: str, engine: str) -> str:
+    """``--cache AXIS=VALUE`` (as ``sweep`` takes the cache axes) → canonical ``axis=value``.
+
+    Raises:
+        UsageError: not AXIS=VALUE, an unknown axis, a bad value, or the sim engine (it has no step cache).
+    """
+    from diffbench.errors import UsageError
+    from diffbench.sweep.axes import CACHE_AXES, parse_values
+
+    axis, sep, value = text.partition("=")
+    axis = axis.strip()
+    if not sep or not value.strip():
+        raise UsageError(f"--cache {text!r}: give AXIS=VALUE, e.g. first-block=0.1 ({', '.join(CACHE_AXES)})")
+    if axis not in CACHE_AXES:
+        raise UsageError(f"--cache {text!r}: unknown cache {axis!r}; choose one of {', '.join(CACHE_AXES)}")
+    try:
+        (canonical,) = parse_values(axis, value)
+    except UsageError as exc:
+        raise UsageError(f"--cache {text!r}: {exc}".replace("--values ", "")) from None
+    if engine == "sim":
+        raise UsageError(f"--cache {text!r}: the sim engine has no step cache; use --engine diffusers")
+    return f"{axis}={canonical}"
 
 
 def register(app: typer.Typer) -> None:
@@ -56,12 +106,49 @@ def register(app: typer.Typer) -> None:
         ),
         seed: int = typer.Option(0, help="Seeds the generator that picks seeds for requests without one."),
         log_level: str = typer.Option("info", help="uvicorn log level."),
+        cache: str | None = typer.Option(
+            None, "--cache", help="Enable a diffusers step cache, AXIS=VALUE as sweep takes it (first-block=0.1)."
+        ),
+        compile_: bool = typer.Option(False, "--compile", help="torch.compile the denoiser (diffusers engine)."),
+        vae_tiling: bool = typer.Option(
+            False, "--vae-tiling/--no-vae-tiling", help="Decode with VAE tiling (less memory at large sizes)."
+        ),
+        memory_budget: str | None = typer.Option(
+            None,
+            "--memory-budget",
+            help="Injected device memory budget (bytes; 2GiB, 512MiB ok): a request whose peak exceeds it fails "
+            "as out of memory (507) and it is exported as the device total. For OOM drills on a CPU.",
+        ),
+        calibration: str | None = typer.Option(
+            None,
+            "--calibration",
+            help="Calibration file (diffbench monitor calibrate): baselines, thresholds and SLO exported as "
+            "gauges; its per-shape baselines predict the queue wait.",
+        ),
+        slo: float | None = typer.Option(
+            None, "--slo", help="Latency SLO, seconds, exported as diffusion_latency_slo_seconds (wins over the file)."
+        ),
+        shapes: str | None = typer.Option(
+            None,
+            "--shapes",
+            help="Shape label allowlist, comma-separated WxH, WxHfF (video) or WxHbB (batch), e.g. 256x256,512x512b2; "
+            "other sizes are exported as shape=other. Default: --default-size and the --warmup sizes.",
+        ),
+        request_timeout: float | None = typer.Option(
+            None,
+            "--request-timeout",
+            help="Seconds after arrival an image request may take; then 504 (outcome timeout). A queued one is "
+            "dropped; a running one finishes on the device and is discarded (it cannot be interrupted).",
+        ),
+        enable_faults: bool = typer.Option(
+            False, "--enable-faults", help="Install POST /admin/faults (fault drills change settings at run time)."
+        ),
     ) -> None:
         """Serve POST /v1/images/generations, /v1/videos jobs, /health, /v1/models and /metrics."""
-        import math
-
         from diffbench.engines.registry import EngineConfig, SimParams
         from diffbench.errors import UsageError
+        from diffbench.monitor.calibration import read_calibration
+        from diffbench.monitor.shapes import parse_shapes
         from diffbench.server.config import Limits, ServerConfig
         from diffbench.server.validation import parse_size
 
@@ -69,8 +156,20 @@ def register(app: typer.Typer) -> None:
         for flag, value, low in numbers:
             if value is not None and not (math.isfinite(value) and value >= low):
                 raise UsageError(f"{flag} {value}: must be a finite number >= {low:g} (seconds)")
+        for flag, value in (("--slo", slo), ("--request-timeout", request_timeout)):
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise UsageError(f"{flag} {value}: must be a finite number of seconds > 0")
         if engine not in ("diffusers", "sim"):
             raise UsageError(f"--engine {engine!r} is not known; use diffusers or sim")
+        cache_spec = parse_cache(cache, engine) if cache is not None else None
+        if engine == "sim":
+            for flag, on in (("--compile", compile_), ("--vae-tiling", vae_tiling)):
+                if on:
+                    raise UsageError(f"{flag}: the sim engine has no denoiser or VAE to apply it to; use "
+                                     "--engine diffusers")
+        budget = parse_bytes(memory_budget) if memory_budget is not None else None
+        allowlist = parse_shapes(shapes) if shapes is not None else ()
+        cal = read_calibration(calibration) if calibration is not None else None
         for flag, size in [("--default-size", default_size)] + [("--warmup", w) for w in warmup]:
             try:
                 parse_size(size, flag)
@@ -85,7 +184,17 @@ def register(app: typer.Typer) -> None:
                 }
             )
         config = ServerConfig(
-            engine=EngineConfig(engine=engine, model=model, device=device, dtype=dtype, sim=sim),  # type: ignore[arg-type]
+            engine=EngineConfig(
+                engine=engine,  # type: ignore[arg-type]
+                model=model,
+                device=device,
+                dtype=dtype,
+                sim=sim,
+                cache=cache_spec,
+                compile=compile_,
+                vae_tiling=vae_tiling,
+                memory_budget_bytes=budget,
+            ),
             host=host,
             port=port,
             max_wait_s=max_wait,
@@ -105,6 +214,11 @@ def register(app: typer.Typer) -> None:
             drain_s=drain,
             seed=seed,
             log_level=log_level,
+            shapes=allowlist,
+            calibration=cal,
+            slo_s=slo,
+            request_timeout_s=request_timeout,
+            enable_faults=enable_faults,
         )
         from diffbench.engines.registry import create_engine
         from diffbench.server.app import create_app
@@ -127,6 +241,14 @@ def register(app: typer.Typer) -> None:
             f"diffbench serve: {info.engine} engine, model {info.model} on {info.device}, "
             f"http://{host}:{port} (Ctrl-C stops it within --drain {drain:g} s)"
         )
+        if service.calibration_differences:
+            typer.secho(
+                f"warning: --calibration {calibration}: measured on another deployment (differs in "
+                f"{', '.join(service.calibration_differences)}); its baselines are exported, but alerts compare "
+                "against them: recalibrate on this deployment (diffbench monitor calibrate)",
+                fg="yellow",
+                err=True,
+            )
         stopped = f"diffbench serve: stopped (in-flight work had --drain {drain:g} s)"
         server = make_server(
             app,

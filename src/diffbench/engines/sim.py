@@ -10,6 +10,11 @@ What it models (so the protocol itself is testable without a GPU):
   probability ``tail_prob`` one step takes ``tail_s`` longer (a preemption, a GC pause, a clock drop).
 - **Scaling**: per-step and VAE times scale with pixels × frames × batch relative to 1024×1024×1×1 (defaults resemble FLUX at 1024² on a datacenter GPU).
 
+- **Monitoring signals** (:class:`~diffbench.monitor.signals.RequestSignals`): the first call at a shape
+  after :meth:`SimEngine.mark_warm` counts as one recompile; ``EngineConfig.memory_budget_bytes`` is the
+  device total, and a request whose simulated peak exceeds it fails as out of memory. No cache decisions
+  and no FLOPs (nothing is computed).
+
 By default time is *virtual*: :meth:`SimEngine.clock` returns a simulated nanosecond clock that advances
 with launches and syncs, so runs are instant and exactly reproducible for a seed. ``realtime=True``
 sleeps for real against ``time.perf_counter_ns``. Outputs are deterministic images from (prompt, seed).
@@ -32,6 +37,7 @@ from diffbench.engines.base import (
 )
 from diffbench.engines.registry import EngineConfig
 from diffbench.errors import DeviceOutOfMemory
+from diffbench.monitor.signals import RequestSignals
 
 _REF_PIXELS = 1024 * 1024
 SIM_FPS = 16.0  # playback rate of simulated videos (requests with frames), as Wan2.1's sample_fps
@@ -54,6 +60,11 @@ class SimEngine:
         self._compiled: set[tuple[int, int, int | None, int, int]] = set()
         self._info: EngineInfo | None = None
         self.launches = 0
+        self._warm = False
+
+    def mark_warm(self) -> None:
+        """Warmups are over: from now on a first call at a new shape counts as a recompile."""
+        self._warm = True
 
     # -- clock ---------------------------------------------------------------------------------
     def clock(self) -> int:
@@ -113,10 +124,19 @@ class SimEngine:
                 f"simulated out of memory at {request.shape_label()} ({pixels} pixels > "
                 f"{self.p.fail_above_pixels})"
             )
+        budget = self.config.memory_budget_bytes
+        peak = int(self.p.memory_bytes_per_pixel * pixels)
+        if budget is not None and peak > budget:
+            raise DeviceOutOfMemory(
+                f"simulated out of memory at {request.shape_label()} (peak {peak} bytes > the memory budget "
+                f"{budget} bytes)"
+            )
         key = request.shape_key
+        recompiles = 0
         if key not in self._compiled:
             self._compiled.add(key)
             self._host_advance(self.p.compile_s)
+            recompiles = int(self._warm)
         scale = pixels / _REF_PIXELS
         steps = [self._stage(self.p.step_s * max(scale, 0.05)) for _ in range(request.steps)]
         if self.p.tail_prob and self._rng.random() < self.p.tail_prob:
@@ -141,11 +161,12 @@ class SimEngine:
         )
         memory = MemoryStats(
             kind="sim",
-            peak_allocated_bytes=int(self.p.memory_bytes_per_pixel * pixels),
+            peak_allocated_bytes=peak,
             peak_reserved_bytes=int(self.p.memory_bytes_per_pixel * pixels * 1.25),
             peak_stage="vae_decode",
         )
-        return GenerationResult(images=self._images(request), stages=stages, memory=memory)
+        signals = RequestSignals(recompiles=recompiles, device="sim", device_total_bytes=budget)
+        return GenerationResult(images=self._images(request), stages=stages, memory=memory, signals=signals)
 
     def _images(self, request: GenerationRequest) -> np.ndarray:
         """Deterministic uint8 images from (prompt, seed): a random 16×16 tile per image, tiled."""

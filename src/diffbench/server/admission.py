@@ -15,6 +15,11 @@ device). A request's predicted service time (seconds) is
    (without a stage split: the whole time scales with ``units``, an upper bound when fixed costs
    dominate).
 
+With a calibration file (``serve --calibration``), a request whose shape label (``WxH[fF][bB]``) the file
+calibrates is predicted from its baselines instead: steps × step baseline + text-encode + VAE-decode
+baselines (monitoring.md §3.4), before any request completed; other shapes fall back to 1–3 (and count
+0 until something was observed: the estimate is then a lower bound).
+
 A line fitted on small shapes can under-predict a much larger one; bound such requests with
 ``Limits.max_pixels`` / ``max_steps`` (``serve --max-pixels/--max-steps``), which no estimate replaces.
 Before the first request completes there is no estimate: requests are admitted (``max_queue`` still
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from diffbench.engines.base import GenerationRequest, StageTimes
@@ -70,10 +76,30 @@ class _Observation:
     stages: StageTimes | None
 
 
+def calibrated_baseline(cal: object) -> Callable[[GenerationRequest], float | None]:
+    """A :class:`ServiceTimeModel` baseline from a :class:`~diffbench.monitor.calibration.Calibration`:
+    seconds for a request whose shape label it calibrates, else None."""
+    from diffbench.monitor.shapes import shape_label
+
+    shapes = getattr(cal, "shapes", {})
+
+    def predict(request: GenerationRequest) -> float | None:
+        b = shapes.get(shape_label(request.width, request.height, request.frames, request.batch))
+        return None if b is None else b.predict_s(request.steps)
+
+    return predict
+
+
 class ServiceTimeModel:
     """Recent service times (seconds) per shape and a work model over shapes. Not thread-safe: callers lock."""
 
-    def __init__(self, window: int = 32, per_shape_window: int = 8) -> None:
+    def __init__(
+        self,
+        window: int = 32,
+        per_shape_window: int = 8,
+        baseline: Callable[[GenerationRequest], float | None] | None = None,
+    ) -> None:
+        self.baseline = baseline
         self._recent: deque[_Observation] = deque(maxlen=window)
         self._per_shape: dict[ShapeKey, deque[float]] = {}
         self._per_shape_window = per_shape_window
@@ -90,7 +116,12 @@ class ServiceTimeModel:
         return sum(o.seconds for o in self._recent) / units if units > 0 else None
 
     def predict(self, request: GenerationRequest) -> float | None:
-        """Predicted service time (seconds) of ``request``; None when nothing was observed yet."""
+        """Predicted service time (seconds) of ``request``; None when nothing was observed yet and no
+        calibrated baseline covers it."""
+        if self.baseline is not None:
+            calibrated = self.baseline(request)
+            if calibrated is not None:
+                return calibrated
         same = self._per_shape.get(request.shape_key)
         if same:
             return sum(same) / len(same)
@@ -132,7 +163,7 @@ def estimate_wait(
     running_elapsed_s: float,
 ) -> float | None:
     """Seconds a request arriving now would wait before starting; None without any observation."""
-    if model.seconds_per_unit is None:
+    if model.seconds_per_unit is None and model.baseline is None:
         return None
     total = 0.0
     for req in queued:

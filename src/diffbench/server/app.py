@@ -71,10 +71,10 @@ def create_app(
     from diffbench.errors import require
 
     require("fastapi", "serve")
-    from fastapi import FastAPI, Response
+    from fastapi import FastAPI, Request, Response
     from fastapi.concurrency import run_in_threadpool
 
-    from diffbench.server.http_errors import CountOutcomes, install_handlers
+    from diffbench.server.http_errors import TRAFFIC_HEADER, CountOutcomes, install_handlers, traffic_of
     from diffbench.server.videos import install_video_routes
 
     if engine is None:
@@ -98,6 +98,8 @@ def create_app(
     app.state.startup_error = None
     install_handlers(app)
     app.add_middleware(CountOutcomes, count=service.count)
+    if config.enable_faults:
+        _install_faults(app, service)
 
     @app.get("/health", response_model=Health)
     async def health(response: Response) -> Health:
@@ -132,19 +134,22 @@ def create_app(
             dtype=info.dtype,
             is_video=info.is_video,
             default_steps=service.default_steps,
+            fingerprint_id=service.fingerprint_id,
+            fingerprint=service.fingerprint,
         )
         return ModelList(data=[card])
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        if service.metrics is None:
+        if service.exporter is None:
             return Response("", media_type="text/plain", status_code=503)
-        body, ctype = service.metrics.render()
+        body, ctype = service.exporter.render()
         return Response(body, media_type=ctype)
 
     @app.post("/v1/images/generations", response_model=ImageResponse)
-    async def generate_images(body: ImageGenerationRequest, response: Response) -> ImageResponse:
+    async def generate_images(body: ImageGenerationRequest, request: Request, response: Response) -> ImageResponse:
         arrival = time.perf_counter()
+        traffic = traffic_of(request.headers.get(TRAFFIC_HEADER))
         model = service.check_model(body.model)
         width, height, size_param = resolve_size(body.size, body.width, body.height, config.default_size)
         steps = body.num_inference_steps or service.default_steps
@@ -175,15 +180,21 @@ def create_app(
                     code="invalid_shape",
                 ) from exc
             raise
-        done = await service.run(gen)
+        shape = service.shape_of(gen)
+        request.state.diffbench_shape = shape
+        done = await service.run(gen, traffic=traffic, arrival=arrival, disconnected=request.is_disconnected)
         images = done.result.images
         if images is None:  # the worker already fails such requests; kept for the type checker
             raise APIError(500, "the engine returned no images", code="generation_failed")
+        encode_start = time.perf_counter()
         pngs = await run_in_threadpool(lambda: [encode_png(img) for img in images])
+        if service.exporter is not None:
+            service.exporter.observe_stage(
+                shape=shape, stage="postprocess", seconds=time.perf_counter() - encode_start, traffic=traffic
+            )
         stats = generation_stats(done)
         response.headers.update(timing_headers(stats))
-        if service.metrics is not None:
-            service.metrics.duration.labels(model).observe(time.perf_counter() - arrival)
+        request.state.diffbench_duration_s = time.perf_counter() - arrival
         return ImageResponse(
             created=int(time.time()),
             data=[ImageData(b64_json=base64.b64encode(p).decode("ascii")) for p in pngs],
@@ -199,3 +210,19 @@ def create_app(
 
     install_video_routes(app, service)
     return app
+
+
+def _install_faults(app: "FastAPI", service: Service) -> None:
+    """``serve --enable-faults``: the drill routes of :mod:`diffbench.server.faults` (``POST /admin/faults``)."""
+    from diffbench.errors import UsageError
+
+    try:
+        from diffbench.server import faults
+    except ModuleNotFoundError as exc:
+        if exc.name != "diffbench.server.faults":
+            raise
+        raise UsageError(
+            "--enable-faults: this diffbench has no fault routes (diffbench.server.faults is missing); "
+            "run without --enable-faults"
+        ) from None
+    faults.install_fault_routes(app, service)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from diffbench.engines.registry import EngineConfig
+from diffbench.monitor.calibration import Calibration
 
 
 class Limits(BaseModel):
@@ -46,6 +47,14 @@ class ServerConfig(BaseModel):
     startup (default steps, n=1) before ``/health`` turns 200, so first-call costs (compile, autotune,
     allocator growth) do not land in the first measured request (serving-apis.md §7, lesson 13); they
     are not counted in metrics nor in the admission estimate.
+
+    Monitoring (``/metrics``, :mod:`diffbench.monitor.exporter`): ``shapes`` is the ``shape`` label
+    allowlist (empty: the warmup sizes and the default size); ``calibration`` the loaded calibration file
+    (baselines as gauges; its per-shape baselines also predict the queue wait); ``slo_s`` the latency SLO
+    gauge (wins over the calibration's); ``request_timeout_s``: a request not finished this many seconds
+    after arrival answers 504 ``timeout`` (a queued one is dropped; a running one cannot be interrupted and
+    finishes on the device, its result discarded); ``enable_faults`` installs ``POST /admin/faults``
+    (:mod:`diffbench.server.faults`) for drills.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -71,3 +80,19 @@ class ServerConfig(BaseModel):
     )
     seed: int = 0
     log_level: str = "warning"
+    shapes: tuple[str, ...] = ()
+    calibration: Calibration | None = None
+    slo_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    request_timeout_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    enable_faults: bool = False
+
+    def shape_allowlist(self, frames: int | None = None) -> tuple[str, ...]:
+        """``shapes``, else the default size and the warmup sizes at ``frames`` (a video model's default
+        frame count; None for images), as ``shape`` labels, deduplicated."""
+        if self.shapes:
+            return self.shapes
+        from diffbench.monitor.shapes import shape_label
+        from diffbench.server.validation import parse_size
+
+        sizes = [parse_size(s, "--warmup") for s in (self.default_size, *self.warmup_sizes)]
+        return tuple(dict.fromkeys(shape_label(w, h, frames) for w, h in sizes))

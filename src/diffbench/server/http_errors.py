@@ -17,6 +17,8 @@ JSON offset); a body that is not JSON has ``param: null``.
 - 500 (``generation_failed``): the generation raised; the message carries the reason. The service
   keeps serving.
 - 503 (``unavailable``): the engine is not started yet or the service is shutting down.
+- 504 (``timeout``): the request did not finish within ``serve --request-timeout`` seconds of arrival.
+- 499 (``cancelled``, never seen by the client): the client disconnected before its answer; counted only.
 - 507 (``out_of_memory``): the device ran out of memory for this request ("out of memory at WxH, ...").
   The service keeps serving (monitoring.md §8.2, single-device contract).
 """
@@ -33,6 +35,15 @@ if TYPE_CHECKING:
     from fastapi.responses import JSONResponse
 
 OOM_STATUS = 507
+TIMEOUT_STATUS = 504
+CANCELLED_STATUS = 499  # nginx's "client closed request": the client went away before the answer
+TRAFFIC_HEADER = "x-diffbench-traffic"
+
+
+def traffic_of(value: str | None) -> str:
+    """The ``traffic`` class of a request from its ``X-Diffbench-Traffic`` header: ``probe`` or ``user``
+    (any other value, or none, is user traffic: a client cannot hide its requests from the SLO series)."""
+    return "probe" if value is not None and value.strip().lower() == "probe" else "user"
 
 
 class APIError(Exception):
@@ -100,7 +111,14 @@ def outcome_of(status: int) -> str:
     """The ``outcome`` label of ``diffusion_requests_total`` for an HTTP status."""
     if status < 400:
         return "ok"
-    special = {404: "not_found", 429: "rejected", 503: "unavailable", OOM_STATUS: "oom"}
+    special = {
+        404: "not_found",
+        429: "rejected",
+        503: "unavailable",
+        OOM_STATUS: "oom",
+        TIMEOUT_STATUS: "timeout",
+        CANCELLED_STATUS: "cancelled",
+    }
     if status in special:
         return special[status]
     return "invalid" if status < 500 else "error"
@@ -179,7 +197,11 @@ def install_handlers(app: object) -> None:
 
 
 class CountOutcomes:
-    """ASGI middleware: one ``diffusion_requests_total{outcome, status}`` count per finished request.
+    """ASGI middleware: one ``diffusion_requests_total{outcome, status, traffic}`` count per finished request.
+
+    ``traffic`` comes from the ``X-Diffbench-Traffic`` header (:func:`traffic_of`). A handler may leave
+    ``diffbench_shape`` (the exported shape label) and ``diffbench_duration_s`` (arrival → response
+    ready, seconds; set for successful generations) in the request state; they are passed on.
 
     Counted: every image generation (any status), every refused video job creation (an accepted job is
     counted when it finishes, see :mod:`diffbench.server.videos`) and every other error answer (404 on
@@ -196,6 +218,10 @@ class CountOutcomes:
             await self.app(scope, receive, send)  # type: ignore[operator]
             return
         status: int | None = None
+        state = scope.setdefault("state", {})
+        headers = dict(scope.get("headers") or [])
+        raw = headers.get(TRAFFIC_HEADER.encode())
+        traffic = traffic_of(raw.decode("latin-1") if raw is not None else None)
 
         async def send_status(message: dict) -> None:  # type: ignore[type-arg]
             nonlocal status
@@ -214,4 +240,10 @@ class CountOutcomes:
                 generation = method == "POST" and path == "/v1/images/generations"
                 job_created = method == "POST" and path == "/v1/videos" and status < 400
                 if (generation or status >= 400) and not job_created:
-                    self.count(outcome_of(status), status)  # type: ignore[operator]
+                    self.count(  # type: ignore[operator]
+                        outcome_of(status),
+                        status,
+                        shape=state.get("diffbench_shape"),
+                        duration_s=state.get("diffbench_duration_s"),
+                        traffic=traffic,
+                    )

@@ -214,6 +214,10 @@ class ModelCard(BaseModel):
     dtype: str
     is_video: bool
     default_steps: int | None
+    fingerprint_id: str = Field(default="", description="sha256 (16 hex) of the deployment fingerprint")
+    fingerprint: dict[str, object] = Field(
+        default_factory=dict, description="deployment_fingerprint of the running service (diffbench.core.fingerprint)"
+    )
 
 
 class ModelList(BaseModel):

@@ -1,21 +1,36 @@
-"""The state one reference service holds: engine, worker, seed generator, metrics, video jobs."""
+"""The state one reference service holds: engine, worker, seed generator, exporter, video jobs."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sys
 import threading
 import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from diffbench.engines.base import Engine, EngineInfo, GenerationRequest
+from diffbench.monitor.exporter import Exporter
 from diffbench.server.capabilities import ParameterUse
 from diffbench.server.config import ServerConfig
-from diffbench.server.http_errors import APIError, from_generation_error
-from diffbench.server.metrics import Metrics
+from diffbench.server.http_errors import CANCELLED_STATUS, TIMEOUT_STATUS, APIError, from_generation_error
 from diffbench.server.schemas import GenerationStats, StageDurations
 from diffbench.server.worker import DeviceWorker, Done, Overloaded, ShuttingDown
+
+# EngineConfig.cache axis -> the exporter's ``cache`` label (RequestSignals.CacheCounts.cache)
+CACHE_LABELS = {"first-block": "fbcache", "taylorseer": "taylorseer", "magcache": "magcache",
+                "fastercache": "fastercache", "pab": "pab", "teacache": "teacache"}
+
+
+def gpu_label(device: str) -> str:
+    """The ``gpu`` label of a device string: ``"0"`` for cuda / cuda:0, else the device (cpu, mps, sim)."""
+    if device.startswith("cuda"):
+        return device.partition(":")[2] or "0"
+    return device
 
 _MIB = 2**20
 
@@ -28,8 +43,11 @@ class Service:
     engine: Engine
     info: EngineInfo | None = None
     worker: DeviceWorker | None = None
-    metrics: Metrics | None = None
+    exporter: Exporter | None = None
     use: ParameterUse | None = None
+    fingerprint: dict[str, object] = field(default_factory=dict)
+    fingerprint_id: str = ""
+    calibration_differences: list[str] = field(default_factory=list)
     engine_started: bool = False
     started_unix: int = field(default_factory=lambda: int(time.time()))
     _rng: np.random.Generator = field(init=False)
@@ -54,14 +72,79 @@ class Service:
         self.info = self.engine.info() if self.engine_started else self.engine.start()
         self.use = parameter_use(self.engine)
         check_startup(self.config, self.engine, self.default_steps, self.default_frames())
+        self._fingerprint()
+
+    def _fingerprint(self) -> None:
+        """The running deployment's fingerprint, and how a loaded calibration's differs from it."""
+        from diffbench.core.env import capture_env
+        from diffbench.core.fingerprint import deployment_fingerprint, fingerprint_diff
+        from diffbench.monitor.calibration import fingerprint_id
+
+        assert self.info is not None
+        self.fingerprint = deployment_fingerprint(self.info, capture_env())
+        self.fingerprint_id = fingerprint_id(self.fingerprint)
+        cal = self.config.calibration
+        if cal is not None:
+            self.calibration_differences = fingerprint_diff(cal.fingerprint, self.fingerprint)
 
     def start(self) -> None:
-        """:meth:`prepare`, run the warmups and start the device worker."""
+        """:meth:`prepare`, run the warmups (not exported), mark the instrumentation warm (recompiles after
+        this are exported), make the exporter and start the device worker."""
+        from diffbench.server.admission import ServiceTimeModel, calibrated_baseline
+
         self.prepare()
         self._warm_up()
-        self.worker = DeviceWorker(self.engine)
+        for obj in (self.engine, getattr(self.engine, "timer", None)):
+            mark = getattr(obj, "mark_warm", None)
+            if callable(mark):
+                mark()
+        cal = self.config.calibration
+        model = ServiceTimeModel(baseline=calibrated_baseline(cal) if cal is not None else None)
+        self.worker = DeviceWorker(self.engine, model=model)
+        self.exporter = self._make_exporter()
+        self.exporter.set_queue_source(self.worker.snapshot)
         self.worker.start()
-        self.metrics = Metrics(self.info.model, self.worker.snapshot)
+
+    def _make_exporter(self) -> Exporter:
+        assert self.info is not None
+        cfg = self.config
+        gpu = gpu_label(self.info.device)
+        cache = cfg.engine.cache
+        caches = [CACHE_LABELS.get(cache.partition("=")[0].strip(), cache.partition("=")[0].strip())] if cache else []
+        exp = Exporter(self.info.model, cfg.shape_allowlist(self.default_frames()), gpus=[gpu], caches=caches)
+        exp.set_deployment(self.info, self.fingerprint_id, vae_tiling=cfg.engine.vae_tiling)
+        if cfg.calibration is not None:
+            exp.load_calibration(cfg.calibration)
+        if cfg.slo_s is not None:
+            exp.set_slo(cfg.slo_s)
+        total = cfg.engine.memory_budget_bytes or self._device_total()
+        if total:
+            exp.set_device_total(gpu, total)
+        return exp
+
+    def _device_total(self) -> int | None:
+        """Device memory capacity (bytes) of a CUDA engine when torch is already loaded; else None."""
+        torch = sys.modules.get("torch")
+        if self.info is None or torch is None or not self.info.device.startswith("cuda"):
+            return None
+        with contextlib.suppress(Exception):
+            return int(torch.cuda.mem_get_info(self.info.device)[1])
+        return None
+
+    def refresh_deployment(self, *, vae_tiling: bool | None = None) -> None:
+        """Re-read the engine's conditions after something changed them at run time (a fault route switching
+        the cache or VAE tiling): the fingerprint, ``/v1/models`` and ``diffusion_deployment_info`` follow.
+        ``vae_tiling``: the tiling now in effect (default: the configured one)."""
+        self.info = self.engine.info()
+        self._fingerprint()
+        if self.exporter is not None:
+            tiling = self.config.engine.vae_tiling if vae_tiling is None else vae_tiling
+            self.exporter.set_deployment(self.info, self.fingerprint_id, vae_tiling=tiling)
+
+    @property
+    def metrics(self) -> Exporter | None:
+        """The exporter (old name)."""
+        return self.exporter
 
     def default_frames(self) -> int | None:
         """Frames of a video job that names neither seconds nor num_frames (None for an image model).
@@ -156,18 +239,47 @@ class Service:
         with self._rng_lock:
             return int(self._rng.integers(0, 2**31 - 1))
 
-    def count(self, outcome: str, status: int) -> None:
-        """One ``diffusion_requests_total`` count (HTTP answers are counted by the CountOutcomes middleware)."""
-        if self.metrics is not None:
-            self.metrics.outcome(outcome, status)
+    def shape_of(self, request: GenerationRequest) -> str:
+        """The exported ``shape`` label of a request (allowlisted, else ``other``)."""
+        if self.exporter is None:
+            return "other"
+        return self.exporter.shape_label(request.width, request.height, request.frames, request.batch)
 
-    async def run(self, request: GenerationRequest) -> Done:
-        """Admit, queue and wait for one generation. Raises APIError (429, 503, 507, 500).
+    def count(
+        self,
+        outcome: str,
+        status: int,
+        *,
+        shape: str | None = None,
+        duration_s: float | None = None,
+        traffic: str = "user",
+    ) -> None:
+        """One ``diffusion_requests_total`` count (HTTP answers are counted by the CountOutcomes middleware)
+        and, with ``duration_s``, one request-duration observation for ``shape``."""
+        if self.exporter is not None:
+            self.exporter.observe_request(
+                shape=shape or "other", outcome=outcome, status=status, duration_s=duration_s, traffic=traffic
+            )
 
-        When the server cancels the waiting handler (shutdown after the drain time), the queued request
-        is dropped and the client gets a 503 instead of a reset connection.
+    async def run(
+        self,
+        request: GenerationRequest,
+        *,
+        traffic: str = "user",
+        arrival: float | None = None,
+        disconnected: Callable[[], Awaitable[bool]] | None = None,
+    ) -> Done:
+        """Admit, queue and wait for one generation. Raises APIError (429, 499, 503, 504, 507, 500).
+
+        ``arrival`` (``perf_counter`` seconds) starts the ``request_timeout_s`` clock (default: now).
+        ``disconnected`` is polled while waiting: a client that went away gets its queued request dropped
+        (outcome ``cancelled``, 499). On timeout a queued request is dropped; a running one cannot be
+        interrupted: it finishes on the device (its stage times are still exported) and its result is
+        discarded. When the server cancels the waiting handler (shutdown after the drain time), the
+        queued request is dropped and the client gets a 503 instead of a reset connection.
         """
         _, worker = self.require_ready()
+        start = time.perf_counter() if arrival is None else arrival
         try:
             fut = worker.submit(request, max_wait_s=self.config.max_wait_s, max_queue=self.config.max_queue)
         except Overloaded as exc:
@@ -175,8 +287,29 @@ class Service:
             raise APIError(429, str(exc), code="overloaded", headers={"Retry-After": str(retry)}) from exc
         except ShuttingDown as exc:
             raise from_generation_error(exc) from exc
+        wrapped = asyncio.wrap_future(fut)
+        timeout = self.config.request_timeout_s
         try:
-            done = await asyncio.wrap_future(fut)
+            while True:
+                left = None if timeout is None else start + timeout - time.perf_counter()
+                step = 0.1 if disconnected is not None else None
+                wait = left if step is None else (step if left is None else min(step, left))
+                if wait is not None and wait <= 0:
+                    self._abandon(fut, request, traffic)
+                    raise APIError(
+                        TIMEOUT_STATUS,
+                        f"the generation ({self.shape_of(request)}) did not finish within --request-timeout "
+                        f"{timeout:g} s of arrival; it was dropped if still queued (a running one finishes on "
+                        "the device and is discarded)",
+                        code="timeout",
+                    )
+                done_set, _ = await asyncio.wait({wrapped}, timeout=wait)
+                if done_set:
+                    break
+                if disconnected is not None and await disconnected():
+                    self._abandon(fut, request, traffic)
+                    raise APIError(CANCELLED_STATUS, "the client disconnected before the answer", code="cancelled")
+            done = wrapped.result()
         except asyncio.CancelledError:
             fut.cancel()  # a queued request never reaches the device; a running one is abandoned
             raise APIError(
@@ -185,29 +318,33 @@ class Service:
                 "instance",
                 code="unavailable",
             ) from None
+        except APIError:
+            raise
         except Exception as exc:
             raise from_generation_error(exc) from exc
-        self.observe(done)
+        self.observe(done, request, traffic)
         return done
 
-    def observe(self, done: Done) -> None:
-        """Record a finished generation's queue wait, stage times and memory."""
-        m = self.metrics
-        if m is None:
+    def _abandon(self, fut: Future[Done], request: GenerationRequest, traffic: str) -> None:
+        """Drop a queued request; a running one finishes on the device and is observed then."""
+        if fut.cancel():
             return
-        model = m.model
-        m.queue_wait.labels(model).observe(done.queue_wait_s)
-        st = done.result.stages
-        if st is not None:
-            for stage, value in (
-                ("text_encode", st.text_encode_s),
-                ("denoise", st.denoise_s),
-                ("vae_decode", st.vae_decode_s),
-            ):
-                m.stage.labels(model, stage).observe(value)
-        mem = done.result.memory
-        if mem is not None and mem.peak_allocated_bytes is not None:
-            m.peak_memory.labels(model).set(mem.peak_allocated_bytes)
+
+        def finished(f: Future[Done]) -> None:
+            if not f.cancelled() and f.exception() is None:
+                self.observe(f.result(), request, traffic)
+
+        fut.add_done_callback(finished)
+
+    def observe(self, done: Done, request: GenerationRequest | None = None, traffic: str = "user") -> None:
+        """Export a finished generation: queue wait, stage and step times, memory, signals."""
+        exp = self.exporter
+        if exp is None:
+            return
+        exp.observe_queue_wait(done.queue_wait_s, traffic=traffic)
+        res = done.result
+        shape = self.shape_of(request) if request is not None else "other"
+        exp.observe_generation(shape=shape, stages=res.stages, memory=res.memory, signals=res.signals, traffic=traffic)
 
 
 def generation_stats(done: Done) -> GenerationStats:

@@ -193,6 +193,10 @@ def install_video_routes(app: "FastAPI", service: Service) -> None:
 
     @app.post("/v1/videos", response_model=VideoJob)
     async def create_video(request: Request) -> VideoJob:
+        from diffbench.server.http_errors import TRAFFIC_HEADER, traffic_of
+
+        arrival = time.perf_counter()
+        traffic = traffic_of(request.headers.get(TRAFFIC_HEADER))
         data = await _read_body(request)
         for key in _FILE_FIELDS:
             if data.get(key) not in (None, ""):
@@ -275,7 +279,7 @@ def install_video_routes(app: "FastAPI", service: Service) -> None:
                     headers={"Retry-After": str(exc.decision.retry_after_s or 1)},
                 ) from exc
             raise from_generation_error(exc) from exc
-        fut.add_done_callback(lambda f: _count(service, f))
+        fut.add_done_callback(lambda f: _count(service, f, gen, traffic, arrival))
         jobs.attach(job.id, fut)
         return jobs.get(job.id).job
 
@@ -378,15 +382,19 @@ def _takes_frames(service: Service, probe: GenerationRequest) -> bool:
     return True
 
 
-def _count(service: Service, fut: Future[Done]) -> None:
+def _count(service: Service, fut: Future[Done], gen: GenerationRequest, traffic: str, arrival: float) -> None:
+    """Export a finished job: outcome (with the status an image request would get) and, when it completed,
+    its generation and its duration from creation to the result being ready."""
     if fut.cancelled():
+        service.count("cancelled", 499, traffic=traffic)  # DELETE before the job reached the device
         return
     exc = fut.exception()
+    shape = service.shape_of(gen)
     if exc is None:
-        service.observe(fut.result())
-        service.count("ok", 200)
+        service.observe(fut.result(), gen, traffic)
+        service.count("ok", 200, shape=shape, duration_s=time.perf_counter() - arrival, traffic=traffic)
     else:
         from diffbench.server.http_errors import outcome_of
 
         status = from_generation_error(exc).status
-        service.count(outcome_of(status), status)
+        service.count(outcome_of(status), status, shape=shape, traffic=traffic)

@@ -93,9 +93,15 @@ def _release_device_memory() -> None:
 class DeviceWorker:
     """FIFO queue + one thread calling the engine. Thread-safe :meth:`submit`."""
 
-    def __init__(self, engine: Engine, *, clock: Callable[[], int] = time.perf_counter_ns) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        clock: Callable[[], int] = time.perf_counter_ns,
+        model: ServiceTimeModel | None = None,
+    ) -> None:
         self.engine = engine
-        self.model = ServiceTimeModel()
+        self.model = model or ServiceTimeModel()
         self.counters = Counters()
         self._clock = clock
         self._queue: deque[WorkItem] = deque()
