@@ -1,0 +1,124 @@
+"""A real ``diffbench serve`` app (tiny-flux on the CPU) on loopback for the probe tests, behind a thin
+test-only ASGI shim that
+
+- records the ``X-Diffbench-Traffic`` header of every request (the probe must send ``probe`` on each);
+- fills ``data[0].fingerprint`` / ``fingerprint_id`` of ``GET /v1/models`` from
+  :func:`diffbench.core.fingerprint.deployment_fingerprint` when the service does not report them yet
+  (helper B adds them to serve; once it does, the shim passes the service's own values through) and can
+  override fields of it (``overrides``) to play "another deployment";
+- answers generation requests with HTTP 500 while ``fail`` is set (a failing service).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+GEN_PATHS = ("/v1/images/generations", "/v1/videos")
+
+
+@dataclass
+class Shim:
+    app: Any
+    fingerprint: dict[str, object] | None = None  # computed lazily from the running service
+    overrides: dict[str, object] = field(default_factory=dict)
+    drop_fingerprint: bool = False
+    fail: bool = False
+    traffic: list[tuple[str, str, str | None]] = field(default_factory=list)  # (method, path, header)
+
+    def _card_fingerprint(self, card: dict[str, Any]) -> None:
+        if self.drop_fingerprint:
+            card.pop("fingerprint", None)
+            card.pop("fingerprint_id", None)
+            return
+        if not isinstance(card.get("fingerprint"), dict):
+            if self.fingerprint is None:
+                from diffbench.core.env import capture_env
+                from diffbench.core.fingerprint import deployment_fingerprint
+
+                info = self.app.state.service.info
+                self.fingerprint = deployment_fingerprint(info, capture_env())
+            card["fingerprint"] = dict(self.fingerprint)
+        card["fingerprint"].update(self.overrides)
+        blob = json.dumps(card["fingerprint"], sort_keys=True, default=str).encode()
+        card["fingerprint_id"] = hashlib.sha256(blob).hexdigest()[:16]
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode().lower(): v.decode() for k, v in scope.get("headers", [])}
+        path = scope["path"]
+        self.traffic.append((scope["method"], path, headers.get("x-diffbench-traffic")))
+        if self.fail and scope["method"] == "POST" and path in GEN_PATHS:
+            body = json.dumps({"error": {"message": "injected failure", "code": "generation_failed"}}).encode()
+            await send({"type": "http.response.start", "status": 500,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        if not (scope["method"] == "GET" and path == "/v1/models"):
+            await self.app(scope, receive, send)
+            return
+        start: dict[str, Any] = {}
+        chunks: list[bytes] = []
+
+        async def capture(msg: dict) -> None:
+            if msg["type"] == "http.response.start":
+                start.update(msg)
+            else:
+                chunks.append(msg.get("body", b""))
+                if not msg.get("more_body"):
+                    body = b"".join(chunks)
+                    if start.get("status") == 200:
+                        data = json.loads(body)
+                        self._card_fingerprint(data["data"][0])
+                        body = json.dumps(data).encode()
+                    hdrs = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
+                    hdrs.append((b"content-length", str(len(body)).encode()))
+                    await send({**start, "headers": hdrs})
+                    await send({"type": "http.response.body", "body": body})
+
+        await self.app(scope, receive, capture)
+
+
+@contextlib.contextmanager
+def serve_tiny_flux(**config: Any) -> Iterator[tuple[str, Shim]]:
+    """Start ``create_app(ServerConfig(**config))`` (tiny-flux, CPU) with uvicorn in a thread; yield
+    ``(base_url, shim)``."""
+    import urllib.request
+
+    import uvicorn
+
+    from diffbench.server.app import create_app
+    from diffbench.server.config import ServerConfig
+
+    app = create_app(ServerConfig(**config))
+    shim = Shim(app)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server = uvicorn.Server(uvicorn.Config(shim, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=lambda: server.run(sockets=[sock]), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 300
+    try:
+        while True:
+            with contextlib.suppress(OSError), urllib.request.urlopen(f"{url}/health", timeout=1) as r:
+                if r.status == 200:
+                    break
+            assert thread.is_alive() and time.monotonic() < deadline, "tiny-flux service did not start"
+            time.sleep(0.1)
+        shim.traffic.clear()
+        yield url, shim
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
