@@ -56,6 +56,12 @@ class Shim:
             return
         headers = {k.decode().lower(): v.decode() for k, v in scope.get("headers", [])}
         path = scope["path"]
+        if path == "/__shim/traffic":  # for a shim in another process: the headers it has seen
+            body = json.dumps(self.traffic).encode()
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": body})
+            return
         self.traffic.append((scope["method"], path, headers.get("x-diffbench-traffic")))
         if self.fail and scope["method"] == "POST" and path in GEN_PATHS:
             body = json.dumps({"error": {"message": "injected failure", "code": "generation_failed"}}).encode()
@@ -122,3 +128,43 @@ def serve_tiny_flux(**config: Any) -> Iterator[tuple[str, Shim]]:
         server.should_exit = True
         thread.join(timeout=30)
         sock.close()
+
+
+@contextlib.contextmanager
+def serve_in_subprocess(model: str, size: str, steps: int) -> Iterator[str]:
+    """The same service and shim in a child process of its own (as a deployment runs), so no state of
+    earlier tests in this process (threads, torch's thread pool) can touch its numbers; yields the URL.
+    ``GET {url}/__shim/traffic`` lists the ``(method, path, X-Diffbench-Traffic)`` the shim has seen."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, __file__, model, size, str(steps)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        assert line.startswith("http://"), f"service child said {line!r} (exit {proc.poll()})"
+        yield line
+    finally:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+if __name__ == "__main__":  # the child of serve_in_subprocess: serve until stdin closes
+    import sys
+
+    from diffbench.engines.registry import EngineConfig
+
+    _model, _size, _steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    with serve_tiny_flux(engine=EngineConfig(model=_model), default_size=_size, default_steps=_steps) as (u, _):
+        print(u, flush=True)
+        sys.stdin.read()

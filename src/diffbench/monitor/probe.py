@@ -258,7 +258,7 @@ async def request_case(session: aiohttp.ClientSession, url: str, case: ProbeCase
     except ProbeRequestError as exc:
         raise ProbeRequestError(f"{case.label}: {exc}") from exc
     want = (case.height, case.width) if not case.is_video else (case.frames, case.height, case.width)
-    got = tuple(out.shape[2:-1]) if case.is_video else tuple(out.shape[1:-1])
+    got = tuple(out.shape[1:-1])
     if got != want:
         raise ProbeRequestError(f"{case.label}: the service answered shape {'x'.join(map(str, got))}, asked for "
                                 f"{'x'.join(map(str, want))}")
