@@ -112,6 +112,8 @@ ROWS = [
     ([*P, "--record-reference", "{tmp}/a/b/rec", "--once"], 2, ["--record-reference", "--mkdir"]),
     ([*P, "--record-reference", "{tmp}/rec"], 2, ["--psnr-threshold DB or --calibration FILE is required"]),
     ([*R, *T, "--json", "{tmp}/nope/out.json"], 2, ["--json", "does not exist", "--mkdir"]),
+    ([*R, *T, "--jsonl", "{tmp}/nope/out.jsonl"], 2, ["--jsonl", "does not exist", "--mkdir"]),
+    ([*R, *T, "--json", "{tmp}/a.json", "--jsonl", "{tmp}/b.jsonl"], 2, ["--json and --jsonl", "give one"]),
     (["probe", "--url", "{dead}", "--reference", "{ref}", *T], 2, ["--url", "cannot read the service's model card"]),
     ([*R, *T, "--metrics-port", "{busy}"], 2, ["--metrics-port", "cannot listen"]),
     ([*P, "--reference", "{nofp}", *T], 2, ["no deployment fingerprint", "--allow-unfingerprinted"]),

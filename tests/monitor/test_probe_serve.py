@@ -200,6 +200,13 @@ def _scrape(port: int) -> dict[str, float]:
     return out
 
 
+def _lines(path: Path) -> list[dict]:
+    """The whole lines of a JSON-lines file being written (a line is written in one call and flushed)."""
+    if not path.exists():
+        return []
+    return [json.loads(x) for x in path.read_text().split("\n")[:-1]]
+
+
 def _wait(pred, what: str, timeout: float = 60.0):  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -241,6 +248,12 @@ def test_continuous_probe_metrics_errors_and_sigterm(service, recorded: Path, tm
         assert 0 < frozen < time.time() - 0.3  # not advanced by the failed passes
         shim.fail = False
         _wait(lambda: _scrape(port)["diffusion_quality_probe_timestamp_seconds"] > frozen, "recovery")
+        shim.overrides["precision"] = "bfloat16"  # the deployment changes under the running probe
+        _wait(lambda: any("another deployment" in " ".join(r["errors"]) for r in _lines(lines)),
+              "a pass refused for the changed fingerprint")
+        shim.overrides.clear()
+        n_before = len(_lines(lines))
+        _wait(lambda: any(r["outcome"] == "ok" for r in _lines(lines)[n_before:]), "recovery after the change")
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(timeout=30)
         assert rc == 0, proc.stderr.read()
@@ -249,6 +262,7 @@ def test_continuous_probe_metrics_errors_and_sigterm(service, recorded: Path, tm
             proc.kill()
             proc.wait()
     recs = [json.loads(x) for x in lines.read_text().splitlines()]  # every line whole JSON
+    assert lines.read_text().endswith("\n")
     outcomes = [r["outcome"] for r in recs]
     assert "error" in outcomes and outcomes.count("ok") >= 3
     err = next(r for r in recs if r["outcome"] == "error")
@@ -267,3 +281,41 @@ def test_shim_passes_a_service_fingerprint_through() -> None:
     card = {"id": "m", "fingerprint": {"model": "m", "precision": "bf16"}}
     shim._card_fingerprint(card)
     assert card["fingerprint"] == {"model": "m", "precision": "bf16"} and len(card["fingerprint_id"]) == 16
+
+
+def test_continuous_record_run_records_then_compares(service, tmp_path: Path) -> None:
+    url, _ = service
+    ref, out = tmp_path / "ref", tmp_path / "p.jsonl"
+    rc = main(["probe", "--url", url, "--record-reference", str(ref), "--count", "2", "--interval", "0.05",
+               "--size", "64x64", "--steps", "2", "--psnr-threshold", "30", "--jsonl", str(out)])
+    assert rc == 0
+    first, second = _lines(out)
+    assert first["outcome"] == "recorded" and first["psnr_db"] is None
+    assert (ref / "manifest.json").exists()
+    assert second["outcome"] == "ok" and second["psnr_db"] == "inf" and second["pass_index"] == 1
+
+
+@pytest.mark.slow
+def test_sigint_mid_pass_exits_0_with_whole_lines(service, recorded: Path, tmp_path: Path) -> None:
+    """Passes back to back (interval 10 ms), so the signal lands in a pass: it is dropped, not half written."""
+    url, _ = service
+    lines = tmp_path / "p.jsonl"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2] / "src"),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "diffbench.cli.main", "probe", "--url", url, "--reference", str(recorded),
+         "--interval", "0.01", "--psnr-threshold", "30", "--json", str(lines)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        _wait(lambda: len(_lines(lines)) >= 2, "two passes")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+        assert proc.stderr is not None and "stopped by signal" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = lines.read_text()
+    assert text.endswith("\n")
+    recs = [json.loads(x) for x in text.splitlines()]
+    assert len(recs) >= 2 and all(r["outcome"] == "ok" for r in recs)

@@ -55,6 +55,7 @@ def register(app: typer.Typer) -> None:
         metrics_host: str = typer.Option("127.0.0.1", "--metrics-host", help="Address of /metrics."),
         json_out: Path | None = typer.Option(None, "--json", help="--once: the pass as one JSON document; "
                                              "otherwise one JSON line per pass, written as it ends."),
+        jsonl_out: Path | None = typer.Option(None, "--jsonl", help="One JSON line per pass (with --once too)."),
         psnr_threshold: float | None = typer.Option(None, "--psnr-threshold", help="PSNR threshold T, dB "
                                                     "(the alert fires below T - 3 dB)."),
         calibration: Path | None = typer.Option(None, "--calibration", help="Calibration file (diffbench "
@@ -74,8 +75,8 @@ def register(app: typer.Typer) -> None:
         n: int = typer.Option(1, "--n", help="Recording: images per request (the batch the probe replays)."),
         frames: int | None = typer.Option(None, "--frames", help="Recording: frame count (a video model)."),
         guidance: float | None = typer.Option(None, "--guidance", help="Recording: guidance_scale to send."),
-        mkdir: bool = typer.Option(False, "--mkdir", help="Create missing parent directories of --json and "
-                                   "--record-reference."),
+        mkdir: bool = typer.Option(False, "--mkdir", help="Create missing parent directories of --json, "
+                                   "--jsonl and --record-reference."),
     ) -> None:
         """Replay fixed requests against a live service and compare each answer with its reference."""
         from diffbench.core.manifest import MANIFEST_NAME
@@ -127,6 +128,12 @@ def register(app: typer.Typer) -> None:
             raise UsageError("--guidance: must be a finite number")
         if json_out is not None:
             json_out = check_output_file(json_out, "--json", mkdir=mkdir)
+        if jsonl_out is not None:
+            jsonl_out = check_output_file(jsonl_out, "--jsonl", mkdir=mkdir)
+        if json_out is not None and jsonl_out is not None and not once:
+            raise UsageError("--json and --jsonl: a continuous run writes JSON lines to --json already; give one")
+        if json_out is not None and jsonl_out is not None and json_out.resolve() == jsonl_out.resolve():
+            raise UsageError(f"--json and --jsonl both name {json_out}; give two different files")
         threshold: float | None = psnr_threshold
         if calibration is not None:
             from diffbench.monitor.probe import read_threshold
@@ -160,5 +167,6 @@ def register(app: typer.Typer) -> None:
         spec = RunSpec(url=url, probe=probe_name, interval_s=interval, threshold_db=threshold, timeout_s=timeout,
                        allow_unfingerprinted=allow_unfingerprinted, reference_label=label, references=refs,
                        record_dir=record_reference, record_cases=cases, passes=passes, once=once,
-                       metrics_port=metrics_port, metrics_host=metrics_host, json_out=json_out)
+                       metrics_port=metrics_port, metrics_host=metrics_host, json_out=json_out,
+                       jsonl_out=jsonl_out)
         raise typer.Exit(run(spec))

@@ -56,6 +56,12 @@ class RunSpec:
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     json_out: Path | None = None
+    jsonl_out: Path | None = None
+
+    @property
+    def lines_path(self) -> Path | None:
+        """Where JSON lines go: ``--jsonl``, else ``--json`` of a continuous run."""
+        return self.jsonl_out if self.jsonl_out is not None else (None if self.once else self.json_out)
 
 
 def _fmt(v: float | None, digits: int) -> str:
@@ -95,11 +101,11 @@ def _summary(rec: PassRecord) -> str:
 class _Lines:
     """One JSON line per pass, each written whole and flushed (an interrupted run leaves whole lines)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, option: str) -> None:
         try:
             self.fh: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
         except OSError as exc:
-            raise InputError(f"--json {path}: cannot write ({exc.strerror or exc})") from exc
+            raise InputError(f"{option} {path}: cannot write ({exc.strerror or exc})") from exc
 
     def write(self, rec: PassRecord) -> None:
         self.fh.write(json.dumps(strict_json_value(rec.model_dump())) + "\n")
@@ -182,8 +188,8 @@ async def _main(spec: RunSpec) -> int:
                 port = metrics.serve(spec.metrics_host, spec.metrics_port)
                 print(f"probe {spec.probe}: metrics on http://{spec.metrics_host}:{port}/metrics", file=sys.stderr,
                       flush=True)
-            if spec.json_out is not None and not spec.once:
-                lines = _Lines(spec.json_out)
+            if spec.lines_path is not None:
+                lines = _Lines(spec.lines_path, "--jsonl" if spec.jsonl_out is not None else "--json")
             settings = ProbeSettings(url=spec.url, probe=spec.probe, interval_s=spec.interval_s,
                                      threshold_db=spec.threshold_db, timeout_s=spec.timeout_s,
                                      allow_unfingerprinted=spec.allow_unfingerprinted,
