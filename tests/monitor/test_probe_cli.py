@@ -21,6 +21,7 @@ from diffbench.cli.main import main
 
 FP = {"model": "fake", "precision": "float32", "cache": "none"}
 SEEN: list[tuple[str, str, str | None]] = []
+HANG_S: list[float] = []  # when set, a generation request is answered only after this many seconds
 
 
 class _Models(BaseHTTPRequestHandler):
@@ -39,6 +40,10 @@ class _Models(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         SEEN.append(("POST", self.path, self.headers.get("X-Diffbench-Traffic")))
+        if HANG_S:
+            import time
+
+            time.sleep(HANG_S[0])
         self.send_error(500)
 
     def log_message(self, *args: object) -> None:
@@ -157,3 +162,16 @@ def test_a_failed_once_pass_exits_5_with_the_results_written(fake: str, tmp_path
     rec = json.loads(out.read_text())
     assert rec["outcome"] == "error" and rec["entries"][0]["verdict"] == "error" and "HTTP 500" in rec["errors"][0]
     assert "pass failed" in capsys.readouterr().err
+
+
+def test_a_hanging_service_is_a_timeout_error_not_a_hang(fake: str, tmp_path: Path) -> None:
+    ref = _reference(tmp_path / "ref")
+    out = tmp_path / "o.json"
+    HANG_S[:] = [3.0]
+    try:
+        rc = main(["probe", "--url", fake, "--reference", str(ref), "--once", "--psnr-threshold", "30",
+                   "--timeout", "0.3", "--json", str(out)])
+    finally:
+        HANG_S.clear()
+    rec = json.loads(out.read_text())
+    assert rc == 5 and "no answer within --timeout 0.3 s" in rec["errors"][0]

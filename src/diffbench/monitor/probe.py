@@ -107,6 +107,8 @@ async def fetch_service_info(session: aiohttp.ClientSession, url: str) -> Servic
             data = await _json(resp, "GET /v1/models")
     except aiohttp.ClientError as exc:
         raise ProbeRequestError(f"GET {url}/v1/models: {type(exc).__name__}: {exc}") from exc
+    except asyncio.TimeoutError as exc:
+        raise ProbeRequestError(f"GET {url}/v1/models: timed out") from exc
     cards = data.get("data") if isinstance(data, dict) else None
     if not cards or not isinstance(cards[0], dict) or not isinstance(cards[0].get("id"), str):
         raise ProbeRequestError(f"GET {url}/v1/models: no model card in the answer ({str(data)[:200]})")
@@ -218,8 +220,9 @@ async def _generate_video(session: aiohttp.ClientSession, url: str, case: ProbeC
             async with session.get(f"{url}/v1/videos/{job_id}", headers=TRAFFIC_HEADER) as resp:
                 job = await _json(resp, f"GET /v1/videos/{job_id}")
         if job.get("status") != "completed":
-            err = job.get("error") or {}
-            raise ProbeRequestError(f"video job {job_id} {job.get('status')}: {err.get('message', err)}")
+            err = job.get("error")
+            msg = err.get("message", err) if isinstance(err, dict) else err
+            raise ProbeRequestError(f"video job {job_id} {job.get('status')}: {msg}")
         async with session.get(f"{url}/v1/videos/{job_id}/content", headers=TRAFFIC_HEADER) as resp:
             content = await resp.read()
             if resp.status != 200:
@@ -257,6 +260,8 @@ async def request_case(session: aiohttp.ClientSession, url: str, case: ProbeCase
         raise ProbeRequestError(f"{case.label}: {type(exc).__name__}: {exc}") from exc
     except ProbeRequestError as exc:
         raise ProbeRequestError(f"{case.label}: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - whatever the service answered, a failed probe request is data
+        raise ProbeRequestError(f"{case.label}: unexpected answer ({type(exc).__name__}: {exc})") from exc
     want = (case.height, case.width) if not case.is_video else (case.frames, case.height, case.width)
     got = tuple(out.shape[1:-1])
     if got != want:
@@ -490,15 +495,15 @@ class Prober:
         results: list[EntryResult] = []
         service = self.service
         try:
-            service = await fetch_service_info(self.session, s.url)
+            service = await asyncio.wait_for(fetch_service_info(self.session, s.url), s.timeout_s)
             if self.references is not None:
                 check_fingerprint(self.references.manifest.fingerprint, service,
                                   allow_unfingerprinted=s.allow_unfingerprinted, where=s.reference_label)
             elif service.fingerprint != self.service.fingerprint:
                 raise InputError("the service's deployment fingerprint changed since the probe started: "
                                  f"{fingerprint_diff(self.service.fingerprint or {}, service.fingerprint or {})}")
-        except (ProbeRequestError, InputError) as exc:
-            errors.append(str(exc))
+        except (ProbeRequestError, InputError, asyncio.TimeoutError) as exc:
+            errors.append(str(exc) or f"GET {s.url}/v1/models: no answer within --timeout {s.timeout_s:g} s")
             return self._record(index, started, "error", errors, results, service)
         if self.references is None:
             return await self._record_pass(index, started, service)

@@ -179,6 +179,7 @@ async def _main(spec: RunSpec) -> int:
     metrics: ProbeMetrics | None = None
     lines: _Lines | None = None
     worst_rc = 0
+    done = 0
     try:
         async with aiohttp.ClientSession(timeout=timeout, trust_env=False) as session:
             service = await _start(spec, session)
@@ -196,7 +197,6 @@ async def _main(spec: RunSpec) -> int:
                                      reference_label=spec.reference_label)
             prober = Prober(settings=settings, session=session, service=service, references=spec.references,
                             record=_recorder(spec), record_cases=spec.record_cases)
-            done = 0
             while not stop.is_set():
                 started = loop.time()
                 task = asyncio.ensure_future(prober.run_pass())
@@ -236,6 +236,8 @@ async def _main(spec: RunSpec) -> int:
             lines.close()
     if stop.is_set():
         print(f"probe {spec.probe}: stopped by signal", file=sys.stderr)
+        if spec.once and done == 0:
+            return 130  # interrupted before its one pass finished: no result
     if worst_rc == GenerationError.exit_code:
         print("error: probe pass failed (no comparison); see the errors above", file=sys.stderr)
     elif worst_rc == GateFailed.exit_code:
