@@ -22,6 +22,7 @@ from diffbench.cli.main import main
 FP = {"model": "fake", "precision": "float32", "cache": "none"}
 SEEN: list[tuple[str, str, str | None]] = []
 HANG_S: list[float] = []  # when set, a generation request is answered only after this many seconds
+ANSWER: list[bytes] = []  # when set, generation requests get these PNG bytes as their one image
 
 
 class _Models(BaseHTTPRequestHandler):
@@ -44,15 +45,31 @@ class _Models(BaseHTTPRequestHandler):
             import time
 
             time.sleep(HANG_S[0])
+        if ANSWER:
+            import base64
+
+            body = json.dumps({"created": 0, "data": [{"b64_json": base64.b64encode(ANSWER[0]).decode()}],
+                               "num_inference_steps": 2}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         self.send_error(500)
 
     def log_message(self, *args: object) -> None:
         pass
 
 
+class _Quiet(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # a client that gave up (the timeout test) is expected
+
+
 @pytest.fixture(scope="module")
 def fake() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Models)
+    server = _Quiet(("127.0.0.1", 0), _Models)
     t = threading.Thread(target=server.serve_forever, daemon=True)
     t.start()
     try:
@@ -175,3 +192,25 @@ def test_a_hanging_service_is_a_timeout_error_not_a_hang(fake: str, tmp_path: Pa
         HANG_S.clear()
     rec = json.loads(out.read_text())
     assert rc == 5 and "no answer within --timeout 0.3 s" in rec["errors"][0]
+
+
+def test_probe_does_not_import_torch(fake: str, tmp_path: Path) -> None:
+    """A probe runs on a monitoring host without the model stack: no torch, diffusers or transformers."""
+    import os
+    import subprocess
+    import sys
+
+    ref = _reference(tmp_path / "ref")
+    code = ("import sys, json\nfrom diffbench.cli.main import main\n"
+            f"rc = main(['probe', '--url', {fake!r}, '--reference', {str(ref)!r}, '--once', '--psnr-threshold', '30'])\n"
+            "print(json.dumps([rc, sorted(m for m in ('torch', 'diffusers', 'transformers') if m in sys.modules)]))")
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    ANSWER[:] = [(ref / "p0_s0_i0.png").read_bytes()]  # the reference itself: PSNR inf, a full good pass
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    finally:
+        ANSWER.clear()
+    rc, heavy = json.loads(out.stdout.strip().splitlines()[-1])
+    assert rc == 0 and heavy == [], out.stderr
+    assert "inf" in out.stdout
