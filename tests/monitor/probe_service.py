@@ -131,9 +131,10 @@ def serve_tiny_flux(**config: Any) -> Iterator[tuple[str, Shim]]:
 
 
 @contextlib.contextmanager
-def serve_in_subprocess(model: str, size: str, steps: int) -> Iterator[str]:
+def serve_in_subprocess(model: str, size: str, steps: int, *, lossless_video: bool = False) -> Iterator[str]:
     """The same service and shim in a child process of its own (as a deployment runs), so no state of
-    earlier tests in this process (threads, torch's thread pool) can touch its numbers; yields the URL.
+    earlier tests in this process can touch it; yields the URL. ``lossless_video`` swaps serve's MP4
+    encoder for :func:`lossless_mp4`.
     ``GET {url}/__shim/traffic`` lists the ``(method, path, X-Diffbench-Traffic)`` the shim has seen."""
     import os
     import subprocess
@@ -142,7 +143,8 @@ def serve_in_subprocess(model: str, size: str, steps: int) -> Iterator[str]:
 
     src = str(Path(__file__).resolve().parents[2] / "src")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen([sys.executable, __file__, model, size, str(steps)], stdin=subprocess.PIPE,
+    args = [sys.executable, __file__, model, size, str(steps), *(["--lossless-video"] if lossless_video else [])]
+    proc = subprocess.Popen(args, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stdout is not None
@@ -159,12 +161,38 @@ def serve_in_subprocess(model: str, size: str, steps: int) -> Iterator[str]:
             proc.wait()
 
 
+def lossless_mp4(frames: Any, fps: int) -> bytes:
+    """Test double for :func:`diffbench.server.mp4.encode_mp4`: lossless RGB H.264 (``libx264rgb``, qp 0),
+    so decoded frames equal the generated ones exactly. serve's own encoder (yuv420p, CRF 18) is lossy and,
+    as measured here, not repeatable: encoding the same frames twice can decode to pixels up to 12 levels
+    apart, which would put a codec noise floor under every video replay."""
+    import io
+
+    import av
+
+    _, height, width, _ = frames.shape
+    buf = io.BytesIO()
+    with av.open(buf, mode="w", format="mp4") as container:
+        stream = container.add_stream("libx264rgb", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = width, height, "rgb24"
+        stream.options = {"qp": "0", "preset": "veryfast"}
+        for frame in frames:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return buf.getvalue()
+
+
 if __name__ == "__main__":  # the child of serve_in_subprocess: serve until stdin closes
     import sys
 
+    import diffbench.server.mp4
     from diffbench.engines.registry import EngineConfig
 
     _model, _size, _steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    if "--lossless-video" in sys.argv:  # read by install_video_routes when the app is built
+        diffbench.server.mp4.encode_mp4 = lossless_mp4  # type: ignore[assignment]
     with serve_tiny_flux(engine=EngineConfig(model=_model), default_size=_size, default_steps=_steps) as (u, _):
         print(u, flush=True)
         sys.stdin.read()

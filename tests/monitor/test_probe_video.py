@@ -2,7 +2,9 @@
 in a process of its own.
 
 The probe records the decoded MP4 as a frame folder, replays the job, and reports the worst frame; a
-reference frame altered by a known offset gives the closed-form PSNR at that frame.
+reference frame altered by a known offset gives the closed-form PSNR at that frame. The service's MP4
+encoder is swapped for a lossless one (``probe_service.lossless_mp4``): serve's yuv420p/CRF 18 encoder is
+lossy and not repeatable, and this test checks the probe, not the codec.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ def test_video_probe_records_replays_and_reports_the_worst_frame(tmp_path: Path)
 
     from PIL import Image
 
-    with serve_in_subprocess("tiny-wan", "32x32", 1) as url:
+    with serve_in_subprocess("tiny-wan", "32x32", 1, lossless_video=True) as url:
         ref = tmp_path / "v"
         assert main(["probe", "--url", url, "--record-reference", str(ref), "--once", "--size", "32x32",
                      "--frames", "5", "--steps", "1"]) == 0
