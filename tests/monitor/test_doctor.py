@@ -203,3 +203,34 @@ def test_cli_on_a_scrape_directory_writes_every_check(tmp_path, capsys) -> None:
                                                  "rank_skew", "cache_hit_ratio"]
     assert doc["suspects"] == ["step_vs_baseline"]
     assert "30 s apart" in doc["basis"]
+
+
+def test_doctor_reads_the_reference_service(tmp_path, capsys) -> None:
+    """``diffbench serve --engine sim``'s real /metrics (whatever families it exports today): a diagnosis
+    with exit 0, the queue check fed by the 3 requests sent, checks without their families 'no data'."""
+    import urllib.request
+
+    from diffbench.engines.registry import EngineConfig, SimParams
+    from diffbench.server.background import run_in_background
+    from diffbench.server.config import ServerConfig
+
+    sim = SimParams(realtime=True, compile_s=0.0, jitter=0.0, tail_prob=0.0, step_s=0.001, text_encode_s=0.001,
+                    vae_decode_s=0.001, other_s=0.001, launch_s=0.0)
+    with run_in_background(ServerConfig(engine=EngineConfig(engine="sim", sim=sim)), mode="thread") as url:
+        for _ in range(3):
+            req = urllib.request.Request(url + "/v1/images/generations", method="POST",
+                                         data=json.dumps({"prompt": "a", "size": "64x64"}).encode(),
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=30) as r:
+                assert r.status == 200
+        out = tmp_path / "d.json"
+        for symptom in ("p99", "artifacts", "oom"):
+            assert main(["doctor", symptom, "--metrics", url, "--interval", "0.2", "--json", str(out)]) == 0
+            doc = json.loads(out.read_text())
+            assert "deltas between two scrapes" in doc["basis"]
+        assert main(["doctor", "p99", "--metrics", url, "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    queue = doc["checks"][0]
+    assert queue["key"] == "queue_vs_service" and queue["verdict"] != "no data"
+    assert "over 3 requests" in queue["details"][0]
+    capsys.readouterr()

@@ -268,15 +268,18 @@ class PromQuery:
     Args:
         url: the server's base URL (``http://host:9090``; a trailing ``/`` or path prefix is kept).
         timeout_s: per query.
+        at: evaluate every query at this Unix time (a post-mortem, a replay); None: now.
     """
 
-    def __init__(self, url: str, *, timeout_s: float = 10.0, option: str = "--prometheus") -> None:
+    def __init__(self, url: str, *, timeout_s: float = 10.0, option: str = "--prometheus",
+                 at: float | None = None) -> None:
         u = urllib.parse.urlsplit(url.strip())
         if u.scheme not in ("http", "https") or not u.netloc:
             raise InputError(f"{option} {url!r}: not an http(s) URL; give e.g. http://127.0.0.1:9090")
         self.base = url.strip().rstrip("/")
         self.timeout_s = timeout_s
         self.option = option
+        self.at = at
 
     def query(self, expr: str) -> list[VectorSample]:
         """Evaluate ``expr`` now; an instant vector (or a scalar, as one sample without labels).
@@ -285,7 +288,8 @@ class PromQuery:
             InputError: the server is unreachable, answers something that is not the Prometheus API, or
                 reports an error for the expression (its message included).
         """
-        url = f"{self.base}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        params = {"query": expr} | ({"time": f"{self.at:.3f}"} if self.at is not None else {})
+        url = f"{self.base}/api/v1/query?" + urllib.parse.urlencode(params)
         try:
             body = _get(url, self.option, self.timeout_s, "application/json")
         except InputError as exc:
