@@ -150,6 +150,7 @@ ROWS = [
     (["--scrape", "{sim}", "--scrape-interval", "0"], 2, "--scrape-interval must be > 0"),
     (["--scrape", "{sim}", "--scrape-interval", "nan"], 2, "--scrape-interval must be > 0"),
     (["--scrape-interval", "2"], 2, "--scrape-interval applies to --scrape URL"),
+    (["--scrape", "local"], 2, "--scrape local names the reference service started without --url"),
 ]
 
 

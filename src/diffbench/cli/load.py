@@ -85,8 +85,8 @@ def register(app: typer.Typer) -> None:
                                          "(no --url): diffusers | sim."),
         serve_model: str = typer.Option("tiny-flux", "--serve-model", help="Model of the local service."),
         scrape: str | None = typer.Option(None, "--scrape", help="The service's /metrics URL (a base URL gets "
-                                          "/metrics): scraped during the run, the server-side view is put "
-                                          "beside each row."),
+                                          "/metrics; 'local' = the reference service started without --url): "
+                                          "scraped during the run, the server-side view is put beside each row."),
         scrape_interval: float = typer.Option(1.0, "--scrape-interval", help="Seconds between scrapes of "
                                               "--scrape (on their own thread)."),
     ) -> None:
@@ -396,11 +396,18 @@ def run_load_command(o: LoadOptions) -> None:
     console.print(f"starting the reference service ({o.serve_engine}, {o.serve_model}) on 127.0.0.1 ...")
     with run_in_background(server_cfg) as base_url:
         console.print(f"reference service at {base_url}")
+        if o.scrape is not None and o.scrape.strip().lower() == LOCAL_SCRAPE:
+            scraper = _scraper(o, base_url)
         _execute(o, cfg, wl, target_for(base_url), console, local=True, scraper=scraper)
 
 
-def _scraper(o: LoadOptions) -> object | None:
+LOCAL_SCRAPE = "local"
+
+
+def _scraper(o: LoadOptions, local_url: str | None = None) -> object | None:
     """The ``--scrape`` scraper, checked with one scrape now (a bad URL fails before the run), or None.
+    ``--scrape local`` names the reference service this command starts (``local_url``, once it is up; None
+    before that).
 
     Raises:
         UsageError: a bad ``--scrape-interval``, or one without ``--scrape``.
@@ -416,7 +423,21 @@ def _scraper(o: LoadOptions) -> object | None:
         raise UsageError("--scrape is empty; give the service's /metrics URL (e.g. http://host:8000/metrics)")
     from diffbench.load.scrape import MetricsScraper
 
-    scraper = MetricsScraper(o.scrape, interval_s=o.scrape_interval)
+    if o.scrape.strip().lower() == LOCAL_SCRAPE:
+        if o.url:
+            raise UsageError("--scrape local names the reference service started without --url; with --url give "
+                             "the service's /metrics URL")
+        if local_url is None:  # validated now, created once the service is up
+            MetricsScraper("http://127.0.0.1/metrics", interval_s=o.scrape_interval)
+            return None
+        return _checked(MetricsScraper(local_url, interval_s=o.scrape_interval))
+    return _checked(MetricsScraper(o.scrape, interval_s=o.scrape_interval))
+
+
+def _checked(scraper: object) -> object:
+    from diffbench.load.scrape import MetricsScraper
+
+    assert isinstance(scraper, MetricsScraper)
     scraper.check()
     return scraper
 
