@@ -18,11 +18,12 @@ The end boundary waits (up to :data:`SETTLE_S`) until the server has counted at 
 the client got an HTTP answer for: a server counts a request after its answer is sent, so a scrape taken
 the instant the last answer arrives could miss it.
 
-Mismatch (:func:`mismatch_warning`): when the client's p50 latency (from intended arrival, ok requests)
-exceeds the server's own request time by more than :data:`MISMATCH_SHARE` of the client's p50, by more
-than :data:`MISMATCH_FACTOR` × the server's queue wait, and by more than :data:`MISMATCH_FLOOR_S`, the time
-is spent in front of the server (a proxy, a load balancer's queue, the network, or the client itself): a
-warning on the row and in the summary.
+Mismatch (:func:`mismatch_warning`): the client's mean latency (from intended arrival, ok requests) is
+the mean time outside the server plus the server's mean request time (both means over the same requests,
+so the split is exact, unlike a p50 against a mean). When the outside part is more than
+:data:`MISMATCH_SHARE` of the client's mean, more than :data:`MISMATCH_FACTOR` × the server's mean queue
+wait and more than :data:`MISMATCH_FLOOR_S`, the time is spent in front of the server (a proxy, a load
+balancer's queue, the network, or the client itself): a warning on the row and in the summary.
 """
 
 from __future__ import annotations
@@ -105,22 +106,23 @@ def server_side(begin: Scrape, end: Scrape, periodic: list[Scrape], url: str, er
     )
 
 
-def mismatch_warning(client_p50_s: float | None, lag_p50_s: float | None, server: ServerSide) -> str | None:
+def mismatch_warning(client_mean_s: float | None, lag_mean_s: float | None, server: ServerSide) -> str | None:
     """The warning when the client's latency is not explained by the server (see the module docstring),
-    else None. ``client_p50_s``: p50 latency from intended arrival of the row's ok requests; ``lag_p50_s``:
-    the client's own p50 lag (sent − intended)."""
-    if client_p50_s is None or client_p50_s != client_p50_s:
+    else None. ``client_mean_s``: mean latency from intended arrival of the row's ok requests;
+    ``lag_mean_s``: the client's own mean lag (sent − intended)."""
+    if client_mean_s is None or client_mean_s != client_mean_s:
         return None
     inside = server.request_mean_s
     if inside is None and server.service_mean_s is not None:
         inside = server.service_mean_s + (server.queue_wait_mean_s or 0.0)
     if inside is None:
         return None
-    outside = client_p50_s - inside
+    outside = client_mean_s - inside
     qwait = server.queue_wait_mean_s or 0.0
-    if outside > MISMATCH_SHARE * client_p50_s and outside > MISMATCH_FACTOR * qwait and outside > MISMATCH_FLOOR_S:
-        lag = f", of which {lag_p50_s * 1e3:.3g} ms is the client's own send lag" if lag_p50_s else ""
-        return (f"client p50 {client_p50_s * 1e3:.3g} ms but the server's request time is {inside * 1e3:.3g} ms "
+    if outside > MISMATCH_SHARE * client_mean_s and outside > MISMATCH_FACTOR * qwait and outside > MISMATCH_FLOOR_S:
+        lag = f", of which {lag_mean_s * 1e3:.3g} ms is the client's own send lag" if lag_mean_s else ""
+        return (f"client mean latency {client_mean_s * 1e3:.3g} ms but the server's request time is "
+                f"{inside * 1e3:.3g} ms "
                 f"with a queue wait of {qwait * 1e3:.3g} ms: {outside * 1e3:.3g} ms per request is spent in front "
                 f"of the server{lag} — a queue outside it (proxy, load balancer, network or the client); the "
                 "server's metrics will not show this latency")
@@ -301,7 +303,7 @@ def attach(result: object, scraper: MetricsScraper, *, probe: bool = False, used
         if view is None:  # the end scrape failed: no deltas, keep the errors
             view = ServerSide(url=scraper.url, scrapes=len(win.periodic), errors=win.errors[:MAX_ERRORS])
         update: dict[str, object] = {"server": view}
-        w = mismatch_warning(row.latency_from_arrival_s.p50 if row.n_ok else None, row.lag_s.p50, view)
+        w = mismatch_warning(row.latency_from_arrival_s.mean if row.n_ok else None, row.lag_s.mean, view)
         if w is not None:
             update["warnings"] = [*row.warnings, f"server mismatch: {w}"]
             label = f"{row.users} users" if row.mode == "closed" else want.replace("burst of", "burst")
