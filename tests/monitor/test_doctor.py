@@ -234,3 +234,41 @@ def test_doctor_reads_the_reference_service(tmp_path, capsys) -> None:
     assert queue["key"] == "queue_vs_service" and queue["verdict"] != "no data"
     assert "over 3 requests" in queue["details"][0]
     capsys.readouterr()
+
+
+def test_a_directory_merges_the_probe_endpoint_into_before_and_after(tmp_path) -> None:
+    """``before*.prom`` files form one scrape (the service's and the probe's endpoints), likewise ``after*``;
+    the probe's PSNR (31 dB against a 35 dB threshold: 4 dB under, alert at 3) comes from its own file."""
+    from diffbench.monitor.doctor import diagnose_scrapes
+
+    service, probe = Exposition(), Exposition()
+    healthy(service)
+    service.m["diffusion_quality_psnr_decibels"].clear()  # the service does not export the probe's families
+    service.m["diffusion_quality_psnr_threshold_decibels"].clear()
+    probe.set("diffusion_quality_psnr_threshold_decibels", 35.0, model=MODEL, probe="p0")
+    probe.set("diffusion_quality_psnr_decibels", 40.0, model=MODEL, probe="p0")
+    service.save(tmp_path / "before.prom", 100.0)
+    probe.save(tmp_path / "before-probe.prom", 101.0)
+    _more(service)
+    probe.set("diffusion_quality_psnr_decibels", 31.0, model=MODEL, probe="p0")
+    service.save(tmp_path / "after.prom", 160.0)
+    probe.save(tmp_path / "after-probe.prom", 161.0)
+    rep = diagnose_scrapes("artifacts", tmp_path)
+    assert rep.checks[0].key == "probe_psnr" and rep.checks[0].verdict == "suspect"
+    assert rep.checks[0].value == pytest.approx(31.0 - 35.0)
+    assert rep.suspects == ["probe_psnr"]
+    assert "60 s apart" in rep.basis  # merged times: the latest of each phase (101 → 161)
+
+
+def test_doctor_imports_nothing_heavy(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    exp = Exposition()
+    healthy(exp)
+    path = exp.save(tmp_path / "s.prom", 1.0)
+    code = ("import sys, json\nfrom diffbench.cli.main import main\n"
+            f"rc = main(['doctor', 'p99', '--scrape', r'{path}'])\n"
+            "print(json.dumps([rc, sorted(m for m in ('torch', 'diffusers', 'httpx', 'aiohttp') if m in sys.modules)]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [0, []]

@@ -5,10 +5,9 @@ checks of :data:`~diffbench.monitor.doctor_checks.RUNBOOK` in order and say, for
 show: value, verdict (``ok`` / ``suspect`` / ``no data``), one sentence, and the ``diffbench`` command that
 confirms it. Usage::
 
-    from diffbench.monitor.doctor import diagnose, view_from_scrapes
-    from diffbench.monitor.scrape import read_scrapes
+    from diffbench.monitor.doctor import diagnose_scrapes
 
-    report = diagnose("p99", view_from_scrapes(read_scrapes(["tests/fixtures/scrapes/cache"])))
+    report = diagnose_scrapes("artifacts", "tests/fixtures/scrapes/cache")   # a directory of scrapes
     [f.verdict for f in report.checks]
 
 With two scrapes (before/after) counters and histograms are deltas between them; with one, totals since
@@ -20,6 +19,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel
@@ -27,7 +27,7 @@ from pydantic import BaseModel
 from diffbench.errors import UsageError
 from diffbench.monitor.doctor_checks import RUNBOOK, Context, Finding
 from diffbench.monitor.doctor_views import MetricsView, PromView, ScrapeView
-from diffbench.monitor.scrape import PromQuery, Scrape, fetch_metrics, metrics_url
+from diffbench.monitor.scrape import PromQuery, Scrape, fetch_metrics, metrics_url, read_scrapes
 
 Symptom = Literal["p99", "artifacts", "oom"]
 SYMPTOMS: tuple[str, ...] = tuple(RUNBOOK)
@@ -59,6 +59,19 @@ def parse_window(text: str) -> str:
 def view_from_scrapes(scrapes: Sequence[Scrape]) -> ScrapeView:
     """A view over one scrape (totals) or the first and last of several (deltas)."""
     return ScrapeView(scrapes)
+
+
+def diagnose_scrapes(symptom: str, *paths: str | Path) -> DoctorReport:
+    """:func:`diagnose` on saved scrapes: one or two files, or one directory of them (see
+    :func:`~diffbench.monitor.scrape.read_scrapes`), e.g. ``diagnose_scrapes("oom", "tests/fixtures/scrapes/vae")``.
+
+    Raises:
+        InputError: a path that is missing or not a metrics text.
+    """
+    scrapes = read_scrapes(paths)
+    if len(scrapes) > 2:
+        scrapes = [scrapes[0], scrapes[-1]]
+    return diagnose(symptom, view_from_scrapes(scrapes), source=" + ".join(s.source for s in scrapes))
 
 
 def context_from(view: MetricsView, url: str | None) -> Context:
@@ -146,4 +159,4 @@ def render(report: DoctorReport, console: object) -> None:
     console.print(report.summary, highlight=False)
 
 
-__all__ = ["SYMPTOMS", "DoctorReport", "diagnose", "open_view", "parse_window", "render", "view_from_scrapes"]
+__all__ = ["SYMPTOMS", "DoctorReport", "diagnose", "diagnose_scrapes", "open_view", "parse_window", "render", "view_from_scrapes"]

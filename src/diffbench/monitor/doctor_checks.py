@@ -56,7 +56,7 @@ class Context:
 
 
 def _ms(v: float | None) -> str:
-    if v is None:
+    if v is None or v != v:  # None or NaN (an estimate the exporter could not make)
         return "—"
     return f"{v * 1e3:.3g} ms" if abs(v) < 1 else f"{v:.3g} s"
 

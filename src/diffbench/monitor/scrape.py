@@ -167,38 +167,44 @@ def read_scrape(path: str | Path, **kw: object) -> Scrape:
     return parse_text(text, str(p), **kw)  # type: ignore[arg-type]
 
 
+def merge(scrapes: Sequence[Scrape], source: str) -> Scrape:
+    """One scrape holding the samples of several taken at the same moment from different endpoints (the
+    service's ``/metrics`` and the probe's); its time is the latest of theirs."""
+    times = [s.time_s for s in scrapes if s.time_s is not None]
+    return Scrape([x for s in scrapes for x in s.samples], time_s=max(times) if times else None, source=source)
+
+
 def read_scrapes(paths: Iterable[str | Path]) -> list[Scrape]:
-    """Read scrape files in the order given; a single directory expands to its scrape files
-    (:data:`SCRAPE_SUFFIXES`) sorted by name, so ``before.prom`` / ``after.prom`` or ``0.prom``, ``1.prom``
-    come out in order (the drills' recorded fixtures are one such directory).
+    """Read scrape files in the order given. A directory expands to its scrape files
+    (:data:`SCRAPE_SUFFIXES`): files whose names start with ``before`` are merged into one scrape (e.g.
+    ``before.prom`` and ``before-probe.prom``, the service's and the probe's endpoints), likewise ``after``;
+    any other files are single scrapes sorted by name between them (``0.prom``, ``1.prom`` …). The drills'
+    recorded fixtures are one such directory.
 
     Raises:
-        InputError: no path, an empty directory, or any file that :func:`read_scrape` refuses.
+        InputError: no path, a directory without scrape files, or any file that :func:`read_scrape` refuses.
     """
-    files: list[Path] = []
+    out: list[Scrape] = []
     for raw in paths:
         p = Path(raw)
-        if p.is_dir():
-            found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(SCRAPE_SUFFIXES))
-            found = _before_after_order(found)
-            if not found:
-                raise InputError(f"--scrape {p}: a directory without scrape files "
-                                 f"({', '.join('*' + s for s in SCRAPE_SUFFIXES)})")
-            files.extend(found)
-        else:
-            files.append(p)
-    if not files:
+        if not p.is_dir():
+            out.append(read_scrape(p))
+            continue
+        found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(SCRAPE_SUFFIXES))
+        if not found:
+            raise InputError(f"--scrape {p}: a directory without scrape files "
+                             f"({', '.join('*' + s for s in SCRAPE_SUFFIXES)})")
+        before = [f for f in found if f.name.lower().startswith("before")]
+        after = [f for f in found if f.name.lower().startswith("after")]
+        middle = [f for f in found if f not in before and f not in after]
+        if before:
+            out.append(merge([read_scrape(f) for f in before], " + ".join(str(f) for f in before)))
+        out.extend(read_scrape(f) for f in middle)
+        if after:
+            out.append(merge([read_scrape(f) for f in after], " + ".join(str(f) for f in after)))
+    if not out:
         raise InputError("--scrape: give at least one scrape file or directory")
-    return [read_scrape(f) for f in files]
-
-
-def _before_after_order(files: list[Path]) -> list[Path]:
-    """Name order, except that ``before*`` sorts first and ``after*`` last."""
-    def key(f: Path) -> tuple[int, str]:
-        n = f.name.lower()
-        return (0 if n.startswith("before") else 2 if n.startswith("after") else 1, n)
-
-    return sorted(files, key=key)
+    return out
 
 
 def metrics_url(url: str, option: str = "--metrics") -> str:
@@ -320,5 +326,5 @@ class PromQuery:
 
 __all__ = [
     "HEADER", "PromQuery", "Sample", "Scrape", "VectorSample", "fetch_metrics", "fetch_text", "format_scrape",
-    "matches", "metrics_url", "parse_text", "read_scrape", "read_scrapes",
+    "matches", "merge", "metrics_url", "parse_text", "read_scrape", "read_scrapes",
 ]
