@@ -272,3 +272,21 @@ def test_doctor_imports_nothing_heavy(tmp_path) -> None:
             "print(json.dumps([rc, sorted(m for m in ('torch', 'diffusers', 'httpx', 'aiohttp') if m in sys.modules)]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [0, []]
+
+
+def test_every_metric_named_in_doctor_and_load_scrape_is_in_the_table() -> None:
+    """The source of the checks, the views and load --scrape names only families (or their samples) of
+    ``names.METRICS``."""
+    import re
+    from pathlib import Path
+
+    import diffbench.load.scrape as load_scrape
+    import diffbench.monitor.doctor_checks as checks
+    import diffbench.monitor.doctor_views as views
+
+    known = {m.name for m in names.METRICS} | names.sample_names()
+    for mod in (checks, views, load_scrape):
+        found = set(re.findall(r"\bdiffusion_[a-z_]+\b", Path(mod.__file__).read_text()))
+        found = {f.rstrip("_") for f in found}
+        # family names followed by a suffix built in code (family + "_sum") are families too
+        assert found <= known, (mod.__name__, sorted(found - known))
