@@ -167,3 +167,54 @@ def test_scrape_bad_input_is_a_clear_error(argv, code, fragment, sim_url, capsys
     err = capsys.readouterr().err
     assert fragment in err, err
     assert "Traceback" not in err and err.count("\n") == 1
+
+
+def _text(ok: int, qwait_sum: float, depth: float) -> str:
+    return (f'diffusion_requests_total{{model="m",outcome="ok",status="200",traffic="user"}} {ok}\n'
+            f'diffusion_queue_wait_seconds_sum{{model="m"}} {qwait_sum}\n'
+            f'diffusion_queue_wait_seconds_count{{model="m"}} {ok}\n'
+            f'diffusion_queue_depth{{model="m"}} {depth}\n')
+
+
+def test_end_of_row_waits_until_the_server_counted_every_answer() -> None:
+    """The server counts a request after its answer is sent: the end scrape is retried until the count
+    reaches the client's answered requests (here the third read), so the row's delta is exact."""
+    from diffbench.load.scrape import MetricsScraper
+    from diffbench.monitor.scrape import parse_text
+
+    reads = iter([_text(10, 1.0, 0), _text(13, 1.3, 0), _text(14, 1.4, 0), _text(15, 1.5, 0), _text(99, 9, 0)])
+    scraper = MetricsScraper("http://127.0.0.1:1/metrics", fetch=lambda u: parse_text(next(reads), u))
+    scraper.begin_row("1 req/s")
+    scraper.end_row(answered=5)
+    view = scraper.windows[0].view
+    assert view is not None and view.outcomes["ok"] == 5 and view.n == 5
+    assert view.queue_wait_mean_s == pytest.approx(0.5 / 5)
+
+
+def test_a_scrape_failing_during_the_row_is_recorded_and_the_row_kept() -> None:
+    from diffbench.errors import InputError
+    from diffbench.load.scrape import MetricsScraper
+    from diffbench.monitor.scrape import parse_text
+
+    calls = {"n": 0}
+
+    def fetch(u: str):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return parse_text(_text(0, 0.0, 0), u)
+        if calls["n"] < 4:
+            raise InputError(f"--scrape {u}: unreachable (refused)")
+        return parse_text(_text(2, 0.2, 3), u)
+
+    scraper = MetricsScraper("http://127.0.0.1:1/metrics", interval_s=0.05, fetch=fetch)
+    scraper.begin_row("2 req/s")
+    scraper.start()
+    deadline = time.monotonic() + 10
+    while calls["n"] < 5 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    scraper.stop()
+    scraper.end_row(answered=2)
+    view = scraper.windows[0].view
+    assert view is not None and view.n == 2
+    assert view.errors and "unreachable" in view.errors[0]
+    assert view.queue_depth_max == 3.0
