@@ -84,6 +84,11 @@ def register(app: typer.Typer) -> None:
         serve_engine: str = typer.Option("diffusers", "--serve-engine", help="Engine of the local service "
                                          "(no --url): diffusers | sim."),
         serve_model: str = typer.Option("tiny-flux", "--serve-model", help="Model of the local service."),
+        scrape: str | None = typer.Option(None, "--scrape", help="The service's /metrics URL (a base URL gets "
+                                          "/metrics; 'local' = the reference service started without --url): "
+                                          "scraped during the run, the server-side view is put beside each row."),
+        scrape_interval: float = typer.Option(1.0, "--scrape-interval", help="Seconds between scrapes of "
+                                              "--scrape (on their own thread)."),
     ) -> None:
         """Load-test a diffusion service: latency from intended arrival, goodput, knee."""
         opts = LoadOptions(
@@ -99,6 +104,7 @@ def register(app: typer.Typer) -> None:
             api_key=api_key or os.environ.get(API_KEY_ENV), insecure=insecure, no_decode=no_decode,
             jsonl=str(jsonl) if jsonl else None, json_out=str(json_out) if json_out else None,
             serve_engine=serve_engine, serve_model=serve_model, mkdir=mkdir, max_requests=max_requests,
+            scrape=scrape, scrape_interval=scrape_interval,
         )
         run_load_command(opts)
 
@@ -147,6 +153,8 @@ class LoadOptions:
     workers: int = 1
     csv_out: str | None = None
     quiet: bool = False
+    scrape: str | None = None
+    scrape_interval: float = 1.0
 
 
 def _seconds(name: str, value: float | None, *, zero_ok: bool = False) -> None:
@@ -354,6 +362,7 @@ def run_load_command(o: LoadOptions) -> None:
             if real == real2 and real != os.devnull:
                 raise UsageError(f"{name} and {other} name the same file {real}; give each output its own path")
     _check_workers(o.workers)
+    scraper = _scraper(o)
     schedule = spec_from_cli(arrival=o.arrival, duration_s=o.duration, burstiness=o.burstiness, seed=o.seed)
     cfg = SweepConfig(mode=o.mode, rates=rates, users=users, duration_s=o.duration, schedule=schedule,  # type: ignore[arg-type]
                       slo_s=latency_limit(constraints), max_inflight=max_inflight, think_time_s=o.think_time,
@@ -377,7 +386,7 @@ def run_load_command(o: LoadOptions) -> None:
         raise UsageError("--url is empty; give the service's base URL (e.g. http://host:8000) or leave --url out "
                          "to start the reference service")
     if o.url:
-        _execute(o, cfg, wl, target_for(o.url), console, local=False)
+        _execute(o, cfg, wl, target_for(o.url), console, local=False, scraper=scraper)
         return
     from diffbench.engines.registry import EngineConfig
     from diffbench.server.background import run_in_background
@@ -387,7 +396,50 @@ def run_load_command(o: LoadOptions) -> None:
     console.print(f"starting the reference service ({o.serve_engine}, {o.serve_model}) on 127.0.0.1 ...")
     with run_in_background(server_cfg) as base_url:
         console.print(f"reference service at {base_url}")
-        _execute(o, cfg, wl, target_for(base_url), console, local=True)
+        if o.scrape is not None and o.scrape.strip().lower() == LOCAL_SCRAPE:
+            scraper = _scraper(o, base_url)
+        _execute(o, cfg, wl, target_for(base_url), console, local=True, scraper=scraper)
+
+
+LOCAL_SCRAPE = "local"
+
+
+def _scraper(o: LoadOptions, local_url: str | None = None) -> object | None:
+    """The ``--scrape`` scraper, checked with one scrape now (a bad URL fails before the run), or None.
+    ``--scrape local`` names the reference service this command starts (``local_url``, once it is up; None
+    before that).
+
+    Raises:
+        UsageError: a bad ``--scrape-interval``, or one without ``--scrape``.
+        InputError: ``--scrape`` unreachable or not a diffusion metrics text.
+    """
+    from diffbench.errors import UsageError
+
+    if o.scrape is None:
+        if o.scrape_interval != 1.0:
+            raise UsageError("--scrape-interval applies to --scrape URL")
+        return None
+    if not o.scrape.strip():
+        raise UsageError("--scrape is empty; give the service's /metrics URL (e.g. http://host:8000/metrics)")
+    from diffbench.load.scrape import MetricsScraper
+
+    if o.scrape.strip().lower() == LOCAL_SCRAPE:
+        if o.url:
+            raise UsageError("--scrape local names the reference service started without --url; with --url give "
+                             "the service's /metrics URL")
+        if local_url is None:  # validated now, created once the service is up
+            MetricsScraper("http://127.0.0.1/metrics", interval_s=o.scrape_interval)
+            return None
+        return _checked(MetricsScraper(local_url, interval_s=o.scrape_interval))
+    return _checked(MetricsScraper(o.scrape, interval_s=o.scrape_interval))
+
+
+def _checked(scraper: object) -> object:
+    from diffbench.load.scrape import MetricsScraper
+
+    assert isinstance(scraper, MetricsScraper)
+    scraper.check()
+    return scraper
 
 
 def _executor(o: LoadOptions, target: object) -> object | None:
@@ -415,7 +467,8 @@ async def _close(obj: object) -> None:
             await res
 
 
-def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: Console, *, local: bool) -> None:
+def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: Console, *, local: bool,
+             scraper: object | None = None) -> None:
     import asyncio
     import contextlib
     import math
@@ -469,6 +522,12 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
         from rich.console import Console as _Console
 
         monitor = LoadProgress(_Console(stderr=True))
+    row_monitor = monitor  # the progress line; with --scrape wrapped so each run is also a scrape window
+    if scraper is not None:
+        from diffbench.load.scrape import ScrapeMonitor
+
+        conditions["scrape"] = f"{scraper.url} every {o.scrape_interval:g} s"  # type: ignore[attr-defined]
+        row_monitor = ScrapeMonitor(scraper, monitor)  # type: ignore[assignment]
     executor = _executor(o, target)
 
     async def main() -> SweepRun:
@@ -509,7 +568,7 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
                 await executor.start()  # type: ignore[attr-defined]  # spawn before the warm-up, not in a run
             return await run_sweep(cfg, backend, planner, control=control, sink=sink, conditions=conditions,
                                    progress=_noop if o.quiet else lambda msg: console.print(f"[dim]{msg}[/dim]"),
-                                   monitor=monitor, **extra)  # type: ignore[arg-type]
+                                   monitor=row_monitor, **extra)  # type: ignore[arg-type]
         finally:
             if monitor is not None:
                 monitor.end()
@@ -530,6 +589,8 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
     from diffbench.load.client.executor import WorkerDied
 
     stopped_by: list[int] = []
+    if scraper is not None:
+        scraper.start()  # type: ignore[attr-defined]
     try:
         sweep = run(main())
     except asyncio.CancelledError:
@@ -549,6 +610,12 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
     finally:
         if sink is not None:
             sink.close()
+        if scraper is not None:
+            scraper.stop()  # type: ignore[attr-defined]
+    if scraper is not None:
+        from diffbench.load.scrape import attach_sweep
+
+        sweep = attach_sweep(sweep, scraper)  # type: ignore[assignment, arg-type]
     _render(sweep, console)
     result = sweep.result
     if o.json_out:

@@ -54,6 +54,7 @@ from diffbench.core.records import OUTCOMES, RequestRecord
 from diffbench.core.stats import Summary, summarize
 from diffbench.load.goodput import GoodputConstraint, count_good
 from diffbench.load.saturation import Saturation, check_saturation
+from diffbench.load.scrape import ServerSide
 
 SCHEMA_VERSION = 2
 LAG_P99_WARN_S = 0.010
@@ -167,6 +168,8 @@ class RateSummary(BaseModel):
     saturated: bool = False
     first_error: str | None = None
     warnings: list[str] = []
+    server: ServerSide | None = None
+    """The server's own view of the row, scraped from its ``/metrics`` (``load --scrape``; None without)."""
 
 
 def detect_divergence(

@@ -10,7 +10,10 @@ users, rate or ``inf``), ``schedule``, ``stopped_by`` (``duration`` / ``num_requ
 ``goodput``, ``completed_rate``, ``failed_fraction``; latency from intended arrival
 ``latency_{mean,p50,p90,p99,p999,max}_s`` (ok requests), ``latency_from_send_{p50,p99}_s``,
 ``lag_{p50,p99,max}_s``, ``client_queue_p99_s``; one ``outcome_<kind>`` count per outcome kind; the
-flags ``knee``, ``unstable``, ``saturated``; ``warnings`` (their count) and ``goodput_definition``.
+flags ``knee``, ``unstable``, ``saturated``; ``warnings`` (their count) and ``goodput_definition``; with
+``--scrape``, the server's view (:data:`SERVER_COLUMNS`: scrapes, queue depth mean/max, running mean/max,
+queue wait / request / service / stage means in seconds, ``server_n`` and one ``server_outcome_<kind>``
+per server outcome), empty cells without it.
 """
 
 from __future__ import annotations
@@ -22,7 +25,16 @@ from pathlib import Path
 from diffbench.core.records import OUTCOMES
 from diffbench.load.knee import SweepResult
 from diffbench.load.summary import RateSummary
+from diffbench.monitor.names import OUTCOMES as SERVER_OUTCOMES
 from diffbench.report.load_table import offered_text
+
+SERVER_COLUMNS: tuple[str, ...] = (
+    "server_scrapes", "server_queue_depth_mean", "server_queue_depth_max", "server_running_mean",
+    "server_running_max", "server_queue_wait_mean_s", "server_request_mean_s", "server_service_mean_s",
+    *(f"server_{st}_mean_s" for st in ("text_encode", "denoise", "vae_decode")),
+    "server_n", *(f"server_outcome_{k}" for k in SERVER_OUTCOMES),
+)
+"""``load --scrape``: the server's view of the row (empty cells without ``--scrape``)."""
 
 _LATENCY = (("mean", "mean"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p999", "p999"), ("max", "max"))
 
@@ -32,6 +44,7 @@ COLUMNS: tuple[str, ...] = (
     *(f"latency_{k}_s" for k, _ in _LATENCY), "latency_from_send_p50_s", "latency_from_send_p99_s",
     "lag_p50_s", "lag_p99_s", "lag_max_s", "client_queue_p99_s", *(f"outcome_{k}" for k in OUTCOMES),
     "knee", "unstable", "saturated", "warnings", "goodput_definition",
+    *SERVER_COLUMNS,
 )
 
 
@@ -68,6 +81,16 @@ def row_values(row: RateSummary, *, is_knee: bool) -> dict[str, object]:
                 "warnings": len(row.warnings),
                 "goodput_definition": " ".join(c.text() for c in row.goodput_constraints)
                 or (f"latency:{row.slo_s:g}" if row.slo_s is not None else "")})
+    sv = row.server
+    out["server_scrapes"] = sv.scrapes if sv else None
+    for col in ("queue_depth_mean", "queue_depth_max", "running_mean", "running_max", "queue_wait_mean_s",
+                "request_mean_s", "service_mean_s"):
+        out[f"server_{col}"] = getattr(sv, col) if sv else None
+    for st in ("text_encode", "denoise", "vae_decode"):
+        out[f"server_{st}_mean_s"] = sv.stages_mean_s.get(st) if sv else None
+    out["server_n"] = sv.n if sv else None
+    for k in SERVER_OUTCOMES:
+        out[f"server_outcome_{k}"] = sv.outcomes.get(k, 0) if sv else None
     return out
 
 

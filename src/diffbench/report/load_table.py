@@ -4,7 +4,8 @@ One row per offered rate (open loop) or user count (closed loop): offered rate a
 ``ok/s`` (ok completions per second), ``goodput`` (ok within the SLO per second), ``completed/s`` (any
 outcome: secondary), the failed fraction; latency from intended arrival p50/p90/p99/p99.9 (ok requests)
 and p99 from send; client lag p99; outcome counts; flags (``KNEE``, ``UNSTABLE``, ``SATURATED``,
-warnings). Stored seconds are shown as ms below 1 s.
+warnings). Stored seconds are shown as ms below 1 s. With ``load --scrape`` a second table puts the
+server's own view (queue depth and wait, request and stage times, outcomes) beside each row.
 """
 
 from __future__ import annotations
@@ -110,6 +111,36 @@ def per_shape_table(result: SweepResult) -> Table | None:
     return table
 
 
+def server_table(result: SweepResult) -> Table | None:
+    """The server's own view of each row (``load --scrape``), beside the client's: queue depth mean/max
+    and queue wait mean, the mean request and stage times, and the outcomes the server counted; None
+    when no row was scraped."""
+    if not any(row.server is not None for row in result.rates):
+        return None
+    url = next(row.server.url for row in result.rates if row.server is not None)
+    table = Table(title=f"server side (scraped from {url})", title_justify="left", box=box.SIMPLE_HEAD,
+                  caption="queue depth: mean/max of the scrapes inside the row; times: mean from histogram "
+                  "sum/count deltas over the row; outcomes: diffusion_requests_total deltas (user traffic)",
+                  caption_justify="left")
+    for name in ("load", "client p50", "q depth", "q wait", "request", "service", "text_encode", "denoise",
+                 "vae_decode", "outcomes", "scrapes"):
+        table.add_column(name, justify="left" if name in ("load", "outcomes") else "right", no_wrap=True)
+    for row in result.rates:
+        sv = row.server
+        if sv is None:
+            table.add_row(_row_label(row), *(["—"] * 10))
+            continue
+        depth = ("—" if sv.queue_depth_mean is None else
+                 f"{sv.queue_depth_mean:.3g}/{sv.queue_depth_max:.3g}")
+        outs = " · ".join(f"{k} {v}" for k, v in sv.outcomes.items() if v) or "none"
+        table.add_row(_row_label(row), fmt_seconds(row.latency_from_arrival_s.p50 if row.n_ok else None), depth,
+                      fmt_seconds(sv.queue_wait_mean_s), fmt_seconds(sv.request_mean_s),
+                      fmt_seconds(sv.service_mean_s),
+                      *(fmt_seconds(sv.stages_mean_s.get(st)) for st in ("text_encode", "denoise", "vae_decode")),
+                      outs, str(sv.scrapes) + (f" ({len(sv.errors)} failed)" if sv.errors else ""))
+    return table
+
+
 def summary_line(result: SweepResult) -> str:
     """One line: requests, ok, failed fraction (called out above 5 %) and the capacity in ok/s."""
     from diffbench.load.summary import FAILED_WARN_FRACTION
@@ -152,6 +183,9 @@ def _print_sweep(result: SweepResult, console: Console, title: str | None) -> No
     shapes = per_shape_table(result)
     if shapes is not None:
         console.print(shapes)
+    server = server_table(result)
+    if server is not None:
+        console.print(server)
     for row in result.rates:
         if row.server_stages_s:
             stages = " · ".join(f"{k} {fmt_seconds(v)}" for k, v in row.server_stages_s.items())
@@ -172,4 +206,5 @@ def _print_sweep(result: SweepResult, console: Console, title: str | None) -> No
             console.print(f"  {_row_label(row)}: {w}", style="yellow")
 
 
-__all__ = ["fmt_seconds", "offered_text", "per_shape_table", "print_sweep", "summary_line", "sweep_table"]
+__all__ = ["fmt_seconds", "offered_text", "per_shape_table", "print_sweep", "server_table", "summary_line",
+           "sweep_table"]

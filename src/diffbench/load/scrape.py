@@ -1,0 +1,329 @@
+"""``diffbench load --scrape URL``: the server's own view of each rate row, from its ``/metrics``.
+
+A :class:`MetricsScraper` fetches the service's ``/metrics`` every ``interval_s`` (1 s) on its own daemon
+thread with urllib (the HTTP round trip and the parse never run on the load generator's event loop), and
+takes one *boundary* scrape when a run begins and one when it ends (:class:`ScrapeMonitor`, the sweep's
+row monitor). Between two boundaries, per row (:class:`ServerSide`):
+
+- queue depth and running requests: mean and max of the periodic scrapes taken inside the row (gauges);
+- queue wait: Δ``diffusion_queue_wait_seconds_sum`` / Δ``_count`` (mean, seconds);
+- stage times: per stage, Δsum / Δcount of ``diffusion_stage_duration_seconds`` (text_encode, denoise,
+  vae_decode, …), summed over shapes; ``service_mean_s`` is the sum of the stage means;
+- request time: Δsum / Δcount of ``diffusion_request_duration_seconds`` (user traffic; arrival to response
+  ready, measured by the server);
+- outcomes: Δ``diffusion_requests_total`` per ``outcome`` (user traffic): the same requests the client
+  counted, in the server's outcome names.
+
+The end boundary waits (up to :data:`SETTLE_S`) until the server has counted at least as many requests as
+the client got an HTTP answer for: a server counts a request after its answer is sent, so a scrape taken
+the instant the last answer arrives could miss it.
+
+Mismatch (:func:`mismatch_warning`): the client's mean latency (from intended arrival, ok requests) is
+the mean time outside the server plus the server's mean request time (both means over the same requests,
+so the split is exact, unlike a p50 against a mean). When the outside part is more than
+:data:`MISMATCH_SHARE` of the client's mean, more than :data:`MISMATCH_FACTOR` × the server's mean queue
+wait and more than :data:`MISMATCH_FLOOR_S`, the time is spent in front of the server (a proxy, a load
+balancer's queue, the network, or the client itself): a warning on the row and in the summary.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel
+
+from diffbench.core.records import RequestRecord
+from diffbench.errors import UsageError
+from diffbench.monitor.names import OUTCOMES, STAGES
+from diffbench.monitor.scrape import Scrape, fetch_metrics, metrics_url
+
+SETTLE_S = 2.0
+SETTLE_POLL_S = 0.02
+MISMATCH_SHARE = 0.25
+MISMATCH_FACTOR = 2.0
+MISMATCH_FLOOR_S = 0.010
+MAX_ERRORS = 5
+
+
+class ServerSide(BaseModel):
+    """The server's view of one row (times in seconds; None where the server exported nothing)."""
+
+    url: str
+    scrapes: int
+    """Periodic scrapes taken inside the row (the two boundary scrapes not counted)."""
+    queue_depth_mean: float | None = None
+    queue_depth_max: float | None = None
+    running_mean: float | None = None
+    running_max: float | None = None
+    queue_wait_mean_s: float | None = None
+    request_mean_s: float | None = None
+    service_mean_s: float | None = None
+    stages_mean_s: dict[str, float] = {}
+    outcomes: dict[str, int] = {}
+    n: int = 0
+    """Requests the server counted in the row (sum of ``outcomes``)."""
+    errors: list[str] = []
+    """Scrapes that failed during the row (at most a few texts)."""
+
+
+def _delta(a: Scrape, b: Scrape, sample: str, by: tuple[str, ...] = (), **want: str | None) -> dict[tuple[str, ...], float]:
+    before, after = a.grouped(sample, by, **want), b.grouped(sample, by, **want)
+    return {k: v - before.get(k, 0.0) for k, v in after.items()}
+
+
+def _mean(a: Scrape, b: Scrape, family: str, by: tuple[str, ...] = (), **want: str | None) -> dict[tuple[str, ...], float]:
+    sums = _delta(a, b, family + "_sum", by, **want)
+    counts = _delta(a, b, family + "_count", by, **want)
+    return {k: sums.get(k, 0.0) / c for k, c in counts.items() if c > 0}
+
+
+def _user_requests(s: Scrape) -> float:
+    return s.total("diffusion_requests_total", traffic="user") or 0.0
+
+
+def server_side(begin: Scrape, end: Scrape, periodic: list[Scrape], url: str, errors: list[str]) -> ServerSide:
+    """The :class:`ServerSide` of a row from its boundary scrapes and the periodic ones in between."""
+    def gauge(name: str) -> list[float]:
+        return [v for s in periodic if (v := s.total(name)) is not None]
+
+    depth, running = gauge("diffusion_queue_depth"), gauge("diffusion_requests_running")
+    qw = _mean(begin, end, "diffusion_queue_wait_seconds").get(())
+    req = _mean(begin, end, "diffusion_request_duration_seconds", traffic="user").get(())
+    stages = {k[0]: v for k, v in _mean(begin, end, "diffusion_stage_duration_seconds", ("stage",)).items()}
+    stages = {s: stages[s] for s in (*STAGES, *sorted(set(stages) - set(STAGES))) if s in stages}
+    outs = {k[0]: round(v) for k, v in _delta(begin, end, "diffusion_requests_total", ("outcome",),
+                                               traffic="user").items()}
+    outs = {o: outs.get(o, 0) for o in OUTCOMES} | {o: v for o, v in outs.items() if o not in OUTCOMES}
+    return ServerSide(
+        url=url, scrapes=len(periodic),
+        queue_depth_mean=sum(depth) / len(depth) if depth else None, queue_depth_max=max(depth, default=None),
+        running_mean=sum(running) / len(running) if running else None, running_max=max(running, default=None),
+        queue_wait_mean_s=qw, request_mean_s=req, service_mean_s=sum(stages.values()) if stages else None,
+        stages_mean_s=stages, outcomes=outs, n=sum(outs.values()), errors=errors[:MAX_ERRORS],
+    )
+
+
+def mismatch_warning(client_mean_s: float | None, lag_mean_s: float | None, server: ServerSide) -> str | None:
+    """The warning when the client's latency is not explained by the server (see the module docstring),
+    else None. ``client_mean_s``: mean latency from intended arrival of the row's ok requests;
+    ``lag_mean_s``: the client's own mean lag (sent − intended)."""
+    if client_mean_s is None or client_mean_s != client_mean_s:
+        return None
+    inside = server.request_mean_s
+    if inside is None and server.service_mean_s is not None:
+        inside = server.service_mean_s + (server.queue_wait_mean_s or 0.0)
+    if inside is None:
+        return None
+    outside = client_mean_s - inside
+    qwait = server.queue_wait_mean_s or 0.0
+    if outside > MISMATCH_SHARE * client_mean_s and outside > MISMATCH_FACTOR * qwait and outside > MISMATCH_FLOOR_S:
+        lag = f", of which {lag_mean_s * 1e3:.3g} ms is the client's own send lag" if lag_mean_s else ""
+        return (f"client mean latency {client_mean_s * 1e3:.3g} ms but the server's request time is "
+                f"{inside * 1e3:.3g} ms "
+                f"with a queue wait of {qwait * 1e3:.3g} ms: {outside * 1e3:.3g} ms per request is spent in front "
+                f"of the server{lag} — a queue outside it (proxy, load balancer, network or the client); the "
+                "server's metrics will not show this latency")
+    return None
+
+
+@dataclass
+class _Window:
+    label: str
+    begin: Scrape
+    periodic: list[Scrape] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    view: ServerSide | None = None
+
+
+class MetricsScraper:
+    """Scrape ``url`` every ``interval_s`` on a daemon thread; :meth:`begin_row` / :meth:`end_row` mark the
+    rows (both scrape synchronously in the caller's thread, outside any measured window).
+
+    Args:
+        url: the service's ``/metrics`` (a base URL gets ``/metrics`` appended).
+        interval_s: seconds between periodic scrapes (> 0).
+        timeout_s: per scrape.
+        fetch: the fetch function (tests); ``fetch(url) -> Scrape``.
+
+    Raises:
+        UsageError: a bad interval. (:meth:`check` raises InputError for a bad URL or answer.)
+    """
+
+    def __init__(self, url: str, *, interval_s: float = 1.0, timeout_s: float = 5.0,
+                 fetch: Callable[[str], Scrape] | None = None) -> None:
+        if not (interval_s > 0 and interval_s < 3600):
+            raise UsageError(f"--scrape-interval must be > 0 and < 3600 seconds, got {interval_s:g}")
+        self.url = metrics_url(url, "--scrape")
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self._fetch = fetch or (lambda u: fetch_metrics(u, option="--scrape", timeout_s=timeout_s))
+        self._lock = threading.Lock()
+        self._current: _Window | None = None
+        self.windows: list[_Window] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def check(self) -> Scrape:
+        """One scrape now, so a wrong URL fails before the run (InputError, exit 2)."""
+        return self._fetch(self.url)
+
+    def start(self) -> None:
+        """Start the periodic thread (idempotent)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="diffbench-scrape", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the periodic thread (waits at most one scrape timeout)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.timeout_s + self.interval_s + 1)
+            self._thread = None
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                s = self._fetch(self.url)
+                err = None
+            except Exception as exc:  # a failed scrape is data, the run continues
+                s, err = None, str(exc)
+            with self._lock:
+                w = self._current
+                if w is None:
+                    continue
+                if s is not None:
+                    w.periodic.append(s)
+                elif len(w.errors) < MAX_ERRORS:
+                    w.errors.append(err or "scrape failed")
+
+    def _safe(self) -> tuple[Scrape | None, str | None]:
+        try:
+            return self._fetch(self.url), None
+        except Exception as exc:
+            return None, str(exc)
+
+    def begin_row(self, label: str) -> None:
+        """Boundary scrape and a new window named ``label`` (the sweep monitor's label)."""
+        s, err = self._safe()
+        with self._lock:
+            if s is None:
+                self._current = None
+                self.windows.append(_Window(label, Scrape([]), errors=[f"begin: {err}"]))
+                return
+            self._current = _Window(label, s)
+            self.windows.append(self._current)
+
+    def end_row(self, answered: int) -> None:
+        """Close the window: scrape until the server counted ``answered`` requests (the client's records
+        with an HTTP status) or :data:`SETTLE_S` passed, and compute its :class:`ServerSide`."""
+        with self._lock:
+            w, self._current = self._current, None
+        if w is None:
+            return
+        deadline = time.monotonic() + SETTLE_S
+        while True:
+            s, err = self._safe()
+            if s is None:
+                w.errors.append(f"end: {err}")
+                return
+            if _user_requests(s) - _user_requests(w.begin) >= answered or time.monotonic() > deadline:
+                break
+            time.sleep(SETTLE_POLL_S)
+        w.view = server_side(w.begin, s, w.periodic, self.url, w.errors)
+
+
+class ScrapeMonitor:
+    """A sweep row monitor that marks rows on a :class:`MetricsScraper` and forwards everything to
+    ``inner`` (the live progress line, or None). ``on_sent`` is the inner hook itself (or a no-op);
+    ``on_record`` adds one counter increment per record."""
+
+    def __init__(self, scraper: MetricsScraper, inner: object | None = None) -> None:
+        self.scraper = scraper
+        self.inner = inner
+        self.on_sent: Callable[[float], None] = getattr(inner, "on_sent", None) or _noop
+        self._inner_record = getattr(inner, "on_record", None)
+        self._answered = 0
+
+    def begin(self, label: str, planned: int | None, window_s: float) -> None:
+        self.scraper.begin_row(label)
+        self._answered = 0
+        if self.inner is not None:
+            self.inner.begin(label, planned, window_s)  # type: ignore[attr-defined]
+
+    def on_record(self, rec: RequestRecord) -> None:
+        if rec.status is not None:
+            self._answered += 1
+        if self._inner_record is not None:
+            self._inner_record(rec)
+
+    def end(self) -> None:
+        if self.inner is not None:
+            self.inner.end()  # type: ignore[attr-defined]
+        self.scraper.end_row(self._answered)
+
+
+def _noop(_: float) -> None:
+    pass
+
+
+def row_label(row: object, probe: bool = False) -> str:
+    """The sweep monitor's label of a row (as :func:`diffbench.load.client.sweep.run_sweep` names runs)."""
+    from diffbench.load.summary import RateSummary
+
+    assert isinstance(row, RateSummary)
+    if row.mode == "closed":
+        return f"{'probe ' if probe else ''}{row.users} users"
+    if row.schedule == "burst":
+        return "burst of"
+    return f"{row.offered_rate:g} req/s"
+
+
+def attach(result: object, scraper: MetricsScraper, *, probe: bool = False, used: set[int] | None = None) -> object:
+    """``result`` (a SweepResult) with each row's ``server`` view and a mismatch warning where it applies.
+
+    Rows are matched to the scraper's windows by label, in order; a row without a window keeps None."""
+    from diffbench.load.knee import SweepResult
+
+    assert isinstance(result, SweepResult)
+    used = used if used is not None else set()
+    rows, warnings = [], list(result.warnings)
+    for row in result.rates:
+        want = row_label(row, probe)
+        idx = next((i for i, w in enumerate(scraper.windows) if i not in used
+                    and (w.label.startswith(want) if want == "burst of" else w.label == want)), None)
+        if idx is None:
+            rows.append(row)
+            continue
+        used.add(idx)
+        win = scraper.windows[idx]
+        view = win.view
+        if view is None:  # the end scrape failed: no deltas, keep the errors
+            view = ServerSide(url=scraper.url, scrapes=len(win.periodic), errors=win.errors[:MAX_ERRORS])
+        update: dict[str, object] = {"server": view}
+        w = mismatch_warning(row.latency_from_arrival_s.mean if row.n_ok else None, row.lag_s.mean, view)
+        if w is not None:
+            update["warnings"] = [*row.warnings, f"server mismatch: {w}"]
+            label = f"{row.users} users" if row.mode == "closed" else want.replace("burst of", "burst")
+            warnings.append(f"{label}: {w}")
+        rows.append(row.model_copy(update=update))
+    return result.model_copy(update={"rates": rows, "warnings": warnings})
+
+
+def attach_sweep(sweep: object, scraper: MetricsScraper) -> object:
+    """A SweepRun with :func:`attach` applied to its capacity probe (if any) and its result."""
+    from diffbench.load.client.sweep import SweepRun
+
+    assert isinstance(sweep, SweepRun)
+    used: set[int] = set()
+    probe = attach(sweep.probe, scraper, probe=True, used=used) if sweep.probe is not None else None
+    if sweep.probe is not None and sweep.result is sweep.probe:
+        return sweep.model_copy(update={"result": probe, "probe": probe})
+    result = attach(sweep.result, scraper, used=used)
+    return sweep.model_copy(update={"result": result, "probe": probe})
+
+
+__all__ = ["MetricsScraper", "ScrapeMonitor", "ServerSide", "attach", "attach_sweep", "mismatch_warning",
+           "server_side"]

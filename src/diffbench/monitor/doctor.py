@@ -1,0 +1,162 @@
+"""``diffbench doctor``: the triage runbook as a command.
+
+Given metrics (a ``/metrics`` URL, a Prometheus server, or saved scrapes) and a symptom, walk the first
+checks of :data:`~diffbench.monitor.doctor_checks.RUNBOOK` in order and say, for each, what the metrics
+show: value, verdict (``ok`` / ``suspect`` / ``no data``), one sentence, and the ``diffbench`` command that
+confirms it. Usage::
+
+    from diffbench.monitor.doctor import diagnose_scrapes
+
+    report = diagnose_scrapes("artifacts", "tests/fixtures/scrapes/cache")   # a directory of scrapes
+    [f.verdict for f in report.checks]
+
+With two scrapes (before/after) counters and histograms are deltas between them; with one, totals since
+the exporter started (the report says so); with Prometheus, PromQL over a window (``--window 15m``).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+
+from diffbench.errors import UsageError
+from diffbench.monitor.doctor_checks import RUNBOOK, Context, Finding
+from diffbench.monitor.doctor_views import MetricsView, PromView, ScrapeView
+from diffbench.monitor.scrape import PromQuery, Scrape, fetch_metrics, metrics_url, read_scrapes
+
+Symptom = Literal["p99", "artifacts", "oom"]
+SYMPTOMS: tuple[str, ...] = tuple(RUNBOOK)
+
+
+class DoctorReport(BaseModel):
+    """Every check of one symptom, in runbook order; ``suspects`` lists the keys of suspect checks."""
+
+    symptom: str
+    source: str
+    basis: str
+    checks: list[Finding]
+    suspects: list[str]
+    summary: str
+
+
+def parse_window(text: str) -> str:
+    """A Prometheus duration (``30s``, ``15m``, ``1h``, ``1h30m``) for ``--window``; returned as given.
+
+    Raises:
+        UsageError: anything else.
+    """
+    t = text.strip()
+    if not re.fullmatch(r"(\d+(ms|s|m|h|d|w|y))+", t) or not re.search(r"[1-9]", t):
+        raise UsageError(f"--window {text!r}: not a Prometheus duration; use e.g. 5m, 15m, 1h")
+    return t
+
+
+def view_from_scrapes(scrapes: Sequence[Scrape]) -> ScrapeView:
+    """A view over one scrape (totals) or the first and last of several (deltas)."""
+    return ScrapeView(scrapes)
+
+
+def diagnose_scrapes(symptom: str, *paths: str | Path) -> DoctorReport:
+    """:func:`diagnose` on saved scrapes: one or two files, or one directory of them (see
+    :func:`~diffbench.monitor.scrape.read_scrapes`), e.g. ``diagnose_scrapes("oom", "tests/fixtures/scrapes/vae")``.
+
+    Raises:
+        InputError: a path that is missing or not a metrics text.
+    """
+    scrapes = read_scrapes(paths)
+    if len(scrapes) > 2:
+        scrapes = [scrapes[0], scrapes[-1]]
+    return diagnose(symptom, view_from_scrapes(scrapes), source=" + ".join(s.source for s in scrapes))
+
+
+def context_from(view: MetricsView, url: str | None) -> Context:
+    """The values the confirming commands are filled with: the service URL and the model seen."""
+    ctx = Context()
+    if url:
+        ctx.url = url.rstrip("/").removesuffix("/metrics")
+    models = [d.get("model", "") for d in view.info("diffusion_deployment_info")]
+    if not any(models):
+        models = [k[0] for k in view.delta("diffusion_requests", ("model",))]
+    if models and models[0]:
+        ctx.model = models[0]
+    return ctx
+
+
+def diagnose(symptom: str, view: MetricsView, *, url: str | None = None, source: str = "") -> DoctorReport:
+    """Run the checks of ``symptom`` in order on ``view``.
+
+    Raises:
+        UsageError: an unknown symptom.
+        InputError: the metrics source failed while a check read it (Prometheus unreachable mid-run).
+    """
+    if symptom not in RUNBOOK:
+        raise UsageError(f"unknown symptom {symptom!r}; choose one of {', '.join(SYMPTOMS)}")
+    ctx = context_from(view, url)
+    checks = [check(view, ctx) for check in RUNBOOK[symptom]]
+    suspects = [c.key for c in checks if c.verdict == "suspect"]
+    if suspects:
+        first = next(c for c in checks if c.verdict == "suspect")
+        summary = f"first suspect: {first.title} — {first.sentence}"
+    elif all(c.verdict == "no data" for c in checks):
+        summary = "no check had data: the metrics lack the families this symptom needs"
+    else:
+        summary = "no check is suspect on these metrics; look beyond the runbook's first checks"
+    return DoctorReport(symptom=symptom, source=source, basis=view.basis, checks=checks, suspects=suspects,
+                        summary=summary)
+
+
+def open_view(*, metrics: str | None = None, prometheus: str | None = None, scrapes: Sequence[Scrape] = (),
+              window: str = "15m", interval_s: float = 0.0) -> tuple[MetricsView, str, str | None]:
+    """The view of exactly one source: (view, source text, service URL when known).
+
+    ``metrics``: fetched once (totals), or twice ``interval_s`` apart (deltas). ``prometheus``: checked
+    with one query first, so a wrong URL fails before any check.
+
+    Raises:
+        UsageError: none or several sources.
+        InputError: the source is unreachable or not metrics (see :mod:`diffbench.monitor.scrape`).
+    """
+    given = [n for n, v in (("--metrics", metrics), ("--prometheus", prometheus), ("--scrape", scrapes)) if v]
+    if len(given) != 1:
+        raise UsageError("give exactly one of --metrics URL, --prometheus URL or --scrape FILE"
+                         + (f" (got {', '.join(given)})" if given else ""))
+    if metrics:
+        url = metrics_url(metrics, "--metrics")
+        first = fetch_metrics(url, option="--metrics")
+        got = [first]
+        if interval_s > 0:
+            time.sleep(interval_s)
+            got.append(fetch_metrics(url, option="--metrics"))
+        return ScrapeView(got), url, url
+    if prometheus:
+        prom = PromQuery(prometheus)
+        prom.check()
+        return PromView(prom, window), prom.base, None
+    if len(scrapes) > 2:
+        scrapes = [scrapes[0], scrapes[-1]]
+    return ScrapeView(scrapes), " + ".join(s.source for s in scrapes), None
+
+
+_STYLE = {"ok": "green", "suspect": "bold red", "no data": "yellow"}
+
+
+def render(report: DoctorReport, console: object) -> None:
+    """Print the report: one numbered block per check, its details, and the confirming command."""
+    from rich.console import Console
+
+    assert isinstance(console, Console)
+    console.print(f"diffbench doctor {report.symptom} · {report.basis}", style="dim")
+    for i, c in enumerate(report.checks, 1):
+        console.print(f"{i}. {c.title}: [{_STYLE[c.verdict]}]{c.verdict}[/] — {c.sentence}", highlight=False)
+        for d in c.details:
+            console.print(f"     {d}", style="dim", highlight=False)
+        console.print(f"     confirm: {c.command}", highlight=False, soft_wrap=True)
+    console.print(report.summary, highlight=False)
+
+
+__all__ = ["SYMPTOMS", "DoctorReport", "diagnose", "diagnose_scrapes", "open_view", "parse_window", "render", "view_from_scrapes"]
