@@ -1,4 +1,4 @@
-"""The exporter: zero-initialised series, traffic classes, peaks with reset, calibration gauges."""
+"""The exporter: zero-initialised series, traffic classes, windowed memory peaks, calibration gauges."""
 
 from __future__ import annotations
 
@@ -122,8 +122,9 @@ def test_shapes_outside_the_allowlist_land_in_other():
     assert value(smp, "diffusion_denoise_step_duration_seconds_count", model="m", shape="other") == 3
 
 
-def test_memory_peaks_are_the_max_since_the_last_scrape_and_reset_on_read():
-    exp = Exporter("m", ["64x64"], gpus=["0"])
+def test_memory_peaks_are_the_max_over_the_window_and_every_scraper_sees_them():
+    now = [100.0]
+    exp = Exporter("m", ["64x64"], gpus=["0"], peak_window_s=60.0, clock=lambda: now[0])
     for alloc, stage in ((300, "denoise"), (700, "vae_decode"), (500, "denoise")):
         mem = MemoryStats(kind="cuda", peak_allocated_bytes=alloc, peak_reserved_bytes=alloc + 100, peak_stage=stage)
         exp.observe_generation(shape="64x64", stages=None, memory=mem,
@@ -134,10 +135,16 @@ def test_memory_peaks_are_the_max_since_the_last_scrape_and_reset_on_read():
     assert value(first, "diffusion_gpu_memory_total_bytes", gpu="0") == 4096
     assert value(first, "diffusion_stage_memory_peak_bytes", model="m", stage="vae_decode") == 700
     assert value(first, "diffusion_stage_memory_peak_bytes", model="m", stage="denoise") == 500
-    second = samples(exp)  # nothing ran since the first read
-    assert value(second, "diffusion_gpu_memory_peak_bytes", gpu="0") == 0
-    assert value(second, "diffusion_stage_memory_peak_bytes", model="m", stage="vae_decode") == 0
-    assert value(second, "diffusion_gpu_memory_total_bytes", gpu="0") == 4096
+    second = samples(exp)  # a second scraper reads the same peaks (no reset on read)
+    assert value(second, "diffusion_gpu_memory_peak_bytes", gpu="0") == 800
+    now[0] += 61.0  # the requests left the window
+    mem = MemoryStats(kind="cuda", peak_allocated_bytes=200, peak_reserved_bytes=250, peak_stage="denoise")
+    exp.observe_generation(shape="64x64", stages=None, memory=mem, signals=RequestSignals(device="0"))
+    third = samples(exp)
+    assert value(third, "diffusion_gpu_memory_peak_bytes", gpu="0") == 250
+    assert value(third, "diffusion_stage_memory_peak_bytes", model="m", stage="vae_decode") == 0
+    assert value(third, "diffusion_stage_memory_peak_bytes", model="m", stage="denoise") == 200
+    assert value(third, "diffusion_gpu_memory_total_bytes", gpu="0") == 4096
 
 
 def test_recompiles_ranks_and_queue_source():

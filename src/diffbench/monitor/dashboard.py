@@ -249,7 +249,7 @@ def _memory(L: _Layout) -> None:
                    f"max by (instance, gpu) ({total}{{{T}}} > 0)", "{{instance}} {{gpu}}")],
           thresholds=[(None, "green"), (0.75, "orange"), (0.9, "red")], max_value=1,
           options={"orientation": "horizontal", "displayMode": "gradient"})
-    L.add("timeseries", "Peak memory", "Peak reserved and allocated bytes per GPU (reset on read) and capacity.",
+    L.add("timeseries", "Peak memory", "Peak reserved and allocated bytes per GPU (max over the last 60 s of requests) and capacity.",
           "bytes", [_target(f"max by (gpu) ({peak}{{{T}}})", "reserved {{gpu}}"),
                     _target(f"max by (gpu) ({_m('diffusion_gpu_memory_peak_allocated_bytes')}{{{T}}})",
                             "allocated {{gpu}}"),

@@ -18,8 +18,9 @@ Traffic classes (``traffic`` label, :data:`~diffbench.monitor.names.TRAFFIC`):
 
 Memory peaks (``diffusion_gpu_memory_peak_bytes`` = reserved, ``..._peak_allocated_bytes``, and
 ``diffusion_stage_memory_peak_bytes{stage}`` by the stage that held the peak) are the maximum over the
-requests finished since the last scrape and reset on read (monitoring.md §3.3): a scrape with no request
-in its window reads 0; two Prometheus servers scraping one exporter split the peaks between them.
+requests finished in the last ``peak_window_s`` seconds (default 60; monitoring.md §3.3's exporter-side
+fixed period): reading does not reset them, so several scrapers of one exporter all see the same peak, and
+a window with no request reads 0.
 ``diffusion_gpu_memory_total_bytes`` and the SLO and baseline gauges are created only once known (a
 total or SLO of 0 would make the ratio alerts fire).
 
@@ -32,6 +33,8 @@ import contextlib
 import math
 import sys
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
@@ -73,19 +76,33 @@ def _pkg(name: str) -> str:
 
 
 class _Peaks:
-    """Maxima since the last read, per key; reading resets the key to 0. Thread-safe."""
+    """Per key, the maximum over the values recorded in the last ``window_s`` seconds. Thread-safe.
 
-    def __init__(self) -> None:
+    Reading does not reset anything, so every scraper (two Prometheus servers, ``doctor --metrics``,
+    ``load --scrape``) sees the same value: the exporter-side fixed period of monitoring.md §3.3. A peak
+    stays visible for ``window_s`` after the request that made it, longer than any sane scrape interval;
+    alerts still take ``max_over_time`` over their own window.
+    """
+
+    def __init__(self, window_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
-        self._max: dict[tuple[str, ...], float] = {}
+        self._window = window_s
+        self._clock = clock
+        self._values: dict[tuple[str, ...], deque[tuple[float, float]]] = {}
 
     def update(self, key: tuple[str, ...], value: float) -> None:
         with self._lock:
-            self._max[key] = max(self._max.get(key, 0.0), float(value))
+            self._values.setdefault(key, deque()).append((self._clock(), float(value)))
 
     def read(self, key: tuple[str, ...]) -> float:
         with self._lock:
-            return self._max.pop(key, 0.0)
+            q = self._values.get(key)
+            if not q:
+                return 0.0
+            oldest = self._clock() - self._window
+            while q and q[0][0] < oldest:
+                q.popleft()
+            return max((v for _, v in q), default=0.0)
 
 
 class _NoCreated:
@@ -115,6 +132,9 @@ class Exporter:
             too (normally the probe exports them itself, see ``diffbench probe``).
         registry: a ``CollectorRegistry`` to register into (default: a new one). The exporter adds one
             collector to it.
+        peak_window_s: memory peaks are the maximum over requests finished in the last this many seconds
+            (default 60).
+        clock: monotonic clock in seconds for the peak window (tests inject one).
     """
 
     def __init__(
@@ -127,6 +147,8 @@ class Exporter:
         ranks: Sequence[int] = (),
         probes: Sequence[str] = (),
         registry: Any = None,
+        peak_window_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         from prometheus_client import CollectorRegistry
 
@@ -139,7 +161,7 @@ class Exporter:
         self._inner = CollectorRegistry(auto_describe=True)
         self.registry = registry if registry is not None else CollectorRegistry()
         self.registry.register(_NoCreated(self._inner))
-        self._peaks = _Peaks()
+        self._peaks = _Peaks(peak_window_s, clock)
         self._lock = threading.Lock()
         self._queue_source: Callable[[], tuple[int, int, float | None]] | None = None
         self._slo_override: float | None = None

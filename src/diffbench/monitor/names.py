@@ -127,9 +127,9 @@ METRICS: tuple[MetricSpec, ...] = (
                "Calibrated cache hit ratio for the shape (never 0)"),
     # -- memory ---------------------------------------------------------------------------------------------
     MetricSpec("diffusion_gpu_memory_peak_bytes", "gauge", "bytes", ("gpu",),
-               "Allocator high-water mark (reserved) since the last read, reset on read"),
+               "Allocator high-water mark (reserved), max over requests of the last 60 s"),
     MetricSpec("diffusion_gpu_memory_peak_allocated_bytes", "gauge", "bytes", ("gpu",),
-               "Peak allocated tensor memory since the last read, reset on read"),
+               "Peak allocated tensor memory, max over requests of the last 60 s"),
     MetricSpec("diffusion_gpu_memory_total_bytes", "gauge", "bytes", ("gpu",),
                "Device memory capacity (or the injected budget on a CPU)"),
     MetricSpec("diffusion_stage_memory_peak_bytes", "gauge", "bytes", ("model", "stage"),
