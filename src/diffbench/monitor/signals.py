@@ -31,7 +31,9 @@ class RequestSignals:
     - ``flops``: model FLOPs of the generation from the ledger (None when the model is not in the catalog);
     - ``device``: the device label (``"0"`` for cuda:0, ``"cpu"``), the ``gpu`` label value;
     - ``device_total_bytes``: the device's memory capacity in bytes (``torch.cuda.mem_get_info`` total, or an
-      injected budget on CPU); None when unknown.
+      injected budget on CPU); None when unknown;
+    - ``stage_peak_bytes``: peak memory by stage (``text_encode``, ``denoise``, ``vae_decode``, ``other``) in
+      bytes: allocator bytes on CUDA, resident-set growth over the request's start on the CPU.
     """
 
     cache: CacheCounts | None = None
@@ -40,3 +42,4 @@ class RequestSignals:
     flops: float | None = None
     device: str = "cpu"
     device_total_bytes: int | None = None
+    stage_peak_bytes: dict[str, int] = field(default_factory=dict)
