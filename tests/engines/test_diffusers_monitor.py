@@ -28,10 +28,11 @@ def test_memory_budget_fails_a_big_decode_and_the_engine_keeps_serving() -> None
     assert info.details["memory_budget_bytes"] == str(BUDGET)
     ok = engine.generate(_req(64))
     assert ok.signals is not None and ok.signals.device_total_bytes == BUDGET
-    with pytest.raises(DeviceOutOfMemory, match=f"budget of {BUDGET} bytes at stage vae_decode"):
+    with pytest.raises(DeviceOutOfMemory, match=f"budget of {BUDGET} bytes at stage vae_decode") as caught:
         engine.generate(_req(512))
     failed = engine.instrumentation.last_memory
     assert failed.peak_allocated_bytes > BUDGET and failed.peak_stage == "vae_decode"
+    assert caught.value.memory is failed and caught.value.signals.device_total_bytes == BUDGET
     again = engine.generate(_req(64))
     assert again.images.shape == (1, 64, 64, 3) and len(again.stages.step_s) == 2
     assert again.memory.peak_allocated_bytes < BUDGET

@@ -62,3 +62,31 @@ def test_no_cache_reports_none_and_bad_cache_specs_are_refused() -> None:
     for spec, frag in (("first-block", "AXIS=VALUE"), ("nope=1", "unknown cache"), ("first-block=-1", ">= 0")):
         with pytest.raises(UsageError, match=frag):
             create_engine(EngineConfig(model="tiny-flux", cache=spec)).start()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec,short", [("taylorseer=2", "taylorseer"), ("pab=2", "pab")])
+def test_attention_caches_count_one_decision_per_attention_call(spec: str, short: str) -> None:
+    import functools
+
+    engine = create_engine(EngineConfig(model="tiny-flux", cache=spec))
+    engine.start()
+    attns = [m for m in engine.pipe.transformer.modules() if type(m).__name__ == "FluxAttention"]
+    ran = [0]
+    for attn in attns:  # independent count: the attention processor runs only when attention is computed
+        cls = type(attn.processor)
+
+        @functools.wraps(cls.__call__)
+        def counting(self, *a, __orig=cls.__call__, **k):
+            ran[0] += 1
+            return __orig(self, *a, **k)
+
+        attn.processor.__class__ = type("Counting" + cls.__name__, (cls,), {"__call__": counting})
+    engine.instrumentation.measure_flops = False  # the FLOP replay (one uncached forward) would run them too
+    res = engine.generate(GenerationRequest(prompt="a", height=64, width=64, steps=8))
+    c = res.signals.cache
+    assert c.cache == short
+    assert c.lookups == len(attns) * res.stages.denoiser_calls  # one decision per attention call
+    assert 0 < c.hits < c.lookups
+    assert c.lookups - c.hits == ran[0]
+    engine.stop()

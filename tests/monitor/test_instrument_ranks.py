@@ -21,6 +21,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
 def test_slow_rank_shows_in_compute_time_not_in_step_wall_time(tmp_path) -> None:
     mp.spawn(run, args=(2, _free_port(), str(tmp_path), SLEEP_S, STEPS), nprocs=2, join=True)

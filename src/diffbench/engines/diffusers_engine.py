@@ -359,15 +359,15 @@ class DiffusersEngine:
                     self.pipeline_kwargs(request), request.batch, traffic=traffic
                 )
         except DeviceOutOfMemory as exc:  # the injected memory budget
-            raise DeviceOutOfMemory(f"{exc} ({request.shape_label()})") from exc
+            raise self._oom(f"{exc} ({request.shape_label()})") from exc
         except torch.cuda.OutOfMemoryError as exc:
             import gc
 
             gc.collect()
             torch.cuda.empty_cache()
-            raise DeviceOutOfMemory(f"out of memory at {request.shape_label()}: {exc}") from exc
+            raise self._oom(f"out of memory at {request.shape_label()}: {exc}") from exc
         except MemoryError as exc:
-            raise DeviceOutOfMemory(f"host out of memory at {request.shape_label()}") from exc
+            raise self._oom(f"host out of memory at {request.shape_label()}") from exc
         except (ShapeError, UsageError):
             raise
         except Exception as exc:
@@ -379,6 +379,15 @@ class DiffusersEngine:
         images = (np.clip(arr, 0.0, 1.0) * 255.0).round().astype(np.uint8)
         extra = {"denoiser_batch": float(self.instrumentation.last_denoiser_batch)}
         return GenerationResult(images=images, stages=stages, memory=memory, extra=extra, signals=signals)
+
+    def _oom(self, message: str) -> DeviceOutOfMemory:
+        """A DeviceOutOfMemory carrying the failed request's measured ``memory`` (MemoryStats) and ``signals``
+        (RequestSignals) as attributes, for the caller's exporter (the memory alert needs that peak)."""
+        err = DeviceOutOfMemory(message)
+        inst = self.instrumentation
+        err.memory = inst.last_memory if inst is not None else None  # type: ignore[attr-defined]
+        err.signals = inst.last_signals if inst is not None else None  # type: ignore[attr-defined]
+        return err
 
     def sync(self) -> None:
         """``torch.cuda.synchronize()`` on CUDA; nothing on the CPU."""
