@@ -58,6 +58,7 @@ def test_request_block_for_someone_elses_server_and_exporter_calls() -> None:
     assert len(exp.calls) == 2
     inst.run({"num_inference_steps": 2, "width": 128, "height": 64, "num_images_per_prompt": 2}, 2)
     assert exp.calls[-1]["shape"] == "128x64b2"
+    inst.detach()
 
 
 def test_nested_request_and_detached_use_are_refused() -> None:
@@ -94,6 +95,7 @@ def test_memory_peak_by_stage_matches_a_known_allocation() -> None:
     assert sig.stage_peak_bytes["vae_decode"] >= 0.95 * n
     assert mem.peak_allocated_bytes == sig.stage_peak_bytes["vae_decode"]
     assert sig.stage_peak_bytes["denoise"] < n / 4
+    inst.detach()
 
 
 @pytest.mark.skipif(not hwm_available(), reason="needs /proc/self/clear_refs (Linux, writable)")
@@ -111,6 +113,7 @@ def test_memory_budget_fails_the_big_request_and_the_instance_keeps_working() ->
     pipe.vae.alloc_bytes = 0
     _, st, mem, sig = inst.run({"num_inference_steps": 2}, 1)
     assert len(st.step_s) == 2 and mem.peak_allocated_bytes < budget and sig.device_total_bytes == budget
+    inst.detach()
     with pytest.raises(UsageError, match="positive"):
         attach(ToyPipe(), device="cpu", memory_budget_bytes=0)
 
@@ -126,6 +129,7 @@ def test_measured_flops_equal_the_closed_form_of_a_linear() -> None:
     assert len(inst._fpf) == 1
     _, _, _, sig = inst.run({"num_inference_steps": steps, "m": 2 * m}, 1)  # a new shape is measured again
     assert sig.flops == 2 * (2 * m) * n * k * steps
+    inst.detach()
 
 
 def test_ledger_flops_for_a_catalog_model() -> None:
@@ -137,6 +141,7 @@ def test_ledger_flops_for_a_catalog_model() -> None:
     _, _, _, sig = inst.run(kw, 2)
     ref = evaluate(load_catalog(), LedgerConfig(model="flux.1-dev", width=512, height=512, steps=2, gpu="h200"))
     assert sig.flops == pytest.approx(2 * ref.total_flops)  # the GPU does not change FLOPs
+    inst.detach()
 
 
 def test_importing_diffbench_monitor_does_not_import_torch() -> None:

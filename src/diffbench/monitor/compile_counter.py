@@ -8,7 +8,8 @@ test exercises it so a change of the API fails the suite instead of silently exp
 
 There is one counter per process, whatever the number of attached instrumentations: :func:`acquire`
 registers the callback on the first use and :func:`release` removes it after the last, so attaching and
-detaching never leaks callbacks into dynamo. Callbacks run on the compiling thread; ``starts`` is a plain
+detaching never leaks callbacks into dynamo. ``torch._dynamo.reset()`` clears every callback; the
+instrumentation re-registers at the start of each request (:meth:`CompileCounter.ensure`). Callbacks run on the compiling thread; ``starts`` is a plain
 int increment (atomic under the GIL).
 """
 
@@ -51,6 +52,19 @@ class CompileCounter:
                 handler = torch._dynamo.callback_handler
                 if self._on_start in handler.start_callbacks:
                     handler.remove_start_callback(self._on_start)
+
+    def ensure(self) -> None:
+        """Register the callback again if something cleared dynamo's callbacks while it is held
+        (``torch._dynamo.reset()`` calls ``callback_handler.clear()``); called at every request start."""
+        if self._users == 0:
+            return
+        import torch._dynamo
+
+        handler = torch._dynamo.callback_handler
+        if self._on_start not in handler.start_callbacks:
+            with self._lock:
+                if self._users and self._on_start not in handler.start_callbacks:
+                    handler.register_start_callback(self._on_start)
 
     @property
     def registered(self) -> bool:

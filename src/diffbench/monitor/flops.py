@@ -13,6 +13,8 @@ Two sources, in this order:
    already read) the forward is replayed eagerly (``torch.compiler.set_stance("force_eager")``) with any
    diffusers cache disabled for that one call. Per request: FLOPs per forward × denoiser forwards. Text encode
    and VAE decode are not counted on this path. A cache hit does not lower the count (model FLOPs, as MFU uses).
+   Not measured (``flops`` None) when the denoiser carries accelerate offload hooks (``--offload``): the replay
+   would move its weights.
 """
 
 from __future__ import annotations

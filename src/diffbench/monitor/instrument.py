@@ -93,6 +93,7 @@ class _Req:
     flops_key: tuple[Any, ...] | None = None
     flops_args: tuple[tuple[Any, ...], dict[str, Any]] | None = None
     failed: bool = False
+    cleaned: bool = False
 
 
 def default_shape_label(kwargs: dict[str, Any]) -> str:
@@ -301,6 +302,7 @@ class Instrumentation:
     def mark_warm(self) -> None:
         """Snapshot the compile counter: compilations that start after this are recompiles (monitoring.md
         §8.3); call it once every allowlisted shape has been warmed up. Before it, ``recompiles`` is 0."""
+        self._compile.ensure()
         self._warm_starts = self._compile.starts
 
     def _open(self) -> _Req:
@@ -309,6 +311,7 @@ class Instrumentation:
         if self._active is not None:
             raise UsageError("a request is already being recorded on this pipeline (one at a time)")
         self._sync_cache()
+        self._compile.ensure()
         self._ev_i = 0
         r = _Req(t0_host=time.perf_counter_ns(), start=None,
                  mem=StageMemory(self.cuda, self._torch, lambda: self._active.stage if self._active else "other"),
@@ -368,6 +371,7 @@ class Instrumentation:
     def _fail(self, r: _Req, memory: MemoryStats | None = None) -> RequestSignals:
         """Clean up after a failed request: forget it, reset the cache state and peak counters."""
         self._active = None
+        r.cleaned = True
         if memory is None:
             with contextlib.suppress(Exception):
                 r.mem.mark(r.stage)
@@ -400,6 +404,8 @@ class Instrumentation:
                     return per * b
         if r.flops_key is None:
             return None
+        if getattr(self.denoiser, "_hf_hook", None) is not None:
+            return None  # accelerate offload hooks: a replay would move the weights; not measured
         if r.flops_args is not None and self.denoiser is not None:
             from diffbench.monitor.flops import forward_flops
 
@@ -436,7 +442,7 @@ class Instrumentation:
             yield rec
             rec.stages, rec.memory, rec.signals = self._close(r)
         except BaseException:
-            sig = self._fail(r) if self._active is r else self.last_signals
+            sig = self.last_signals if r.cleaned else self._fail(r)
             self._export(rec.shape, traffic, None, self.last_memory, sig)
             raise
         rec.signals.flops = self._flops(r, None)
@@ -462,7 +468,7 @@ class Instrumentation:
             out = self.pipe(**kwargs)
             stages, memory, sig = self._close(r)
         except BaseException:
-            sig_f = self._fail(r) if self._active is r else self.last_signals
+            sig_f = self.last_signals if r.cleaned else self._fail(r)
             self._export(label, traffic, None, self.last_memory, sig_f)
             raise
         sig.flops = self._flops(r, kwargs)
