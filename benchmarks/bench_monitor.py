@@ -4,9 +4,10 @@ tiny-flux at 256x256, 8 steps, CPU. Three interleaved arms in one process, each 
 pipeline call), ``bare2`` (the same call again: the noise floor) and ``attached`` (the pipeline with
 ``diffbench.monitor.attach`` hooks recording a request, FLOPs cached after the first request). The order of
 the arms rotates every round. Reported: the median of the per-round ratios attached/bare and, as the noise
-floor, bare2/bare. Target: attached/bare <= 1.02.
+floor, bare2/bare. Target: attached/bare <= 1.02. ``--rss-thread-arm`` adds the instrumentation with the
+previous CPU memory method (a psutil thread sampling the resident set every 5 ms) to show what it cost.
 
-Usage: python benchmarks/bench_monitor.py [--rounds N] [--size 256] [--steps 8] [--threads 1]
+Usage: python benchmarks/bench_monitor.py [--rounds N] [--size 256] [--steps 8] [--threads 1] [--rss-thread-arm]
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=256)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1: least contention)")
+    ap.add_argument("--rss-thread-arm", action="store_true",
+                    help="add an arm with the old 5 ms psutil sampling thread (where bench's 1.031 came from)")
     args = ap.parse_args()
 
     import torch
@@ -53,14 +56,26 @@ def main() -> None:
             inst.run(kw, 1)
         return (time.perf_counter_ns() - t0) / 1e9
 
+    import diffbench.monitor.memory as monmem
+
+    def attached_rss_thread() -> float:
+        """The old CPU memory method (a psutil sampling thread every 5 ms) instead of VmHWM at boundaries."""
+        saved, monmem._HWM_OK = monmem._HWM_OK, False
+        try:
+            return attached()
+        finally:
+            monmem._HWM_OK = saved
+
     arms = {"bare": bare, "bare2": bare, "attached": attached}
+    if args.rss_thread_arm:
+        arms["rss-thread"] = attached_rss_thread
     for _ in range(3):
         for fn in arms.values():
             fn()
     times: dict[str, list[float]] = {k: [] for k in arms}
     names = list(arms)
     for i in range(args.rounds):
-        order = names[i % 3:] + names[: i % 3]
+        order = names[i % len(names):] + names[: i % len(names)]
         for name in order:
             times[name].append(arms[name]())
     inst.detach()
@@ -80,6 +95,8 @@ def main() -> None:
     print(f"after detach median : {statistics.median(t_detached) * 1e3:8.2f} ms")
     print(f"noise floor bare2/bare (median paired ratio): {ratio('bare2', 'bare'):.4f}")
     print(f"overhead attached/bare (median paired ratio) : {ratio('attached', 'bare'):.4f}  (target <= 1.02)")
+    if "rss-thread" in times:
+        print(f"old method: 5 ms RSS sampling thread / bare  : {ratio('rss-thread', 'bare'):.4f}")
     share = fixed_us / 1e6 / statistics.median(times["bare"])
     print(f"fixed cost of the hooks per request (no-op pipeline, {n_marks} timestamps): {fixed_us:.0f} us "
           f"= {share * 100:.3f} % of a bare tiny-flux request")

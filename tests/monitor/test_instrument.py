@@ -66,9 +66,12 @@ def test_nested_request_and_detached_use_are_refused() -> None:
     inst = attach(pipe, device="cpu", flops=False)
     with inst.request(), pytest.raises(UsageError, match="one at a time"), inst.request():
         pass
+    with pytest.raises(UsageError, match="already instrumented"):
+        attach(pipe, device="cpu")
     detach(inst)
     with pytest.raises(UsageError, match="detached"), inst.request():
         pass
+    attach(pipe, device="cpu").detach()  # after detach it can be instrumented again
 
 
 def test_detach_restores_the_pipeline() -> None:

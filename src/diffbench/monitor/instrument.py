@@ -181,12 +181,17 @@ class Instrumentation:
     # -- hooks ------------------------------------------------------------------------------------------
     def _install(self) -> None:
         pipe, torch = self.pipe, self._torch
+        sched = getattr(pipe, "scheduler", None)
+        if getattr(getattr(sched, "step", None), "__diffbench__", False) or getattr(
+            getattr(pipe, "encode_prompt", None), "__diffbench__", False
+        ):
+            compile_counter.release()
+            raise UsageError("this pipeline is already instrumented; detach the first instrumentation first")
         if hasattr(pipe, "encode_prompt"):
             pipe.encode_prompt = self._wrap_stage(pipe.encode_prompt, "text_encode")
         vae = getattr(pipe, "vae", None)
         if vae is not None and hasattr(vae, "decode"):
             vae.decode = self._wrap_stage(vae.decode, "vae_decode")
-        sched = getattr(pipe, "scheduler", None)
         if sched is not None and hasattr(sched, "step"):
             orig_step = sched.step
 
@@ -197,6 +202,7 @@ class Instrumentation:
                     r.step_end.append(self._mark())
                 return out
 
+            step.__diffbench__ = True  # type: ignore[attr-defined]
             sched.step = step
         disable = getattr(torch.compiler, "disable", lambda f: f)
 
@@ -243,6 +249,7 @@ class Instrumentation:
             r.stage = "other"
             return out
 
+        wrapped.__diffbench__ = True  # type: ignore[attr-defined]
         return wrapped
 
     def _on_collective(self) -> None:
