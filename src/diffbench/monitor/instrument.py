@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -112,6 +113,20 @@ def _tensor_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...
     return tuple((k, tuple(v.shape), str(v.dtype)) for k, v in items if hasattr(v, "shape") and hasattr(v, "dtype"))
 
 
+_FLOPS_PER_FORWARD: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], float]] = weakref.WeakKeyDictionary()
+
+
+def _flop_cache(denoiser: Any) -> dict[tuple[Any, ...], float]:
+    """FLOPs per forward by input shapes, kept per denoiser module for the life of the module (so attaching
+    again to the same pipeline does not measure again)."""
+    if denoiser is None:
+        return {}
+    try:
+        return _FLOPS_PER_FORWARD.setdefault(denoiser, {})
+    except TypeError:  # not weak-referenceable
+        return {}
+
+
 @contextlib.contextmanager
 def _hooks_suspended(module: Any) -> Iterator[None]:
     """Temporarily empty the torch forward (pre-)hooks of ``module`` and its children (for the FLOP replay)."""
@@ -171,7 +186,7 @@ class Instrumentation:
         self._warm_starts: int | None = None
         self._cache: CacheCounter | None = None
         self._cache_cfg: Any = _NO_CACHE_CFG
-        self._fpf: dict[tuple[Any, ...], float] = {}
+        self._fpf = _flop_cache(self.denoiser)
         self._handles: list[Any] = []
         self._compile = compile_counter.acquire()
         self.attached = True
