@@ -147,6 +147,15 @@ def test_ledger_flops_for_a_catalog_model() -> None:
     inst.detach()
 
 
+def test_build_info_labels() -> None:
+    import diffbench
+
+    inst = attach(ToyPipe(), device="cpu", flops=False)
+    assert inst.build_info == {"version": diffbench.__version__, "torch": torch.__version__.split("+")[0],
+                               "cuda": torch.version.cuda or "none", "gpu_model": "cpu"}
+    inst.detach()
+
+
 def test_importing_diffbench_monitor_does_not_import_torch() -> None:
     code = ("import sys, diffbench.monitor as m; assert 'torch' not in sys.modules, 'torch imported'; "
             "assert callable(m.attach) and callable(m.detach)")

@@ -145,6 +145,8 @@ class Instrumentation:
     """Hooks on one pipeline; see the module docstring. Create with :func:`attach`.
 
     Attributes: ``exporter`` (settable: the object whose ``observe_generation`` is called after each request),
+    ``build_info`` (the ``diffusion_build_info`` labels, :func:`build_info`), ``device_label`` (the ``gpu``
+    label: ``"0"`` for cuda:0, ``"cpu"``), ``device_total_bytes`` (capacity or the injected budget),
     ``last_denoiser_batch`` (largest batch the denoiser saw in the last request), ``last_memory`` /
     ``last_signals`` (of the last request, also after a failed one: the peak of a request that ran out of
     memory is what the memory alert needs).
@@ -177,6 +179,7 @@ class Instrumentation:
                 self.device_total_bytes = int(torch.cuda.mem_get_info(index)[1])
         elif device != "cpu":
             self.device_label = device
+        self.build_info = build_info(device)
         self.last_denoiser_batch = 0
         self.last_memory: MemoryStats | None = None
         self.last_signals: RequestSignals | None = None
@@ -526,6 +529,21 @@ class Instrumentation:
             self._cache = None
         ranks.remove_listener(self._on_collective)
         compile_counter.release()
+
+
+def build_info(device: str = "cpu") -> dict[str, str]:
+    """Label values of ``diffusion_build_info`` (monitoring.md §3): ``version`` (diffbench), ``torch``, ``cuda``
+    (``torch.version.cuda``, ``none`` on a CPU-only build) and ``gpu_model`` (``torch.cuda.get_device_name``
+    for a CUDA ``device``, else ``cpu``)."""
+    import torch
+
+    import diffbench
+
+    gpu = "cpu"
+    if device.startswith("cuda") and torch.cuda.is_available():
+        gpu = torch.cuda.get_device_name(torch.device(device))
+    return {"version": str(getattr(diffbench, "__version__", "unknown")), "torch": torch.__version__.split("+")[0],
+            "cuda": torch.version.cuda or "none", "gpu_model": gpu}
 
 
 def attach(pipe: Any, *, device: str, model: str | None = None, exporter: Exporter | None = None,

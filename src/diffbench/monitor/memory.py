@@ -9,6 +9,9 @@
   sampling thread (a few tens of microseconds per boundary). Where ``clear_refs`` cannot be written, a thread
   samples the resident set every 5 ms with psutil (the old method; it competes with the pipeline for the CPU).
 
+Both counters are per process (CUDA: per device): another thread allocating during the request is counted
+in it, and two pipelines instrumented in one process must not run requests at the same time.
+
 Peaks on the CPU are growth over the resident set at the start of the request (``MemoryStats.kind`` =
 ``cpu-rss``); on CUDA they are absolute allocator bytes, and the growth over the start is kept for the
 injected memory budget (see :class:`~diffbench.monitor.instrument.Instrumentation`).
