@@ -3,6 +3,7 @@ memory by stage, the injected memory budget, FLOPs."""
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -92,6 +93,9 @@ def test_memory_peak_by_stage_matches_a_known_allocation() -> None:
     n = 64 * 2**20  # 64 MiB touched inside vae.decode
     pipe = ToyPipe(vae=ToyVAE(alloc_bytes=n))
     inst = attach(pipe, device="cpu", flops=False)
+    # The resident set is per process: garbage of earlier tests freed by the cyclic GC during the request
+    # would lower it below its start (measured: a 64 MiB peak then reads 0). Collect first.
+    gc.collect()
     _, _, mem, sig = inst.run({"num_inference_steps": 2}, 1)
     assert mem.kind == "cpu-rss" and mem.peak_stage == "vae_decode"
     # the kernel's high-water mark sees at least the pages touched (allow 5 % for page-size rounding)
@@ -108,6 +112,7 @@ def test_memory_budget_fails_the_big_request_and_the_instance_keeps_working() ->
     exp = FakeExporter()
     budget = 16 * 2**20
     inst = attach(pipe, device="cpu", memory_budget_bytes=budget, exporter=exp, flops=False)
+    gc.collect()  # see test_memory_peak_by_stage_matches_a_known_allocation
     with pytest.raises(DeviceOutOfMemory, match=f"injected memory budget of {budget} bytes at stage vae_decode"):
         inst.run({"num_inference_steps": 2}, 1)
     # the failed request's peak is still reported (the memory alert needs it), without stage times

@@ -10,7 +10,9 @@
   samples the resident set every 5 ms with psutil (the old method; it competes with the pipeline for the CPU).
 
 Both counters are per process (CUDA: per device): another thread allocating during the request is counted
-in it, and two pipelines instrumented in one process must not run requests at the same time.
+in it, and two pipelines instrumented in one process must not run requests at the same time. On the CPU,
+memory freed during the request (e.g. the cyclic garbage collector releasing earlier objects) lowers the
+resident set below its start, so the growth can read low.
 
 Peaks on the CPU are growth over the resident set at the start of the request (``MemoryStats.kind`` =
 ``cpu-rss``); on CUDA they are absolute allocator bytes, and the growth over the start is kept for the
