@@ -59,6 +59,12 @@ def test_request_block_for_someone_elses_server_and_exporter_calls() -> None:
     assert len(exp.calls) == 2
     inst.run({"num_inference_steps": 2, "width": 128, "height": 64, "num_images_per_prompt": 2}, 2)
     assert exp.calls[-1]["shape"] == "128x64b2"
+    inst.run({"num_inference_steps": 1, "width": 128, "height": 64, "num_frames": 9}, 1)
+    assert exp.calls[-1]["shape"] == "128x64f9"
+    inst.detach()
+    inst = attach(pipe, device="cpu", exporter=exp, flops=False, shape_of=lambda kw: f"s{kw['num_inference_steps']}")
+    inst.run({"num_inference_steps": 2}, 1)
+    assert exp.calls[-1]["shape"] == "s2"
     inst.detach()
 
 
