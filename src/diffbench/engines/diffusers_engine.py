@@ -147,6 +147,7 @@ class DiffusersEngine:
         self.config = config
         self.pipe: Any = None
         self.timer: Any = None
+        self.instrumentation: Any = None  # diffbench.monitor.instrument.Instrumentation after start()
         self._info: EngineInfo | None = None
         self._torch: Any = None
 
@@ -233,12 +234,17 @@ class DiffusersEngine:
                     f"({exc}); known backends: {names}"
                 ) from exc
             backend = cfg.attention_backend
+        cache_desc = "none"
+        if cfg.cache:
+            cache_desc = _enable_cache(pipe, cfg.cache, cfg.model)
         if cfg.compile:
             denoiser.compile()
-        from diffbench.engines.stage_timer import StageTimer
+        from diffbench.monitor.instrument import attach
 
         self.pipe = pipe
-        self.timer = StageTimer(pipe, cfg.device)
+        self.instrumentation = attach(pipe, device=cfg.device, model=cfg.model,
+                                      memory_budget_bytes=cfg.memory_budget_bytes)
+        self.timer = self.instrumentation
         mult, is_video, _, cfg_mode = PIPELINES[cls_name]
         self._info = EngineInfo(
             engine="diffusers",
@@ -250,7 +256,7 @@ class DiffusersEngine:
             dtype=cfg.dtype,
             attention_backend=backend,
             compile=cfg.compile,
-            cache="none",
+            cache=cache_desc,
             parallelism="none (1 device)",
             asynchronous=cfg.device.startswith("cuda"),
             is_video=is_video,
@@ -265,6 +271,7 @@ class DiffusersEngine:
                 "deterministic_algorithms": str(torch.are_deterministic_algorithms_enabled()),
                 "vae_tiling": str(cfg.vae_tiling),
                 "offload": cfg.offload,
+                **({"memory_budget_bytes": str(cfg.memory_budget_bytes)} if cfg.memory_budget_bytes else {}),
             },
         )
         return self._info
@@ -334,22 +341,33 @@ class DiffusersEngine:
             kw["max_sequence_length"] = T5_MAX_LEN
         return kw
 
-    def generate(self, request: GenerationRequest) -> GenerationResult:
-        """Run one generation; returns uint8 pixels, stage times and peak memory.
+    def generate(self, request: GenerationRequest, *, traffic: str = "user") -> GenerationResult:
+        """Run one generation; returns uint8 pixels, stage times, peak memory and the monitor's signals.
+
+        ``traffic`` (``user``, ``probe``, ``warmup``) is passed to the exporter of ``self.instrumentation``
+        when one is set (``engine.instrumentation.exporter = exporter``); warmups are not exported.
 
         Raises:
-            DeviceOutOfMemory: CUDA (or host) out of memory for this request.
+            DeviceOutOfMemory: CUDA (or host) out of memory for this request, or its peak memory growth
+                exceeded ``EngineConfig.memory_budget_bytes``; the engine keeps working afterwards.
             GenerationError: any other failure inside the pipeline.
         """
         torch = self._torch
         try:
             with torch.inference_mode():
-                out, stages, memory = self.timer.run(self.pipeline_kwargs(request), request.batch)
+                out, stages, memory, signals = self.instrumentation.run(
+                    self.pipeline_kwargs(request), request.batch, traffic=traffic
+                )
+        except DeviceOutOfMemory as exc:  # the injected memory budget
+            raise self._oom(f"{exc} ({request.shape_label()})") from exc
         except torch.cuda.OutOfMemoryError as exc:
+            import gc
+
+            gc.collect()
             torch.cuda.empty_cache()
-            raise DeviceOutOfMemory(f"out of memory at {request.shape_label()}: {exc}") from exc
+            raise self._oom(f"out of memory at {request.shape_label()}: {exc}") from exc
         except MemoryError as exc:
-            raise DeviceOutOfMemory(f"host out of memory at {request.shape_label()}") from exc
+            raise self._oom(f"host out of memory at {request.shape_label()}") from exc
         except (ShapeError, UsageError):
             raise
         except Exception as exc:
@@ -359,8 +377,17 @@ class DiffusersEngine:
         arr = out.frames if hasattr(out, "frames") else out.images
         arr = np.asarray(arr)
         images = (np.clip(arr, 0.0, 1.0) * 255.0).round().astype(np.uint8)
-        extra = {"denoiser_batch": float(self.timer.last_denoiser_batch)}
-        return GenerationResult(images=images, stages=stages, memory=memory, extra=extra)
+        extra = {"denoiser_batch": float(self.instrumentation.last_denoiser_batch)}
+        return GenerationResult(images=images, stages=stages, memory=memory, extra=extra, signals=signals)
+
+    def _oom(self, message: str) -> DeviceOutOfMemory:
+        """A DeviceOutOfMemory carrying the failed request's measured ``memory`` (MemoryStats) and ``signals``
+        (RequestSignals) as attributes, for the caller's exporter (the memory alert needs that peak)."""
+        err = DeviceOutOfMemory(message)
+        inst = self.instrumentation
+        err.memory = inst.last_memory if inst is not None else None  # type: ignore[attr-defined]
+        err.signals = inst.last_signals if inst is not None else None  # type: ignore[attr-defined]
+        return err
 
     def sync(self) -> None:
         """``torch.cuda.synchronize()`` on CUDA; nothing on the CPU."""
@@ -375,11 +402,47 @@ class DiffusersEngine:
 
     def stop(self) -> None:
         """Drop the pipeline and free device memory."""
-        if self.timer is not None:
-            self.timer.detach()
+        if self.instrumentation is not None:
+            self.instrumentation.detach()
+            self.instrumentation = self.timer = None
         self.pipe = None
         if self._torch is not None and self.config.device.startswith("cuda"):
             self._torch.cuda.empty_cache()
+
+
+CACHE_START_STEPS = 28
+"""Step count the cache configs of ``EngineConfig.cache`` are built for (diffusers' MagCache default; it
+only matters for MagCache's ratio interpolation and TaylorSeer's first cached step, min(3, steps − 1))."""
+
+
+def _enable_cache(pipe: Any, spec: str, model: str) -> str:
+    """Enable the diffusers cache ``spec`` (``AXIS=VALUE``, e.g. ``first-block=0.1``) on the denoiser.
+
+    Returns the fingerprint form (``first-block(threshold=0.1)``).
+
+    Raises:
+        UsageError: not AXIS=VALUE, an unknown axis or bad value (as ``sweep --values`` says it), or a
+            pipeline that cannot take the cache.
+    """
+    from diffbench.sweep.axes import (
+        CACHE_AXES,
+        build_cache_config,
+        check_cache_supported,
+        describe_cache,
+        parse_values,
+    )
+
+    axis, sep, value = spec.partition("=")
+    axis, value = axis.strip(), value.strip()
+    if not sep or not value:
+        raise UsageError(f"cache {spec!r}: write AXIS=VALUE, e.g. first-block=0.1 (axes: {', '.join(CACHE_AXES)})")
+    if axis not in CACHE_AXES:
+        raise UsageError(f"cache {spec!r}: unknown cache {axis!r}; choose one of {', '.join(CACHE_AXES)}")
+    (value,) = parse_values(axis, value)
+    check_cache_supported(pipe, axis, model)
+    denoiser = getattr(pipe, "transformer", None) or getattr(pipe, "unet", None)
+    denoiser.enable_cache(build_cache_config(axis, value, pipe, CACHE_START_STEPS))
+    return describe_cache(axis, value)
 
 
 def _check_device_available(torch: Any, device: str) -> None:

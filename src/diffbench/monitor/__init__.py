@@ -2,8 +2,23 @@
 
 - :mod:`diffbench.monitor.names`: the one table of metric names, types, units, labels and buckets
   (monitoring.md §3). The exporter, the alert rules, the dashboard, ``plan`` and ``doctor`` all read it.
+- :mod:`diffbench.monitor.instrument` (``attach``, ``detach``, re-exported here lazily): hooks that measure
+  stage and step times, memory, cache decisions, recompiles, per-rank compute and FLOPs of a pipeline.
 - :mod:`diffbench.monitor.signals`: what one generation reports beyond its stage times (cache decisions,
   recompiles, per-rank compute, FLOPs, device memory).
 
 Importing this package imports neither torch nor prometheus_client.
 """
+
+from typing import Any
+
+__all__ = ["attach", "detach"]
+
+
+def __getattr__(name: str) -> Any:
+    """Lazy re-exports: ``attach``/``detach`` import :mod:`diffbench.monitor.instrument` (and torch) on use."""
+    if name in ("attach", "detach", "Instrumentation"):
+        from diffbench.monitor import instrument
+
+        return getattr(instrument, name)
+    raise AttributeError(f"module 'diffbench.monitor' has no attribute {name!r}")

@@ -28,10 +28,14 @@ class RequestSignals:
       snapshot (0 before the snapshot is taken: warmup compiles are expected, not exported);
     - ``rank_compute_s``: per rank, the compute time (seconds) of each denoise step measured before the
       step's first collective; empty on a single device;
-    - ``flops``: model FLOPs of the generation from the ledger (None when the model is not in the catalog);
+    - ``flops``: model FLOPs of the generation: from the ledger when the model is in the catalog, else the
+      denoiser forwards measured with ``FlopCounterMode`` (see :mod:`diffbench.monitor.flops`); None when
+      neither is available;
     - ``device``: the device label (``"0"`` for cuda:0, ``"cpu"``), the ``gpu`` label value;
     - ``device_total_bytes``: the device's memory capacity in bytes (``torch.cuda.mem_get_info`` total, or an
-      injected budget on CPU); None when unknown.
+      injected budget on CPU); None when unknown;
+    - ``stage_peak_bytes``: peak memory by stage (``text_encode``, ``denoise``, ``vae_decode``, ``other``) in
+      bytes: allocator bytes on CUDA, resident-set growth over the request's start on the CPU.
     """
 
     cache: CacheCounts | None = None
@@ -40,3 +44,4 @@ class RequestSignals:
     flops: float | None = None
     device: str = "cpu"
     device_total_bytes: int | None = None
+    stage_peak_bytes: dict[str, int] = field(default_factory=dict)

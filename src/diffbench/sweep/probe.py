@@ -25,6 +25,11 @@ from diffbench.store.models import SkipStats
 _LEADER_AXES = ("first-block", "magcache")
 
 
+def hook_names(module: Any) -> list[str]:
+    """Names of the diffusers hooks registered on ``module`` (empty when none)."""
+    return _hook_names(module)
+
+
 def _hook_names(module: Any) -> list[str]:
     reg = getattr(module, "_diffusers_hook", None)
     hooks = getattr(reg, "hooks", None)
@@ -41,9 +46,14 @@ def _first_param_descendant(module: Any) -> Any | None:
 
 
 class SkipProbe:
-    """Counts calls of cache-hooked modules and of their computations. Attach after ``enable_cache``."""
+    """Counts calls of cache-hooked modules and of their computations. Attach after ``enable_cache``.
 
-    def __init__(self, denoiser: Any, axis: str) -> None:
+    ``first_only``: hook only the first cache-hooked module (in ``named_modules`` order). For First-Block-Cache
+    and MagCache, whose non-leader blocks all skip together, ``total`` then counts one cache decision per
+    denoiser forward (what :mod:`diffbench.monitor.cache_counter` exports as lookups).
+    """
+
+    def __init__(self, denoiser: Any, axis: str, *, first_only: bool = False) -> None:
         self.axis = axis
         self.total = 0
         self.computed = 0
@@ -59,6 +69,8 @@ class SkipProbe:
                 continue
             self._handles.append(mod.register_forward_pre_hook(self._on_call))
             self._handles.append(inner.register_forward_pre_hook(self._on_compute))
+            if first_only:
+                break
 
     @property
     def attached(self) -> bool:
