@@ -1,0 +1,133 @@
+"""Drill P3 (monitoring.md §8.5, §8.2): VAE tiling off at 2048² under a memory budget.
+
+On a CPU there is no device memory to run out of, so the budget is injected: ``serve --memory-budget B``
+makes the instrumentation raise :class:`~diffbench.errors.DeviceOutOfMemory` for a request whose measured
+peak exceeds B, and exports B as ``diffusion_gpu_memory_total_bytes``.
+
+1. **Measure** (``serve --enable-faults``, no budget): one 2048² request (1 step) with VAE tiling on, then
+   ``POST /admin/faults {"vae_tiling": false}`` and the same request again; each answer's
+   ``peak_memory_bytes``. The budget is their geometric mean (between them; the drill refuses to run when
+   the untiled peak is not at least 1.5× the tiled one, since the budget would then sit in the noise).
+2. **Serve** ``--no-vae-tiling --memory-budget B``; a local Prometheus; a small request succeeds.
+3. **Inject** the 2048² request.
+4. **Expect** its outcome ``oom`` (HTTP 507 or 5xx with an out-of-memory message,
+   ``diffusion_requests_total{outcome="oom"}`` +1), ``DiffusionGPUPeakMemoryHigh`` firing, ``/health``
+   staying 200, and the next small request succeeding (the single-GPU contract of §8.2).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+from diffbench.monitor.drills.cache import finish_alerts
+from diffbench.monitor.drills.common import SERVICE_JOB, prometheus_for
+from diffbench.monitor.drills.core import (
+    AlertWatcher,
+    DrillOptions,
+    DrillReport,
+    Recorder,
+    drill_rules,
+    parse_scrape,
+    sample_sum,
+)
+from diffbench.monitor.drills.harness import DrillError, start_serve
+from diffbench.monitor.promserver import Target
+
+BIG = "2048x2048"
+EXPECTED = ["DiffusionGPUPeakMemoryHigh"]
+QUERIES = {
+    "peak": "max_over_time(diffusion_gpu_memory_peak_bytes[5m])",
+    "total": "diffusion_gpu_memory_total_bytes",
+    "oom": 'sum(diffusion_requests_total{outcome="oom"})',
+    "stage_peak": "diffusion_stage_memory_peak_bytes",
+}
+
+
+def run(opts: DrillOptions, report: DrillReport) -> None:
+    report.expected_alerts, report.silent_alerts = list(EXPECTED), []
+    work = opts.workdir / "vae"
+    work.mkdir(parents=True, exist_ok=True)
+    rec = Recorder(opts.record_dir, "vae")
+    rules = drill_rules(opts.max_for_s)
+    small = opts.size
+    common = ["--engine", "diffusers", "--model", "tiny-flux", "--device", "cpu", "--default-size", small,
+              "--default-steps", str(opts.steps), "--shapes", f"{small},{BIG}"]
+
+    svc = start_serve(work, [*common, "--vae-tiling", "--enable-faults"], name="serve-measure")
+    try:
+        tiled = svc.generate(BIG, steps=1, seed=1, timeout=600)
+        svc.faults(vae_tiling=False)
+        untiled = svc.generate(BIG, steps=1, seed=1, timeout=600)
+    finally:
+        svc.proc.stop()
+    for name, r in (("tiled", tiled), ("untiled", untiled)):
+        if not r.ok or not r.peak_memory_bytes:
+            raise DrillError(f"measuring the {name} {BIG} peak failed: HTTP {r.status} {r.error or r.body}")
+    p_on, p_off = int(tiled.peak_memory_bytes or 0), int(untiled.peak_memory_bytes or 0)
+    report.values.update(peak_tiled_bytes=p_on, peak_untiled_bytes=p_off,
+                         latency_tiled_s=tiled.latency_s, latency_untiled_s=untiled.latency_s)
+    if p_off < 1.5 * p_on:
+        raise DrillError(f"{BIG}: the untiled peak {p_off / 2**20:.0f} MiB is not 1.5x the tiled peak "
+                         f"{p_on / 2**20:.0f} MiB; no budget separates them")
+    budget = int(math.sqrt(p_on * p_off))
+    report.values["memory_budget_bytes"] = budget
+    report.event("setup", f"{BIG} peak: tiled {p_on / 2**20:.0f} MiB, untiled {p_off / 2**20:.0f} MiB -> "
+                          f"--memory-budget {budget} ({budget / 2**20:.0f} MiB)")
+
+    svc = start_serve(work, [*common, "--no-vae-tiling", "--memory-budget", str(budget)])
+    try:
+        with prometheus_for(opts, rules, [Target(SERVICE_JOB, svc.address)]) as prom, \
+                AlertWatcher(prom, rules, EXPECTED) as watch:
+            prom.wait_scraped()
+            first = svc.generate(small, steps=opts.steps, seed=1)
+            report.check(f"small request {small} ok before", first.ok, f"HTTP {first.status}")
+            time.sleep(2 * opts.scrape_s + opts.max_for_s)
+            report.check("silent before injection", not watch.seen(EXPECTED[0]),
+                         f"{EXPECTED[0]}: {watch.seen(EXPECTED[0]) or 'not active'}")
+            text_before = svc.metrics()
+            s_before = parse_scrape(text_before)
+            rec.scrape("before", text_before)
+            rec.query("before", prom, QUERIES)
+
+            report.mark_inject(f"{BIG}, VAE tiling off, 1 step, budget {budget / 2**20:.0f} MiB")
+            inject_t = time.monotonic()
+            health: list[int] = []
+            stop = threading.Event()
+
+            def poll_health() -> None:
+                while not stop.is_set():
+                    health.append(svc.health())
+                    stop.wait(0.5)
+
+            th = threading.Thread(target=poll_health, daemon=True)
+            th.start()
+            try:
+                big = svc.generate(BIG, steps=1, seed=1, timeout=600)
+            finally:
+                stop.set()
+                th.join(5)
+            msg = str(big.error.get("message", ""))
+            report.event("request", f"{BIG}: HTTP {big.status} in {big.latency_s:.1f} s: {msg[:120]}")
+            s_mid = parse_scrape(svc.metrics())
+            oom = sample_sum(s_mid, "diffusion_requests_total", outcome="oom") - \
+                sample_sum(s_before, "diffusion_requests_total", outcome="oom")
+            report.check("outcome oom", big.status >= 500 and oom == 1 and "memory" in msg.lower(),
+                         f"HTTP {big.status}, diffusion_requests_total{{outcome=\"oom\"}} +{oom:g}, message {msg[:80]!r}")
+            peak = max((v for (n, _), v in s_mid.items() if n == "diffusion_gpu_memory_peak_bytes"), default=0.0)
+            report.values["exported_peak_bytes"] = peak
+            report.event("metric", f"diffusion_gpu_memory_peak_bytes {peak / 2**20:.0f} MiB vs total "
+                                   f"{budget / 2**20:.0f} MiB")
+            watch.wait_fired(EXPECTED, opts.fire_timeout_s)
+            finish_alerts(report, watch, rules, EXPECTED, inject_t, opts)
+            report.check("/health stayed 200", bool(health) and all(h == 200 for h in health),
+                         f"{len(health)} polls during the request: {sorted(set(health))}")
+            nxt = svc.generate(small, steps=opts.steps, seed=2)
+            report.check(f"next small request {small} ok", nxt.ok and svc.health() == 200,
+                         f"HTTP {nxt.status}; /health {svc.health()}")
+            time.sleep(2 * opts.scrape_s)
+            rec.scrape("after", svc.metrics())
+            rec.query("after", prom, QUERIES)
+    finally:
+        svc.proc.stop()
