@@ -65,7 +65,8 @@ class _GatedEngine:
         self.entered = threading.Event()
         self.saw_tiling: list[bool] = []
 
-    def generate(self, request: Any) -> str:
+    def generate(self, request: Any, *, traffic: str = "user") -> str:
+        self.traffic = traffic
         self.entered.set()
         assert self.gate.wait(10)
         self.saw_tiling.append(self.pipe.vae.use_tiling)
@@ -75,7 +76,7 @@ class _GatedEngine:
 def test_a_change_waits_for_the_running_generation() -> None:
     engine = _GatedEngine()
     ctl = FaultController(engine)
-    gen = threading.Thread(target=engine.generate, args=(None,))
+    gen = threading.Thread(target=engine.generate, args=(None,), kwargs={"traffic": "probe"})
     gen.start()
     assert engine.entered.wait(5)
     applied = threading.Event()
@@ -87,6 +88,7 @@ def test_a_change_waits_for_the_running_generation() -> None:
     gen.join(5)
     th.join(5)
     assert applied.is_set() and engine.saw_tiling == [True] and engine.pipe.vae.use_tiling is False
+    assert engine.traffic == "probe"  # keyword arguments pass through the lock wrapper
 
 
 def test_sim_engine_has_nothing_to_change() -> None:

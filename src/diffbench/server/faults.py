@@ -128,9 +128,9 @@ class FaultController:
         inner = engine.generate
         lock = self.lock
 
-        def generate(request: Any) -> Any:
+        def generate(request: Any, *args: Any, **kwargs: Any) -> Any:
             with lock:
-                return inner(request)
+                return inner(request, *args, **kwargs)
 
         engine.generate = generate
         setattr(engine, _WRAPPED, lock)
