@@ -17,6 +17,9 @@ key                 value                        effect
                                                  cache is replaced (``disable_cache`` + ``enable_cache``).
 ``vae_tiling``      bool                         ``pipe.vae.enable_tiling()`` / ``disable_tiling()``
 ``step_delay_s``    number >= 0                  a sleep before every denoiser forward (0 removes it)
+``calibration``     path of a calibration file   loaded into the running exporter (baseline gauges), so a
+                                                 drill can calibrate a service under its own traffic; refused
+                                                 (409) unless its fingerprint is the service's
 ==================  ===========================  ==============================================================
 
 Changes are applied between generations: every ``engine.generate`` of the service runs under the
@@ -36,7 +39,7 @@ from typing import Any
 from diffbench.errors import DiffbenchError
 from diffbench.server.http_errors import APIError
 
-KEYS = ("cache", "vae_tiling", "step_delay_s")
+KEYS = ("cache", "vae_tiling", "step_delay_s", "calibration")
 _WRAPPED = "_diffbench_fault_lock"
 
 
@@ -105,14 +108,20 @@ def parse_faults(body: Any) -> dict[str, Any]:
             raise APIError(400, f"step_delay_s: {v!r} must be a finite number of seconds >= 0",
                            param="step_delay_s")
         out["step_delay_s"] = float(v)
+    if "calibration" in body:
+        if not isinstance(body["calibration"], str) or not body["calibration"]:
+            raise APIError(400, f"calibration: {body['calibration']!r} must be the path of a calibration file "
+                           "(diffbench monitor calibrate)", param="calibration")
+        out["calibration"] = body["calibration"]
     return out
 
 
 class FaultController:
     """Holds the lock every generation runs under and applies fault changes to the engine's pipeline."""
 
-    def __init__(self, engine: Any, *, steps: int = 8) -> None:
+    def __init__(self, engine: Any, *, steps: int = 8, service: Any = None) -> None:
         self.engine = engine
+        self.service = service
         self.steps = steps
         self.lock = threading.Lock()
         self.state = FaultState()
@@ -142,6 +151,10 @@ class FaultController:
             APIError: 409 when the engine has no diffusers pipeline; 400 when the pipeline refuses the cache.
         """
         with self.lock:
+            if "calibration" in changes:
+                self._load_calibration(changes["calibration"])
+            if not set(changes) - {"calibration"}:
+                return FaultState(**vars(self.state))
             pipe = _pipe_of(self.engine)
             if pipe is None:
                 raise APIError(409, "this engine has no diffusers pipeline to change (faults need "
@@ -161,6 +174,24 @@ class FaultController:
             if "step_delay_s" in changes:
                 self._set_delay(pipe, changes["step_delay_s"])
             return FaultState(**vars(self.state))
+
+    def _load_calibration(self, path: str) -> None:
+        from diffbench.monitor.calibration import read_calibration
+
+        exporter = getattr(self.service, "exporter", None)
+        if exporter is None:
+            raise APIError(409, "calibration: the service has no exporter to load it into", param="calibration",
+                           code="unsupported")
+        try:
+            cal = read_calibration(path)
+        except DiffbenchError as exc:
+            raise APIError(400, f"calibration: {exc}", param="calibration") from exc
+        mine = getattr(self.service, "fingerprint_id", None)
+        if mine and cal.fingerprint_id != mine:
+            raise APIError(409, f"calibration: {path} was measured on deployment {cal.fingerprint_id}, this "
+                           f"service is {mine}; a baseline is valid only for its deployment: recalibrate",
+                           param="calibration", code="fingerprint_mismatch")
+        exporter.load_calibration(cal)
 
     def _set_cache(self, pipe: Any, spec: str | None) -> None:
         from diffbench.sweep.axes import _KNOB, build_cache_config, check_cache_supported
@@ -218,7 +249,7 @@ def install_fault_routes(app: Any, service: Any) -> FaultController:
     """
     from fastapi import Request
 
-    controller = FaultController(service.engine, steps=service.config.default_steps or 8)
+    controller = FaultController(service.engine, steps=service.config.default_steps or 8, service=service)
     app.state.faults = controller
 
     def _check_worker() -> None:

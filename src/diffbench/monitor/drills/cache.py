@@ -5,12 +5,13 @@
    uncached output. The served threshold T0 is the largest with ``budget ≤ PSNR < inf`` (inside the
    budget, and some steps skipped, so the hit-ratio baseline is not 0); the injected one T1 is the largest
    with ``PSNR < budget − 3 dB`` (outside the budget by the alert's margin).
-2. **Calibrate**: ``serve --cache first-block=T0``; a few requests; step, stage and hit-ratio means read
-   from its own ``/metrics``; a calibration file with the service's fingerprint, SLO and the probe's PSNR
-   threshold = the budget.
-3. **Serve** again with ``--calibration``; the probe records its references, then replays them every
-   ``probe_interval_s``; user traffic at the calibrated shape; a local Prometheus evaluates the real rule
-   file (shortened ``for``); every alert stays silent before the injection.
+2. **Serve** ``--cache first-block=T0 --enable-faults``; the probe records its references, then replays
+   them every 2 s (threshold = the budget); user traffic at the probe's shape; a local Prometheus
+   evaluates the real rule file (shortened ``for``).
+3. **Calibrate** under that load: step, stage and hit-ratio means of the service's own ``/metrics`` over
+   :data:`CALIBRATION_WINDOW_S` of traffic, written as a calibration file with the service's fingerprint
+   and loaded in place (``POST /admin/faults {"calibration": FILE}``), so the baselines are measured in
+   the conditions the alerts then compare against; every alert stays silent for longer than its ``for``.
 4. **Inject** ``POST /admin/faults {"cache": "first-block=T1"}`` (the fingerprint does not change).
 5. **Expect** ``DiffusionCacheHitRatioDrift`` and ``DiffusionQualityPSNRDrop`` firing; the performance
    alerts (step regression, queue wait, peak memory) never pending or firing.
@@ -26,7 +27,7 @@ from diffbench.monitor.drills.common import (
     PROBE_JOB,
     SERVICE_JOB,
     Traffic,
-    measure_baselines,
+    baselines_between,
     prometheus_for,
     write_calibration,
 )
@@ -53,6 +54,7 @@ from diffbench.monitor.promserver import Target
 GRID = (0.1, 0.2, 0.25, 0.3, 0.4, 0.5, 1.0)
 PROMPT = "a lighthouse at dusk"
 SEED = 7
+CALIBRATION_WINDOW_S = 10.0
 EXPECTED = ["DiffusionCacheHitRatioDrift", "DiffusionQualityPSNRDrop"]
 SILENT = ["DiffusionDenoiseStepRegression", "DiffusionQueueWaitOverHalfSLO", "DiffusionGPUPeakMemoryHigh"]
 QUERIES = {
@@ -124,31 +126,16 @@ def run(opts: DrillOptions, report: DrillReport) -> None:
     report.event("setup", f"budget {opts.budget_db:g} dB vs no cache: serve first-block={t0:g} "
                           f"({psnr[t0]:.1f} dB), inject first-block={t1:g} ({psnr[t1]:.1f} dB)")
 
-    serve_args = ["--engine", "diffusers", "--model", "tiny-flux", "--device", "cpu", "--default-size", size,
-                  "--default-steps", str(steps), "--shapes", size, "--warmup", size,
-                  "--cache", f"first-block={t0:g}", "--enable-faults"]
-    cal_path = work / "calibration.json"
-    svc = start_serve(work, serve_args, name="serve-calibrate")
-    try:
-        base = measure_baselines(svc, size, steps, 6, seed=100)
-        if not base["cache_hit_ratio"]:
-            raise DrillError(f"the service reported no cache hits at first-block={t0:g} ({base}); the hit-ratio "
-                             "baseline cannot be 0")
-        write_calibration(cal_path, svc, size=size, steps=steps, base=base, slo_s=30.0,
-                          psnr_threshold_db=opts.budget_db)
-    finally:
-        svc.proc.stop()
-    report.values["calibration"] = {k: v for k, v in base.items() if k != "client_latency_s"}
-    report.event("setup", f"calibrated {size}: step {base['step_s'] * 1e3:.2f} ms, hit ratio "
-                          f"{base['cache_hit_ratio']:.3f}, probe threshold {opts.budget_db:g} dB")
-
-    svc = start_serve(work, [*serve_args, "--calibration", str(cal_path)])
+    svc = start_serve(work, ["--engine", "diffusers", "--model", "tiny-flux", "--device", "cpu",
+                             "--default-size", size, "--default-steps", str(steps), "--shapes", size,
+                             "--warmup", size, "--cache", f"first-block={t0:g}", "--slo", "30",
+                             "--enable-faults"])
     probe = None
     try:
         card_before = svc.card()
         refs = work / "refs"
         record_probe_references(work, svc.url, refs, size=size, steps=steps, seed=SEED, prompt=PROMPT)
-        probe = start_probe(work, svc.url, refs, interval_s=2.0, calibration=cal_path)
+        probe = start_probe(work, svc.url, refs, interval_s=2.0, psnr_threshold_db=opts.budget_db)
         targets = [Target(SERVICE_JOB, svc.address), Target(PROBE_JOB, probe.address)]
         with prometheus_for(opts, rules, targets) as prom, \
                 Traffic(lambda: svc.generate(size, steps=steps, seed=SEED), gap_s=0.3), \
@@ -156,7 +143,22 @@ def run(opts: DrillOptions, report: DrillReport) -> None:
             prom.wait_scraped()
             wait_until(lambda: prom.query(QUERIES["hit_ratio"]) and prom.query(QUERIES["psnr"]), 60,
                        "the hit ratio and the probe PSNR in Prometheus")
-            time.sleep(2 * opts.max_for_s)  # healthy for longer than any (shortened) `for`
+            # Calibrate under the drill's own load: the service's means over a window of its traffic.
+            first = svc.metrics()
+            time.sleep(CALIBRATION_WINDOW_S)
+            base = baselines_between(first, svc.metrics(), size)
+            if not base["cache_hit_ratio"]:
+                raise DrillError(f"the service reported no cache hits at first-block={t0:g} ({base}); the "
+                                 "hit-ratio baseline cannot be 0")
+            cal_path = work / "calibration.json"
+            write_calibration(cal_path, svc, size=size, steps=steps, base=base, slo_s=30.0,
+                              psnr_threshold_db=opts.budget_db)
+            svc.faults(calibration=str(cal_path))
+            report.values["calibration"] = base
+            report.event("setup", f"calibrated {size} over {CALIBRATION_WINDOW_S:g} s of traffic: step "
+                                  f"{base['step_s'] * 1e3:.2f} ms, hit ratio {base['cache_hit_ratio']:.3f} "
+                                  f"({base['requests']:g} requests); probe threshold {opts.budget_db:g} dB")
+            time.sleep(opts.max_for_s + 3 * opts.scrape_s)  # healthy for longer than any (shortened) `for`
             quiet = [a for a in EXPECTED + SILENT if watch.seen(a)]
             report.check("silent before injection", not quiet, f"active before injection: {quiet or 'none'}")
             rec.scrape("before", svc.metrics())
@@ -167,7 +169,6 @@ def run(opts: DrillOptions, report: DrillReport) -> None:
             report.mark_inject(f'POST /admin/faults {{"cache": "first-block={t1:g}"}}')
             inject_t = time.monotonic()
             svc.faults(cache=f"first-block={t1:g}")
-
             base_ratio = float(base["cache_hit_ratio"])
 
             def ratio_moved() -> bool:

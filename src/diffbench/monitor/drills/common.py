@@ -53,31 +53,26 @@ class Traffic:
             self._stop.wait(self.gap_s)
 
 
-def measure_baselines(svc: Service, size: str, steps: int, n: int, *, seed: int = 0) -> dict[str, Any]:
-    """Send ``n`` requests at ``size``/``steps`` and read the service's own means from ``/metrics``.
+def baselines_between(before: str, after: str, size: str) -> dict[str, Any]:
+    """The service's own means for shape ``size`` between two ``/metrics`` scrapes (text format).
 
-    Returns ``{"step_s", "stages": {text_encode, denoise, vae_decode}, "cache_hit_ratio" (None without a
-    cache), "requests": n, "client_latency_s": [...]}``; the means are the counters' sum ÷ count for the
-    shape label, i.e. exactly what the rules' ``_sum``/``_count`` ratios compare.
+    Returns ``{"step_s", "stages": {text_encode, denoise, vae_decode}, "cache_hit_ratio" (None without cache
+    decisions), "cache_lookups", "cache_hits", "requests"}``: each mean is the growth of the family's
+    ``_sum`` over the growth of its ``_count`` for the shape label, i.e. what the rules' ``rate(_sum) /
+    rate(_count)`` compare.
 
     Raises:
-        DrillError: a request failed or the shape's series stayed empty.
+        DrillError: no denoise step of the shape between the two scrapes.
     """
-    before = parse_scrape(svc.metrics())
-    lat = []
-    for i in range(n):
-        r = svc.generate(size, steps=steps, seed=seed + i)
-        if not r.ok:
-            raise DrillError(f"calibration request {size} failed: HTTP {r.status} {r.error or r.body}")
-        lat.append(r.latency_s)
-    after = parse_scrape(svc.metrics())
+    b, a = parse_scrape(before), parse_scrape(after)
 
     def delta(name: str, **labels: str) -> float:
-        return sample_sum(after, name, **labels) - sample_sum(before, name, **labels)
+        return sample_sum(a, name, **labels) - sample_sum(b, name, **labels)
 
     count = delta("diffusion_denoise_step_duration_seconds_count", shape=size)
     if count <= 0:
-        raise DrillError(f"the service exported no denoise steps for shape {size} (is it in --shapes?)")
+        raise DrillError(f"the service exported no denoise steps for shape {size} between the two scrapes "
+                         "(is it in --shapes?)")
     stages = {}
     for stage in ("text_encode", "denoise", "vae_decode"):
         c = delta("diffusion_stage_duration_seconds_count", shape=size, stage=stage)
@@ -90,8 +85,7 @@ def measure_baselines(svc: Service, size: str, steps: int, n: int, *, seed: int 
         "cache_hit_ratio": hits / lookups if lookups else None,
         "cache_lookups": lookups,
         "cache_hits": hits,
-        "requests": n,
-        "client_latency_s": lat,
+        "requests": delta("diffusion_request_duration_seconds_count", shape=size, traffic="user"),
     }
 
 
@@ -114,8 +108,8 @@ def write_calibration(path: Path, svc: Service, *, size: str, steps: int, base: 
         shapes={size: ShapeBaseline(step_s=base["step_s"], steps=steps, stages=StageBaselines(**base["stages"]),
                                     cache_hit_ratio=ratio if ratio else None)},
         probes={} if psnr_threshold_db is None else {probe: {"psnr_threshold_db": psnr_threshold_db}},
-        sources=sources or [f"diffbench drill: {base['requests']} requests at {size}, {steps} steps, read "
-                            "from the service's /metrics"],
+        sources=sources or [f"diffbench drill: {base['requests']:g} user requests at {size}, {steps} steps, "
+                            "read from the service's own /metrics"],
     )
     write_json_atomic(path, cal.model_dump(mode="json"))
     return cal

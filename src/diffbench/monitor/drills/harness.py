@@ -256,14 +256,14 @@ def record_probe_references(workdir: Path, url: str, ref_dir: Path, *, size: str
         raise DrillError(f"probe --record-reference exited {rc}: {log.read_text(errors='replace')[-1500:]}")
 
 
-def start_probe(workdir: Path, url: str, ref_dir: Path, *, interval_s: float, calibration: Path,
+def start_probe(workdir: Path, url: str, ref_dir: Path, *, interval_s: float, psnr_threshold_db: float,
                 timeout_s: float = 120.0) -> Probe:
-    """``diffbench probe --reference DIR --interval S --metrics-port <free> --calibration FILE``; waits until
-    its ``/metrics`` answers."""
+    """``diffbench probe --reference DIR --interval S --metrics-port <free> --psnr-threshold DB``; waits
+    until its ``/metrics`` answers."""
     port = free_port()
     proc = Proc("probe", cli_command("probe", "--url", url, "--reference", str(ref_dir), "--interval",
-                                     f"{interval_s:g}", "--metrics-port", str(port), "--calibration",
-                                     str(calibration)), workdir / "probe.log")
+                                     f"{interval_s:g}", "--metrics-port", str(port), "--psnr-threshold",
+                                     f"{psnr_threshold_db:g}"), workdir / "probe.log")
     proc.start()
     probe = Probe(proc, port)
     try:
