@@ -77,7 +77,7 @@ def budget_grid(size: str, steps: int, *, grid: tuple[float, ...] = GRID) -> dic
     from diffbench.sweep.axes import build_cache_config
 
     w, h = (int(x) for x in size.split("x"))
-    eng = create_engine(EngineConfig(engine="diffusers", model="tiny-flux", device="cpu"))
+    eng = create_engine(EngineConfig(engine="diffusers", model="tiny-flux", device="cpu", threads=1))
     eng.start()
     try:
         req = GenerationRequest(prompt=PROMPT, width=w, height=h, steps=steps, seed=SEED)

@@ -2,8 +2,12 @@
 loopback requests with the standard library, and text-format scrapes.
 
 Every subprocess is started with this interpreter (``python -m diffbench.cli.main``) and the caller's
-environment (``PYTHONPATH`` included), on ``127.0.0.1`` and a free port, its output in a log file the drill
-quotes on failure. :meth:`Proc.stop` sends SIGINT (the CLI's Ctrl-C path), then SIGTERM, then SIGKILL.
+environment (``PYTHONPATH`` included) plus ``OMP_NUM_THREADS`` (:data:`THREADS`, 1 unless the caller's
+environment sets it), on ``127.0.0.1`` and a free port, its output in a log file the drill quotes on
+failure. One intra-op thread because the drills share a small machine with their own Prometheus, probe
+and client: with two OpenMP threads on two busy cores every parallel region waits for a descheduled
+thread (measured on the 2-core dev machine at load 7: tiny-flux's tiled 512² VAE decode, 7744 small
+convolutions, 75 s with 2 threads, 2.3 s with 1). :meth:`Proc.stop` sends SIGINT (the CLI's Ctrl-C path), then SIGTERM, then SIGKILL.
 No torch import here.
 """
 
@@ -25,6 +29,8 @@ from typing import Any
 
 from diffbench.errors import DiffbenchError
 from diffbench.monitor.promserver import free_port
+
+THREADS = "1"
 
 
 class DrillError(DiffbenchError):
@@ -52,6 +58,7 @@ class Proc:
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        env.setdefault("OMP_NUM_THREADS", THREADS)
         self.popen = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT,
                                       stdin=subprocess.DEVNULL, env=env)
 
