@@ -26,6 +26,7 @@ from diffbench.server.http_errors import APIError
         ({"vae_tiling": "off"}, "true or false"),
         ({"step_delay_s": -0.1}, ">= 0"),
         ({"step_delay_s": True}, ">= 0"),
+        ({"calibration": 3}, "path of a calibration file"),
     ],
 )
 def test_bad_bodies_are_400_naming_the_field(body: Any, fragment: str) -> None:
@@ -148,3 +149,46 @@ def test_cache_threshold_changes_in_place_on_tiny_flux_without_changing_the_card
     assert pipe.vae.use_tiling is False
     assert np.array_equal(after, reference)
     assert not np.array_equal(before, after)
+
+
+class _Exporter:
+    def __init__(self) -> None:
+        self.loaded: list[Any] = []
+
+    def load_calibration(self, cal: Any) -> None:
+        self.loaded.append(cal)
+
+
+class _Service:
+    def __init__(self, fingerprint_id: str) -> None:
+        self.exporter = _Exporter()
+        self.fingerprint_id = fingerprint_id
+
+
+def _calibration(tmp_path: Any, fp: dict[str, Any]) -> str:
+    cal_mod = pytest.importorskip("diffbench.monitor.calibration", reason="the calibration module (helper B) "
+                                  "is not in this tree")
+    cal = cal_mod.Calibration(model="tiny-flux", fingerprint=fp, fingerprint_id=cal_mod.fingerprint_id(fp),
+                              shapes={"64x64": {"step_s": 0.004, "cache_hit_ratio": 0.375}})
+    path = tmp_path / "cal.json"
+    path.write_text(cal.model_dump_json())
+    return str(path)
+
+
+def test_calibration_loads_into_the_exporter_only_for_its_own_deployment(tmp_path: Any) -> None:
+    path = _calibration(tmp_path, {"model": "tiny-flux", "cache": "first-block(threshold=0.3)"})
+    from diffbench.monitor.calibration import fingerprint_id
+
+    mine = fingerprint_id({"model": "tiny-flux", "cache": "first-block(threshold=0.3)"})
+    svc = _Service(mine)
+    ctl = FaultController(_GatedEngine(), service=svc)
+    ctl.apply(parse_faults({"calibration": path}))
+    assert [c.shapes["64x64"].step_s for c in svc.exporter.loaded] == [0.004]
+    other = _Service(fingerprint_id({"model": "tiny-flux", "cache": "none"}))
+    with pytest.raises(APIError) as exc:
+        FaultController(_GatedEngine(), service=other).apply({"calibration": path})
+    assert exc.value.status == 409 and "valid only for its deployment" in exc.value.message
+    assert other.exporter.loaded == []
+    with pytest.raises(APIError) as exc:
+        ctl.apply({"calibration": str(tmp_path / "missing.json")})
+    assert exc.value.status == 400 and "missing.json" in exc.value.message
