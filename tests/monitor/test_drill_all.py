@@ -14,13 +14,24 @@ import pytest
 
 from diffbench.monitor import promserver
 
+WALL_LIMIT_S = 600.0
+
+
+def _missing(*modules: str) -> list[str]:
+    import importlib.util
+
+    return [m for m in modules if importlib.util.find_spec(m) is None]
+
+
+_PIECES = _missing("diffbench.monitor.exporter", "diffbench.monitor.instrument", "diffbench.monitor.rules",
+                   "diffbench.monitor.probe")
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.timeout(WALL_LIMIT_S + 120),
     pytest.mark.skipif(promserver.find_prometheus() is None,
                        reason=f"the prometheus binary is not installed ({promserver.INSTALL_HINT})"),
+    pytest.mark.skipif(bool(_PIECES), reason=f"issue-11 pieces not in this tree yet: {_PIECES}"),
 ]
-
-WALL_LIMIT_S = 600.0
 
 
 def test_drill_all_passes_end_to_end(tmp_path: Path) -> None:
