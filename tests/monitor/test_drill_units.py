@@ -175,3 +175,30 @@ def test_durations(text: str, seconds: float) -> None:
     from diffbench.monitor.drills.core import duration_s
 
     assert duration_s(text) == seconds
+
+
+def test_prometheus_series_back_to_a_text_scrape() -> None:
+    """What Prometheus stored, rendered as a scrape, parses back to the same samples (job/instance dropped)."""
+    from diffbench.monitor.drills.core import prom_exposition
+
+    base = {"job": "diffusion", "instance": "127.0.0.1:1", "model": "tiny-flux", "shape": "64x64",
+            "traffic": "user"}
+    result = [
+        {"metric": {"__name__": "diffusion_request_duration_seconds_bucket", **base, "le": le}, "value": [1.0, v]}
+        for le, v in (("+Inf", "3"), ("0.5", "1"), ("10.0", "2"))
+    ] + [
+        {"metric": {"__name__": "diffusion_request_duration_seconds_count", **base}, "value": [1.0, "3"]},
+        {"metric": {"__name__": "diffusion_gpu_memory_peak_bytes", "job": "diffusion", "gpu": "cpu"},
+         "value": [1.0, "2742902784"]},
+        {"metric": {"__name__": "up", "job": "diffusion"}, "value": [1.0, "1"]},  # not a diffbench family
+    ]
+    text = prom_exposition(result, note="test")
+    s = parse_scrape(text)
+    assert sample_sum(s, "diffusion_request_duration_seconds_bucket", le="0.5") == 1.0
+    assert sample_sum(s, "diffusion_request_duration_seconds_bucket", le="+Inf") == 3.0
+    assert sample_sum(s, "diffusion_request_duration_seconds_count", shape="64x64") == 3.0
+    assert sample_sum(s, "diffusion_gpu_memory_peak_bytes", gpu="cpu") == 2742902784.0
+    assert not any("job" in dict(labels) or "instance" in dict(labels) for _, labels in s)
+    assert "up" not in text and "# TYPE diffusion_request_duration_seconds histogram" in text
+    buckets = [ln for ln in text.splitlines() if "_bucket" in ln]
+    assert [b.split('le="')[1].split('"')[0] for b in buckets] == ["0.5", "10.0", "+Inf"]

@@ -233,10 +233,12 @@ class PromServer:
             raise PrometheusError(f"GET {url}: {body.get('errorType')}: {body.get('error')}")
         return body["data"]
 
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        """Instant query; returns the ``result`` list (each ``{"metric": {...}, "value": [ts, "v"]}``) of a
-        vector, or ``[{"metric": {}, "value": ...}]`` for a scalar."""
-        data = self._get("/api/v1/query", {"query": expr})
+    def query(self, expr: str, *, at: float | None = None) -> list[dict[str, Any]]:
+        """Instant query (at Unix time ``at``, default now); returns the ``result`` list (each
+        ``{"metric": {...}, "value": [ts, "v"]}``, or ``"values"`` for a range vector) of a vector, or
+        ``[{"metric": {}, "value": ...}]`` for a scalar."""
+        params = {"query": expr} if at is None else {"query": expr, "time": f"{at:.3f}"}
+        data = self._get("/api/v1/query", params)
         if data["resultType"] in ("scalar", "string"):
             return [{"metric": {}, "value": data["result"]}]
         return list(data["result"])

@@ -38,9 +38,7 @@ from diffbench.monitor.drills.core import (
     DrillReport,
     Recorder,
     drill_rules,
-    parse_scrape,
     rule_for_s,
-    sample_sum,
 )
 from diffbench.monitor.drills.harness import (
     DrillError,
@@ -164,7 +162,11 @@ def run(opts: DrillOptions, report: DrillReport) -> None:
             rec.scrape("before", svc.metrics())
             rec.scrape("probe_before", probe.metrics())
             rec.query("before", prom, QUERIES)
-            s_before = parse_scrape(svc.metrics())
+            # Counters through Prometheus, not by scraping the service: a scrape resets the memory peaks
+            # (reset on read), which would hide a DiffusionGPUPeakMemoryHigh this drill must prove silent.
+            sel = f'{{job="{SERVICE_JOB}", shape="{size}"}}'
+            lk_q, ht_q = f"sum(diffusion_cache_lookups_total{sel})", f"sum(diffusion_cache_hits_total{sel})"
+            lk0, ht0 = prom.query_value(lk_q) or 0.0, prom.query_value(ht_q) or 0.0
 
             report.mark_inject(f'POST /admin/faults {{"cache": "first-block={t1:g}"}}')
             inject_t = time.monotonic()
@@ -172,30 +174,26 @@ def run(opts: DrillOptions, report: DrillReport) -> None:
             base_ratio = float(base["cache_hit_ratio"])
 
             def ratio_moved() -> bool:
-                now = parse_scrape(svc.metrics())
-                lk = sample_sum(now, "diffusion_cache_lookups_total", shape=size) - \
-                    sample_sum(s_before, "diffusion_cache_lookups_total", shape=size)
-                ht = sample_sum(now, "diffusion_cache_hits_total", shape=size) - \
-                    sample_sum(s_before, "diffusion_cache_hits_total", shape=size)
+                lk = (prom.query_value(lk_q) or 0.0) - lk0
+                ht = (prom.query_value(ht_q) or 0.0) - ht0
                 moved = lk > 0 and abs(ht / lk - base_ratio) / base_ratio > 0.3
                 if moved:
                     report.values["hit_ratio_after"] = ht / lk
                 return moved
 
             def psnr_moved() -> bool:
-                now = parse_scrape(probe.metrics())
-                vals = [v for (n, _), v in now.items() if n == "diffusion_quality_psnr_decibels"]
-                if vals and min(vals) < opts.budget_db - 3:
-                    report.values["psnr_after_db"] = min(vals)
+                v = prom.query_value(f'min(diffusion_quality_psnr_decibels{{job="{PROBE_JOB}"}})')
+                if v is not None and v < opts.budget_db - 3:
+                    report.values["psnr_after_db"] = v
                     return True
                 return False
 
             wait_until(ratio_moved, opts.fire_timeout_s, "the hit ratio to move", poll_s=0.25)
             report.event("metric", f"cache hit ratio {base_ratio:.3f} -> {report.values['hit_ratio_after']:.3f} "
-                                   "(requests since the injection, service /metrics)")
+                                   "(requests since the injection, counters in Prometheus)")
             wait_until(psnr_moved, opts.fire_timeout_s, "the probe PSNR to fall", poll_s=0.25)
             report.event("metric", f"probe PSNR {report.values['psnr_after_db']:.2f} dB < threshold "
-                                   f"{opts.budget_db:g} - 3 dB (probe /metrics)")
+                                   f"{opts.budget_db:g} - 3 dB (probe gauge in Prometheus)")
             watch.wait_fired(EXPECTED, opts.fire_timeout_s + opts.max_for_s)
             finish_alerts(report, watch, rules, EXPECTED, inject_t, opts)
             time.sleep(opts.scrape_s * 2)

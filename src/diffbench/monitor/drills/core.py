@@ -243,6 +243,17 @@ class Recorder:
         if self.dir is not None:
             (self.dir / f"{name}.prom").write_text(text)
 
+    def prom_scrape(self, name: str, prom: PromServer, job: str, *, at: float | None = None) -> str:
+        """Save what Prometheus scraped from ``job`` (at Unix time ``at``, default its latest scrape) as a
+        text-format scrape (see :func:`prom_exposition`).
+
+        For the memory peaks, which reset on read: a direct scrape after Prometheus's would show 0."""
+        when = "its latest scrape" if at is None else f"the scrape at Unix time {at:.3f}"
+        text = prom_exposition(prom.query(f'{{job="{job}"}}', at=at),
+                               note=f"the series the local Prometheus stored from job {job}, {when}")
+        self.scrape(name, text)
+        return text
+
     def query(self, phase: str, prom: PromServer, exprs: dict[str, str]) -> dict[str, Any]:
         res: dict[str, Any] = {}
         for key, expr in exprs.items():
@@ -277,3 +288,49 @@ class DrillOptions:
     budget_db: float = 55.0
     size: str = "64x64"
     steps: int = 8
+
+
+def prom_exposition(result: list[dict[str, Any]], *, note: str = "") -> str:
+    """An instant-vector query result (every series of one job) as Prometheus text format 0.0.4.
+
+    ``job`` and ``instance`` (added by Prometheus) are dropped, other labels kept as they were scraped
+    (``le="30.0"``); ``# HELP``/``# TYPE`` lines come from :data:`diffbench.monitor.names.METRICS`, so
+    histograms and counters parse as their families again. Series of unknown families are left out.
+    """
+    from diffbench.monitor.names import METRICS
+
+    fams = {spec.name: spec for spec in METRICS}
+    by_family: dict[str, list[str]] = {}
+    for series in result:
+        labels = dict(series["metric"])
+        sample = labels.pop("__name__", "")
+        labels.pop("job", None)
+        labels.pop("instance", None)
+        family = None
+        for suffix in ("_total", "_bucket", "_count", "_sum", "_created", ""):
+            base = sample[: len(sample) - len(suffix)] if suffix and sample.endswith(suffix) else sample
+            if (suffix == "" or sample.endswith(suffix)) and base in fams:
+                family = base
+                break
+        if family is None:
+            continue
+        value = series["value"][1]
+        body = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items(), key=lambda kv: (kv[0] == "le", kv[0])))
+        by_family.setdefault(family, []).append(f"{sample}{{{body}}} {value}" if body else f"{sample} {value}")
+    lines = [f"# {note}"] if note else []
+    for family in sorted(by_family):
+        spec = fams[family]
+        lines.append(f"# HELP {family} {spec.help}")
+        lines.append(f"# TYPE {family} {spec.kind}")
+        lines.extend(sorted(by_family[family], key=_bucket_order))
+    return "\n".join(lines) + "\n"
+
+
+def _bucket_order(line: str) -> tuple[str, float]:
+    """Sort samples by name and labels, ``le`` buckets numerically (``+Inf`` last)."""
+    import re
+
+    m = re.search(r'le="([^"]+)"', line)
+    head = re.sub(r'le="[^"]+"', "", line.split(" ")[0])
+    le = float("inf") if m and m.group(1) == "+Inf" else (float(m.group(1)) if m else 0.0)
+    return head, le

@@ -115,13 +115,19 @@ def run(opts: DrillOptions, report: DrillReport) -> None:
                          f"{peak / 2**20:.0f} MiB")
             watch.wait_fired(EXPECTED, opts.fire_timeout_s)
             finish_alerts(report, watch, rules, EXPECTED, inject_t, opts)
+            # "after" is the scrape in which Prometheus saw the peak (its read reset the peaks in the service,
+            # so a direct scrape now would show 0).
+            peaks = prom.query(f'diffusion_gpu_memory_peak_bytes{{job="{SERVICE_JOB}"}}[5m]')
+            samples = [(float(v), float(t)) for sr in peaks for t, v in sr.get("values", [])]
+            rec.prom_scrape("after", prom, SERVICE_JOB, at=max(samples)[1] if samples else None)
+            rec.query("after", prom, QUERIES)
             report.check("/health stayed 200", bool(health) and all(h == 200 for h in health),
                          f"{len(health)} polls during the request: {sorted(set(health))}")
             nxt = svc.generate(small, steps=opts.steps, seed=2)
             report.check(f"next small request {small} ok", nxt.ok and svc.health() == 200,
                          f"HTTP {nxt.status}; /health {svc.health()}")
             time.sleep(2 * opts.scrape_s)
-            rec.scrape("after", svc.metrics())
-            rec.query("after", prom, QUERIES)
+            rec.scrape("recovered", svc.metrics())
+            rec.query("recovered", prom, QUERIES)
     finally:
         svc.proc.stop()
