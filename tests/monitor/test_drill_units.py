@@ -191,6 +191,8 @@ def test_prometheus_series_back_to_a_text_scrape() -> None:
         {"metric": {"__name__": "diffusion_gpu_memory_peak_bytes", "job": "diffusion", "gpu": "cpu"},
          "value": [1.0, "2742902784"]},
         {"metric": {"__name__": "up", "job": "diffusion"}, "value": [1.0, "1"]},  # not a diffbench family
+        {"metric": {"__name__": "diffusion_deployment_info", "job": "diffusion", "vae_tiling": "false",
+                    "module": "x"}, "value": [1.0, "1"]},  # label names ending in "le" are not buckets
     ]
     text = prom_exposition(result, note="test")
     s = parse_scrape(text)

@@ -330,7 +330,7 @@ def _bucket_order(line: str) -> tuple[str, float]:
     """Sort samples by name and labels, ``le`` buckets numerically (``+Inf`` last)."""
     import re
 
-    m = re.search(r'le="([^"]+)"', line)
-    head = re.sub(r'le="[^"]+"', "", line.split(" ")[0])
+    m = re.search(r'[{,]le="([^"]+)"', line)
+    head = re.sub(r'([{,])le="[^"]+"', r"\1", line.split(" ")[0])
     le = float("inf") if m and m.group(1) == "+Inf" else (float(m.group(1)) if m else 0.0)
     return head, le
