@@ -66,7 +66,7 @@ def test_drill_all_passes_end_to_end(tmp_path: Path) -> None:
         for phase in ("before", "after"):
             assert (scrapes / name / f"{phase}.prom").read_text().count("diffusion_") > 100
         assert (scrapes / name / "queries.json").exists()
-    assert (scrapes / "cache" / "probe_after.prom").exists()
+    assert (scrapes / "cache" / "after_probe.prom").exists()
     # the performance alerts stayed silent while the cache drill's quality alerts fired
     assert "PASS performance alerts silent" in proc.stdout
     # the OOM drill: outcome oom, the instance kept serving

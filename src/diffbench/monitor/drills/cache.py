@@ -160,7 +160,7 @@ def run(opts: DrillOptions, report: DrillReport) -> None:
             quiet = [a for a in EXPECTED + SILENT if watch.seen(a)]
             report.check("silent before injection", not quiet, f"active before injection: {quiet or 'none'}")
             rec.scrape("before", svc.metrics())
-            rec.scrape("probe_before", probe.metrics())
+            rec.scrape("before_probe", probe.metrics())
             rec.query("before", prom, QUERIES)
             # Counters through Prometheus, not by scraping the service: a scrape resets the memory peaks
             # (reset on read), which would hide a DiffusionGPUPeakMemoryHigh this drill must prove silent.
@@ -198,7 +198,7 @@ def run(opts: DrillOptions, report: DrillReport) -> None:
             finish_alerts(report, watch, rules, EXPECTED, inject_t, opts)
             time.sleep(opts.scrape_s * 2)
             rec.scrape("after", svc.metrics())
-            rec.scrape("probe_after", probe.metrics())
+            rec.scrape("after_probe", probe.metrics())
             rec.query("after", prom, QUERIES)
             silent_check(report, watch, SILENT)
             report.check("fingerprint unchanged", svc.card() == card_before,

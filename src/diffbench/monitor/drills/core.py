@@ -231,7 +231,11 @@ def series_keys(scrape: dict[tuple[str, tuple[tuple[str, str], ...]], float]) ->
 
 
 class Recorder:
-    """Saves scrapes and query results under ``DIR/<drill>/`` when ``--record-scrapes DIR`` is given."""
+    """Saves scrapes and query results under ``DIR/<drill>/`` when ``--record-scrapes DIR`` is given.
+
+    Names: ``before*.prom`` and ``after*.prom`` (one file per endpoint, e.g. ``after.prom`` for the service,
+    ``after_probe.prom`` for the probe), which ``doctor --scrape DIR`` merges into one before and one after
+    view; ``queries.json`` holds the Prometheus query results by phase."""
 
     def __init__(self, root: Path | None, drill: str) -> None:
         self.dir = None if root is None else root / drill

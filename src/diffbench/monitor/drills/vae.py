@@ -127,7 +127,6 @@ def run(opts: DrillOptions, report: DrillReport) -> None:
             report.check(f"next small request {small} ok", nxt.ok and svc.health() == 200,
                          f"HTTP {nxt.status}; /health {svc.health()}")
             time.sleep(2 * opts.scrape_s)
-            rec.scrape("recovered", svc.metrics())
             rec.query("recovered", prom, QUERIES)
     finally:
         svc.proc.stop()
