@@ -14,7 +14,9 @@
    the conditions the alerts then compare against; every alert stays silent for longer than its ``for``.
 4. **Inject** ``POST /admin/faults {"cache": "first-block=T1"}`` (the fingerprint does not change).
 5. **Expect** ``DiffusionCacheHitRatioDrift`` and ``DiffusionQualityPSNRDrop`` firing; the performance
-   alerts (step regression, queue wait, peak memory) never pending or firing.
+   alerts (step regression, queue wait, peak memory) never pending or firing; after restoring T0 the
+   quality alert resolves (the drift alert resolves later, once its 30 s window holds only restored
+   requests; the drill does not wait for it).
 """
 
 from __future__ import annotations
@@ -203,6 +205,20 @@ def run(opts: DrillOptions, report: DrillReport) -> None:
             silent_check(report, watch, SILENT)
             report.check("fingerprint unchanged", svc.card() == card_before,
                          "GET /v1/models is the same before and after the injection (a silent config push)")
+            # Restore: the probe's next replay matches its reference again and the quality alert resolves.
+            # (The hit-ratio drift resolves once the 30 s ratio window holds only restored requests; not awaited.)
+            svc.faults(cache=f"first-block={t0:g}")
+            report.event("restore", f'POST /admin/faults {{"cache": "first-block={t0:g}"}}')
+            restored_t = time.monotonic()
+            try:
+                wait_until(lambda: "DiffusionQualityPSNRDrop" not in prom.firing(), opts.fire_timeout_s,
+                           "DiffusionQualityPSNRDrop to resolve")
+                ok = True
+            except DrillError:
+                ok = False
+            report.check("restoring the threshold clears the quality alert", ok,
+                         f"DiffusionQualityPSNRDrop {'resolved' if ok else 'still firing'} "
+                         f"{time.monotonic() - restored_t:.1f} s after the restore")
     finally:
         if probe is not None:
             probe.proc.stop()
