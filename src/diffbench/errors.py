@@ -67,7 +67,14 @@ class GenerationError(DiffbenchError):
 
 
 class DeviceOutOfMemory(GenerationError):
-    """The device ran out of memory (CUDA OOM, or the simulated limit) for one request."""
+    """The device ran out of memory (CUDA OOM, or the simulated limit) for one request.
+
+    ``memory`` (a ``MemoryStats``) and ``signals`` (a ``RequestSignals``) hold what the engine measured for
+    the failed request when it knows (None otherwise), so a server can export the peak that caused it.
+    """
+
+    memory: object | None = None
+    signals: object | None = None
 
 
 class GateFailed(DiffbenchError):

@@ -127,10 +127,14 @@ class SimEngine:
         budget = self.config.memory_budget_bytes
         peak = int(self.p.memory_bytes_per_pixel * pixels)
         if budget is not None and peak > budget:
-            raise DeviceOutOfMemory(
+            err = DeviceOutOfMemory(
                 f"simulated out of memory at {request.shape_label()} (peak {peak} bytes > the memory budget "
                 f"{budget} bytes)"
             )
+            err.memory = MemoryStats(kind="sim", peak_allocated_bytes=peak, peak_reserved_bytes=peak,
+                                     peak_stage="vae_decode")
+            err.signals = RequestSignals(device="sim", device_total_bytes=budget)
+            raise err
         key = request.shape_key
         recompiles = 0
         if key not in self._compiled:

@@ -321,6 +321,7 @@ class Service:
         except APIError:
             raise
         except Exception as exc:
+            self._observe_failed(exc, request, traffic)
             raise from_generation_error(exc) from exc
         self.observe(done, request, traffic)
         return done
@@ -335,6 +336,16 @@ class Service:
                 self.observe(f.result(), request, traffic)
 
         fut.add_done_callback(finished)
+
+    def _observe_failed(self, exc: BaseException, request: GenerationRequest, traffic: str) -> None:
+        """Export the memory and signals an engine measured for a failed generation (an OOM's peak is what
+        ``DiffusionGPUPeakMemoryHigh`` must see); nothing when the error carries none."""
+        memory, signals = getattr(exc, "memory", None), getattr(exc, "signals", None)
+        if self.exporter is None or (memory is None and signals is None):
+            return
+        self.exporter.observe_generation(
+            shape=self.shape_of(request), stages=None, memory=memory, signals=signals, traffic=traffic
+        )
 
     def observe(self, done: Done, request: GenerationRequest | None = None, traffic: str = "user") -> None:
         """Export a finished generation: queue wait, stage and step times, memory, signals."""

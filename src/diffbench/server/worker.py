@@ -78,9 +78,10 @@ def as_out_of_memory(exc: BaseException, request: GenerationRequest) -> DeviceOu
         oom = True
     if not oom:
         return None
-    return DeviceOutOfMemory(
-        f"out of memory at {size_text(request)}: {exc}; lower the size, the frame count or n"
-    )
+    err = DeviceOutOfMemory(f"out of memory at {size_text(request)}: {exc}; lower the size, the frame count or n")
+    err.memory = getattr(exc, "memory", None)  # what the engine measured for the failed request
+    err.signals = getattr(exc, "signals", None)
+    return err
 
 
 def _release_device_memory() -> None:
