@@ -35,6 +35,8 @@ class Exposition:
         for s in (*shapes, names.OTHER_SHAPE):
             self.m["diffusion_request_duration_seconds"].labels(model, s, "user")
             self.m["diffusion_denoise_step_duration_seconds"].labels(model, s)
+            for o in names.OUTCOMES:
+                self.m["diffusion_shape_requests"].labels(model, s, o)
         self.m["diffusion_compile_recompiles"].labels(model)
         self.m["diffusion_queue_wait_seconds"].labels(model)
         self.m["diffusion_queue_depth"].labels(model).set(0)
@@ -49,6 +51,8 @@ class Exposition:
         total = queue_s + text_encode_s + denoise + vae_decode_s
         m["diffusion_requests"].labels(self.model, outcome, str(status), traffic).inc()
         m["diffusion_request_duration_seconds"].labels(self.model, shape, traffic).observe(total)
+        if traffic == "user":
+            m["diffusion_shape_requests"].labels(self.model, shape, outcome).inc()
         m["diffusion_queue_wait_seconds"].labels(self.model).observe(queue_s)
         for stage, v in (("text_encode", text_encode_s), ("denoise", denoise), ("vae_decode", vae_decode_s)):
             m["diffusion_stage_duration_seconds"].labels(self.model, shape, stage).observe(v)

@@ -189,3 +189,15 @@ def test_calibration_deployment_and_build_info():
     exp.load_calibration(cal)
     assert value(samples(exp), "diffusion_latency_slo_seconds", model="m") == 10.0
     assert cal.shapes["64x64"].predict_s(8) == 8 * 0.125 + 0.5 + 0.25  # steps × step + encode + decode
+
+
+def test_failed_requests_are_counted_by_shape_and_probe_requests_are_not():
+    """An OOM has no duration, yet its shape class must be visible (doctor oom: shapes outside the list)."""
+    exp = Exporter("m", ["64x64"])
+    assert value(samples(exp), "diffusion_shape_requests_total", model="m", shape="other", outcome="oom") == 0
+    exp.observe_request(shape="2048x2048", outcome="oom", status=507, duration_s=None)  # not allowlisted
+    exp.observe_request(shape="64x64", outcome="ok", status=200, duration_s=0.5)
+    exp.observe_request(shape="64x64", outcome="ok", status=200, duration_s=0.5, traffic="probe")
+    smp = samples(exp)
+    assert value(smp, "diffusion_shape_requests_total", model="m", shape="other", outcome="oom") == 1
+    assert value(smp, "diffusion_shape_requests_total", model="m", shape="64x64", outcome="ok") == 1

@@ -257,6 +257,10 @@ def _memory(L: _Layout) -> None:
     L.add("timeseries", "Peak memory by stage", "Peak memory of the last request by the stage that held "
           "it (VAE decode at large sizes is the usual OOM).", "bytes",
           [_target(f"max by (stage) ({_m('diffusion_stage_memory_peak_bytes')}{{{TM}}})", "{{stage}}")])
+    L.add("timeseries", "Failed requests by shape", "User requests that did not end ok, per shape class and "
+          "outcome: an OOM at shape=\"other\" is a size outside the warmup list.", "reqps",
+          [_target(f"sum by (shape, outcome) (rate({_m('diffusion_shape_requests_total')}{{{TM},outcome!=\"ok\"}}"
+                   f"[{RI}]))", "{{shape}} {{outcome}}")])
 
 
 def _quality(L: _Layout) -> None:

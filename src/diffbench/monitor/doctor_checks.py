@@ -418,22 +418,29 @@ def other_shapes(view: MetricsView, ctx: Context) -> Finding:
     """Requests served at shapes outside the warmup/allowlist (``shape="other"``)."""
     from diffbench.monitor.names import OTHER_SHAPE
 
-    req = view.hist_mean("diffusion_request_duration_seconds", ("shape",), **_user())
-    metrics = ["diffusion_request_duration_seconds"]
+    counts = view.delta("diffusion_shape_requests", ("shape", "outcome"))
+    metrics = ["diffusion_shape_requests_total"]
     cmd = f"diffbench drill shapes --json shapes.json  (or diffbench bench --model {ctx.model} --shapes WxH for the shape)"
     title = "shapes outside the warmup list"
-    if not req:
+    by_shape: dict[str, dict[str, float]] = {}
+    for (shape, outcome), n in counts.items():
+        if n > 0:
+            by_shape.setdefault(shape, {})[outcome] = n
+    if not by_shape:
         return Finding(key="other_shapes", title=title, verdict="no data", metrics=metrics, command=cmd,
                        sentence="no requests observed by shape")
-    n_all = sum(n for _, n in req.values())
-    n_other = req.get((OTHER_SHAPE,), (0.0, 0.0))[1]
-    details = [f"{k[0]}: {n:.0f} request(s), mean {_ms(m)}" for k, (m, n) in sorted(req.items())]
+    n_all = sum(sum(o.values()) for o in by_shape.values())
+    other = by_shape.get(OTHER_SHAPE, {})
+    n_other = sum(other.values())
+    details = [f"{shape}: " + ", ".join(f"{n:.0f} {o}" for o, n in sorted(o_n.items()))
+               for shape, o_n in sorted(by_shape.items())]
     if n_other > 0:
+        failed = sum(n for o, n in other.items() if o != "ok")
         return Finding(key="other_shapes", title=title, verdict="suspect", value=n_other, unit="requests",
                        details=details, metrics=metrics, command=cmd,
                        sentence=f"{n_other:.0f} of {n_all:.0f} requests ({n_other / n_all:.0%}) were at shapes "
-                                "outside the allowlist (shape=\"other\"): never warmed, never measured, their "
-                                "memory unpredicted")
+                                f"outside the allowlist (shape=\"other\"), {failed:.0f} of them failed: never "
+                                "warmed, never measured, their memory unpredicted")
     return Finding(key="other_shapes", title=title, verdict="ok", value=0.0, unit="requests", details=details,
                    metrics=metrics, command=cmd, sentence=f"all {n_all:.0f} requests were at allowlisted shapes")
 

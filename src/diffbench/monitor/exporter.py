@@ -192,6 +192,9 @@ class Exporter:
             for shape in self.allowlist.all:
                 m["diffusion_request_duration_seconds"].labels(model, shape, traffic)
         for shape in self.allowlist.all:
+            for outcome in OUTCOMES:
+                m["diffusion_shape_requests"].labels(model, shape, outcome)
+        for shape in self.allowlist.all:
             for stage in SERVICE_STAGES:
                 m["diffusion_stage_duration_seconds"].labels(model, shape, stage)
             m["diffusion_denoise_step_duration_seconds"].labels(model, shape)
@@ -267,7 +270,8 @@ class Exporter:
     def observe_request(
         self, *, shape: str, outcome: str, status: int, duration_s: float | None, traffic: str = "user"
     ) -> None:
-        """One finished request: +1 on ``diffusion_requests_total{outcome, status, traffic}`` and, when
+        """One finished request: +1 on ``diffusion_requests_total{outcome, status, traffic}`` (and, for user
+        traffic, on ``diffusion_shape_requests_total{shape, outcome}``) and, when
         ``duration_s`` (arrival → response ready, seconds) is given, one observation of the request
         duration histogram. ``warmup`` traffic is not exported.
 
@@ -280,6 +284,8 @@ class Exporter:
         if traffic == "warmup":
             return
         self.m["diffusion_requests"].labels(self.model, outcome, str(int(status)), traffic).inc()
+        if traffic == "user":
+            self.m["diffusion_shape_requests"].labels(self.model, self._shape(shape), outcome).inc()
         if duration_s is not None:
             self.m["diffusion_request_duration_seconds"].labels(self.model, self._shape(shape), traffic).observe(
                 duration_s

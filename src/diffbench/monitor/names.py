@@ -100,6 +100,9 @@ METRICS: tuple[MetricSpec, ...] = (
                "Finished requests by outcome, HTTP status and traffic class"),
     MetricSpec("diffusion_request_duration_seconds", "histogram", "seconds", ("model", "shape", "traffic"),
                "Arrival to response ready", REQUEST_BUCKETS),
+    MetricSpec("diffusion_shape_requests", "counter", "requests", ("model", "shape", "outcome"),
+               "Finished user requests by shape class and outcome (failed ones too: the shapes that ran out of "
+               "memory)"),
     MetricSpec("diffusion_latency_slo_seconds", "gauge", "seconds", ("model",),
                "Latency SLO of the service (from the calibration file or --slo)"),
     # -- queue ----------------------------------------------------------------------------------------------
