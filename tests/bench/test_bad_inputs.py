@@ -26,6 +26,11 @@ WAN = ["--model", "tiny-wan", "--runs", "1", "--warmup", "0", "--no-repro"]
 
 # (args, exit code, fragments that must all appear in the one-line error). "{tmp}" is replaced by tmp_path.
 ROWS: list[tuple[list[str], int, list[str]]] = [
+    # --cache (issue 11: bench the deployment as it serves, for monitor calibrate)
+    ([*TINY, "--cache", "bogus"], 2, ["--cache 'bogus'", "AXIS=VALUE", "first-block"]),
+    ([*TINY, "--cache", "teacache=0.1"], 2, ["unknown cache 'teacache'", "first-block"]),
+    ([*TINY, "--cache", "first-block=-1"], 2, ["--cache 'first-block=-1'", ">= 0"]),
+    ([*SIM, "--cache", "first-block=0.1"], 2, ["the sim engine has no step cache", "--engine diffusers"]),
     # --device: a clear list of valid devices instead of torch's RuntimeError traceback
     ([*TINY, "--device", "tpu"], 2, ["--device tpu", "cpu, cuda, cuda:N, mps"]),
     ([*SIM, "--device", "cuda:x"], 2, ["--device cuda:x", "cpu, cuda, cuda:N, mps"]),

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from diffbench.errors import UsageError
+from diffbench.sweep.axes import parse_cache_spec
 
 if TYPE_CHECKING:
     from diffbench.bench.result import BenchResult
@@ -78,6 +79,12 @@ def register(app: typer.Typer) -> None:
         ),
         vae_tiling: bool = typer.Option(
             False, "--vae-tiling", help="Decode in tiles (bounds the VAE decode peak)."
+        ),
+        cache: str | None = typer.Option(
+            None,
+            "--cache",
+            help="Enable a diffusers step cache for every run, AXIS=VALUE as sweep takes it (first-block=0.1): "
+            "bench the deployment as it serves, e.g. for monitor calibrate.",
         ),
         offload: str = typer.Option("none", help="none | model | sequential CPU offload (CUDA only)."),
         prompts: Path | None = typer.Option(
@@ -181,6 +188,7 @@ def register(app: typer.Typer) -> None:
                 attention_backend=attention_backend,
                 compile=compile,
                 vae_tiling=vae_tiling,
+                cache=parse_cache_spec(cache, engine) if cache is not None else None,
                 offload=offload,
                 threads=threads,
                 sim=sim,

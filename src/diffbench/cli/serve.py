@@ -7,6 +7,8 @@ import re
 
 import typer
 
+from diffbench.sweep.axes import parse_cache_spec
+
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
           "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 _BYTES = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
@@ -29,30 +31,6 @@ def parse_bytes(text: str, flag: str = "--memory-budget") -> int:
     if not (math.isfinite(value) and value >= 1):
         raise UsageError(f"{flag} {text!r}: must be at least 1 byte")
     return int(value)
-
-
-def parse_cache(text: str, engine: str) -> str:
-    """``--cache AXIS=VALUE`` (as ``sweep`` takes the cache axes) → canonical ``axis=value``.
-
-    Raises:
-        UsageError: not AXIS=VALUE, an unknown axis, a bad value, or the sim engine (it has no step cache).
-    """
-    from diffbench.errors import UsageError
-    from diffbench.sweep.axes import CACHE_AXES, parse_values
-
-    axis, sep, value = text.partition("=")
-    axis = axis.strip()
-    if not sep or not value.strip():
-        raise UsageError(f"--cache {text!r}: give AXIS=VALUE, e.g. first-block=0.1 ({', '.join(CACHE_AXES)})")
-    if axis not in CACHE_AXES:
-        raise UsageError(f"--cache {text!r}: unknown cache {axis!r}; choose one of {', '.join(CACHE_AXES)}")
-    try:
-        (canonical,) = parse_values(axis, value)
-    except UsageError as exc:
-        raise UsageError(f"--cache {text!r}: {exc}".replace("--values ", "")) from None
-    if engine == "sim":
-        raise UsageError(f"--cache {text!r}: the sim engine has no step cache; use --engine diffusers")
-    return f"{axis}={canonical}"
 
 
 def register(app: typer.Typer) -> None:
@@ -161,7 +139,7 @@ def register(app: typer.Typer) -> None:
                 raise UsageError(f"{flag} {value}: must be a finite number of seconds > 0")
         if engine not in ("diffusers", "sim"):
             raise UsageError(f"--engine {engine!r} is not known; use diffusers or sim")
-        cache_spec = parse_cache(cache, engine) if cache is not None else None
+        cache_spec = parse_cache_spec(cache, engine) if cache is not None else None
         if engine == "sim":
             for flag, on in (("--compile", compile_), ("--vae-tiling", vae_tiling)):
                 if on:

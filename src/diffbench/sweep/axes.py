@@ -169,3 +169,24 @@ def build_cache_config(axis: str, value: str, pipe: Any, steps: int) -> Any:
             spatial_attention_block_skip_range=int(value), current_timestep_callback=timestep
         )
     raise UsageError(f"unknown cache axis {axis!r}; choose one of {', '.join(CACHE_AXES)}")
+
+
+def parse_cache_spec(text: str, engine: str) -> str:
+    """``--cache AXIS=VALUE`` of ``serve`` and ``bench`` (the cache axes as ``sweep`` takes them) → canonical ``axis=value``.
+
+    Raises:
+        UsageError: not AXIS=VALUE, an unknown axis, a bad value, or the sim engine (it has no step cache).
+    """
+    axis, sep, value = text.partition("=")
+    axis = axis.strip()
+    if not sep or not value.strip():
+        raise UsageError(f"--cache {text!r}: give AXIS=VALUE, e.g. first-block=0.1 ({', '.join(CACHE_AXES)})")
+    if axis not in CACHE_AXES:
+        raise UsageError(f"--cache {text!r}: unknown cache {axis!r}; choose one of {', '.join(CACHE_AXES)}")
+    try:
+        (canonical,) = parse_values(axis, value)
+    except UsageError as exc:
+        raise UsageError(f"--cache {text!r}: {exc}".replace("--values ", "")) from None
+    if engine == "sim":
+        raise UsageError(f"--cache {text!r}: the sim engine has no step cache; use --engine diffusers")
+    return f"{axis}={canonical}"
