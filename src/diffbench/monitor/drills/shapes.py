@@ -126,13 +126,13 @@ def run(opts: DrillOptions, report: DrillReport) -> None:
                                  prom_p99_before_s=prom_before, prom_p99_after_s=prom_after,
                                  burst_latency_s=[r.latency_s for r in burst],
                                  before_latency_s=before_lat)
+            pb, pa = _fmt_s(prom_before), _fmt_s(prom_after)
             report.event("metric", f"client p99 {p99_before:.3f} s -> {p99_burst:.3f} s; Prometheus "
-                                   f"histogram_quantile(0.99) {prom_before} -> {prom_after}")
+                                   f"histogram_quantile(0.99) {pb} -> {pa}")
             report.check("p99 rise visible", p99_burst is not None and p99_before is not None
                          and p99_burst > p99_before and prom_after is not None
                          and (prom_before is None or prom_after > prom_before),
-                         f"client {p99_before:.3f} -> {p99_burst:.3f} s, histogram_quantile {prom_before} -> "
-                         f"{prom_after} s")
+                         f"client {p99_before:.3f} -> {p99_burst:.3f} s, histogram_quantile {pb} -> {pa}")
     finally:
         svc.proc.stop()
 
@@ -142,3 +142,8 @@ def _first(q: dict | None) -> float | None:
         return None
     v = float(q["result"][0]["value"][1])
     return None if v != v else v
+
+
+def _fmt_s(value: float | None) -> str:
+    """Seconds with 3 decimals for the report line (``none`` when Prometheus returned nothing)."""
+    return "none" if value is None else f"{value:.3f} s"
