@@ -214,15 +214,6 @@ def create_app(
 
 def _install_faults(app: "FastAPI", service: Service) -> None:
     """``serve --enable-faults``: the drill routes of :mod:`diffbench.server.faults` (``POST /admin/faults``)."""
-    from diffbench.errors import UsageError
+    from diffbench.server.faults import install_fault_routes
 
-    try:
-        from diffbench.server import faults
-    except ModuleNotFoundError as exc:
-        if exc.name != "diffbench.server.faults":
-            raise
-        raise UsageError(
-            "--enable-faults: this diffbench has no fault routes (diffbench.server.faults is missing); "
-            "run without --enable-faults"
-        ) from None
-    faults.install_fault_routes(app, service)
+    install_fault_routes(app, service)
