@@ -172,6 +172,9 @@ class _Source:
     fingerprint: dict[str, object]
 
 
+_COLD_CODES = ("warmup_insufficient", "slower_than_warmup", "unstable_timing")
+
+
 def calibrate(
     results: list[tuple[str, dict[str, Any]]],
     *,
@@ -183,7 +186,9 @@ def calibrate(
 
     Args:
         results: (file name, parsed JSON) pairs; ``kind`` ``diffbench.bench`` gives per-shape step and stage
-            baselines (``step_s.mean``, ``stages_s`` means), ``diffbench.sweep`` gives the working point's
+            baselines (medians: ``step_s.median``, ``stages_s.median``; a mean would carry a cold start
+            that leaked into the timed runs, 35x the median in one case, and hide a 2.6x regression),
+            ``diffbench.sweep`` gives the working point's
             cache hit ratio (``skipped_detail.fraction``: skipped share of the cache decisions) and, as a
             PSNR threshold suggestion for a probe named by the sweep's shape label, the working point's worst
             per-image PSNR (dB; rounded down to 0.1 dB).
@@ -233,16 +238,22 @@ def calibrate(
             sources.append(_Source(name, "bench", bench_fingerprint(bench.conditions, bench.env.packages)))
             for s in bench.shapes:
                 label = _label_of(s.shape)
-                if s.error or s.step_s is None or s.step_s.mean <= 0:
+                if s.error or s.step_s is None or s.step_s.median <= 0:
                     notes.append(f"{label} from {name}: no step times ({s.error or 'no timed steps'}); not calibrated")
                     continue
                 if label in where:
                     raise InputError(f"shape {label} is in both {where[label]} and {name}; pass one result per shape")
                 where[label] = name
+                cold = [w.code for w in s.warnings if w.code in _COLD_CODES]
+                if cold:
+                    notes.append(f"{label} from {name}: bench warned {', '.join(cold)} (a cold start in the timed "
+                                 "runs); the baselines are medians, which one cold run cannot move, but rerun bench "
+                                 "with more --warmup to be sure")
                 st = s.stages_s
-                stages = (StageBaselines(text_encode=st.text_encode, denoise=st.denoise, vae_decode=st.vae_decode)
+                stages = (StageBaselines(**{k: st.median.get(k, getattr(st, k))
+                                            for k in ("text_encode", "denoise", "vae_decode")})
                           if st is not None else None)
-                shapes[label] = ShapeBaseline(step_s=s.step_s.mean, steps=s.steps, stages=stages)
+                shapes[label] = ShapeBaseline(step_s=s.step_s.median, steps=s.steps, stages=stages)
         else:
             wp = sweep.working_point
             chosen = sweep_point if sweep_point is not None else (wp.value if wp is not None else None)
