@@ -189,3 +189,30 @@ def test_bench_calibrate_serve_round_trip_on_one_deployment(tmp_path):
     assert [s.labels["fingerprint"] for s in fams["diffusion_deployment_info"].samples] == [cal.fingerprint_id]
     steps = [s for s in fams["diffusion_denoise_step_baseline_seconds"].samples if s.labels["shape"] == "64x64"]
     assert [s.value for s in steps] == [cal.shapes["64x64"].step_s]
+
+
+def test_bench_with_a_cache_gives_the_hit_ratio_baseline(tmp_path):
+    """Reproduction (user trial): bench recorded no cache decisions, so a cached deployment calibrated from
+    bench alone had no hit-ratio baseline and DiffusionBaselineMissing fired on a healthy service. With an
+    unbounded First-Block threshold every step but the first skips: hit ratio = (steps - 1) / steps."""
+    steps = 4
+    out = tmp_path / "b.json"
+    assert main(["bench", "--model", "tiny-flux", "--shapes", "64x64", "--steps", str(steps), "--warmup", "1",
+                 "--runs", "2", "--no-repro", "--cache", "first-block=1e9", "--json", str(out)]) == 0
+    shape = _load(out)["shapes"][0]
+    assert shape["cache"]["lookups"] == 2 * steps and shape["cache"]["hits"] == 2 * (steps - 1)
+    cal_path = tmp_path / "cal.json"
+    assert main(["monitor", "calibrate", str(out), "-o", str(cal_path)]) == 0
+    assert read_calibration(cal_path).shapes["64x64"].cache_hit_ratio == (steps - 1) / steps
+
+
+def test_two_deployments_at_one_shape_are_refused_naming_the_difference(tmp_path, capsys):
+    """Reproduction (user trial): the refusal said 'shape 64x64 is in both …' instead of naming the field."""
+    a, b = _load(BENCH), _load(BENCH)
+    b["conditions"]["cache"] = "first-block(threshold=0.9)"
+    pa, pb = tmp_path / "a.json", tmp_path / "b.json"
+    pa.write_text(json.dumps(a))
+    pb.write_text(json.dumps(b))
+    assert main(["monitor", "calibrate", str(pa), str(pb), "-o", str(tmp_path / "c.json")]) == 2
+    err = capsys.readouterr().err
+    assert "different deployments" in err and "cache" in err

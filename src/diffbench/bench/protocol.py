@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field
 
 from diffbench.bench.result import (
     REPRO_THRESHOLD_DB,
+    CacheDecisions,
     MemoryResult,
     Note,
     ReproResult,
@@ -102,6 +103,7 @@ class _ShapeRun:
         self.mem_stage: str | None = None
         self.mem_kind = "none"
         self.pending: list[float] = []
+        self.cache: tuple[str, int, int] | None = None  # (name, lookups, hits) over the timed runs
 
     def add(self, e2e: float, res: GenerationResult, pending: float) -> None:
         self.result.samples_s.append(e2e)
@@ -114,6 +116,10 @@ class _ShapeRun:
             self.calls.append(st.denoiser_calls)
         if "denoiser_batch" in res.extra:
             self.denoiser_batch = int(res.extra["denoiser_batch"])
+        c = res.signals.cache if res.signals is not None else None
+        if c is not None:
+            _, lookups, hits = self.cache or (c.cache, 0, 0)
+            self.cache = (c.cache, lookups + c.lookups, hits + c.hits)
         m = res.memory
         if m is not None and m.kind != "none":
             self.mem_kind = m.kind
@@ -165,6 +171,9 @@ class _ShapeRun:
                 denoiser_calls_per_step=float(np.mean(self.calls)) / max(width, 1),
                 denoiser_batch=self.denoiser_batch,
             )
+        if self.cache is not None and self.cache[1] > 0:
+            name, lookups, hits = self.cache
+            r.cache = CacheDecisions(cache=name, lookups=lookups, hits=hits, hit_ratio=hits / lookups)
         r.memory = MemoryResult(
             kind=self.mem_kind,
             peak_allocated_bytes=self.mem_alloc,

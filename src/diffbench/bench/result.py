@@ -81,8 +81,19 @@ class ReproResult(BaseModel):
     attention_backend: str | None = None
 
 
+class CacheDecisions(BaseModel):
+    """Step-cache decisions over the timed runs of one shape (``RequestSignals.cache`` summed): ``lookups``
+    decisions taken, ``hits`` that skipped compute; ``hit_ratio`` = hits / lookups (0–1)."""
+
+    cache: str
+    lookups: int
+    hits: int
+    hit_ratio: float
+
+
 class ShapeResult(BaseModel):
-    """Everything measured at one shape (height, width, frames, steps, batch)."""
+    """Everything measured at one shape (height, width, frames, steps, batch). ``cache`` holds the step-cache
+    decisions when a cache is enabled and exposes them (``bench --cache``), else None."""
 
     shape: str
     height: int
@@ -105,6 +116,7 @@ class ShapeResult(BaseModel):
     fps_source: str | None = None
     repro: ReproResult | None = None
     sync_pending_s: float = 0.0
+    cache: CacheDecisions | None = None
     warnings: list[Note] = []
 
 

@@ -212,6 +212,7 @@ def calibrate(
     sources: list[_Source] = []
     notes: list[str] = []
     where: dict[str, str] = {}
+    duplicate: str | None = None  # raised after the fingerprint check, which names the real difference
     model: str | None = None
     for name, data in results:
         kind = data.get("kind") if isinstance(data, dict) else None
@@ -242,7 +243,8 @@ def calibrate(
                     notes.append(f"{label} from {name}: no step times ({s.error or 'no timed steps'}); not calibrated")
                     continue
                 if label in where:
-                    raise InputError(f"shape {label} is in both {where[label]} and {name}; pass one result per shape")
+                    duplicate = duplicate or f"shape {label} is in both {where[label]} and {name}; pass one result per shape"
+                    continue
                 where[label] = name
                 cold = [w.code for w in s.warnings if w.code in _COLD_CODES]
                 if cold:
@@ -254,6 +256,16 @@ def calibrate(
                                             for k in ("text_encode", "denoise", "vae_decode")})
                           if st is not None else None)
                 shapes[label] = ShapeBaseline(step_s=s.step_s.median, steps=s.steps, stages=stages)
+                if s.cache is not None:
+                    if s.cache.hits > 0:
+                        ratios[label] = s.cache.hit_ratio
+                        notes.append(f"{label}: cache hit ratio {s.cache.hit_ratio:.4g} = {s.cache.hits} of "
+                                     f"{s.cache.lookups} {s.cache.cache} decisions skipped over bench's timed runs")
+                    else:
+                        notes.append(f"{label} from {name}: the {s.cache.cache} cache skipped nothing in "
+                                     f"{s.cache.lookups} decisions; no hit-ratio baseline is published (a baseline "
+                                     "of 0 makes the drift alert divide by 0), so DiffusionBaselineMissing fires "
+                                     "for this shape: raise the cache threshold (or more steps) or serve without it")
         else:
             wp = sweep.working_point
             chosen = sweep_point if sweep_point is not None else (wp.value if wp is not None else None)
@@ -273,6 +285,9 @@ def calibrate(
             if skip is None or skip.fraction <= 0:
                 notes.append(f"{label} from {name}: cache hit ratio 0 at the working point {point.value}; "
                              "not published (a baseline of 0 makes the drift alert divide by 0: never publish 0)")
+            elif label in ratios:
+                notes.append(f"{label}: cache hit ratio from bench kept; {name}'s working point "
+                             f"{point.value} skipped {skip.fraction:.4g}")
             else:
                 ratios[label] = skip.fraction
                 notes.append(f"{label}: cache hit ratio {skip.fraction:.4g} = {skip.total - skip.computed} of "
@@ -293,6 +308,8 @@ def calibrate(
             detail = "; ".join(f"{k}: {base.fingerprint.get(k)!r} vs {s.fingerprint.get(k)!r}" for k in diff)
             raise InputError(f"{base.path} and {s.path} were measured on different deployments ({detail}); a "
                              "calibration holds one deployment: pass results of the same configuration")
+    if duplicate is not None:
+        raise InputError(duplicate)
     if not shapes:
         raise InputError("no step baseline: pass at least one finished bench --json result with timed steps "
                          "(a sweep gives only cache hit ratios and PSNR thresholds)")
