@@ -193,6 +193,9 @@ CLI_ROWS = [
     (["--engine", "sim", "--memory-budget", "lots"], 2, ["--memory-budget 'lots'", "2GiB"]),
     (["--engine", "sim", "--memory-budget", "2XB"], 2, ["--memory-budget '2XB'", "not a size"]),
     (["--engine", "sim", "--memory-budget", "0"], 2, ["--memory-budget '0'", "at least 1 byte"]),
+    # a budget below a warmup's peak: one line naming both flags, not a 44-line traceback (user trial)
+    (["--engine", "sim", "--memory-budget", "1", "--warmup", "64x64"], 2,
+     ["--warmup 64x64", "ran out of memory", "--memory-budget"]),
     (["--engine", "sim", "--calibration", "/nonexistent/cal.json"], 2, ["/nonexistent/cal.json", "not found",
                                                                           "diffbench monitor calibrate"]),
     (["--engine", "sim", "--calibration", __file__], 2, ["test_bad_inputs.py", "not JSON"]),

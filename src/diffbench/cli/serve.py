@@ -212,6 +212,7 @@ def register(app: typer.Typer) -> None:
             app = create_app(config, eng, engine_started=True)
             service = app.state.service
             service.prepare()  # --default-size/--warmup/--default-steps checked before serving
+            service.warm_up()  # a warmup that fails (e.g. over --memory-budget) is a one-line error
         except BaseException:
             sock.close()
             raise

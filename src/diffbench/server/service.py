@@ -53,6 +53,7 @@ class Service:
     _rng: np.random.Generator = field(init=False)
     _rng_lock: threading.Lock = field(default_factory=threading.Lock)
     _drain_deadline: float | None = None
+    _warmed: bool = False
 
     def __post_init__(self) -> None:
         self._rng = np.random.default_rng(self.config.seed)
@@ -93,7 +94,7 @@ class Service:
         from diffbench.server.admission import ServiceTimeModel, calibrated_baseline
 
         self.prepare()
-        self._warm_up()
+        self.warm_up()
         for obj in (self.engine, getattr(self.engine, "timer", None)):
             mark = getattr(obj, "mark_warm", None)
             if callable(mark):
@@ -162,9 +163,19 @@ class Service:
         probe = GenerationRequest(prompt="probe", width=64, height=64, steps=1)
         return nearest_valid_frames(self.engine, probe, wanted, self.config.limits.max_frames) or wanted
 
-    def _warm_up(self) -> None:
-        """Run each warmup size once (checked by :meth:`prepare`); not counted anywhere."""
+    def warm_up(self) -> None:
+        """Run each warmup size once (checked by :meth:`prepare`); not counted anywhere. Idempotent: the CLI
+        calls it before serving, so a failing warmup is a one-line error, and :meth:`start` then skips it.
+
+        Raises:
+            UsageError: a warmup size ran out of memory (e.g. under ``--memory-budget``): the service would
+                fail that size on every request, so it refuses to start, naming the size and both flags.
+        """
+        from diffbench.errors import DeviceOutOfMemory, UsageError
         from diffbench.server.validation import parse_size
+
+        if self._warmed:
+            return
 
         frames = self.default_frames()
         for size in self.config.warmup_sizes:
@@ -172,8 +183,15 @@ class Service:
             req = GenerationRequest(
                 prompt="warmup", width=width, height=height, frames=frames, steps=self.default_steps
             )
-            self.engine.generate(req)
-            self.engine.sync()
+            try:
+                self.engine.generate(req)
+                self.engine.sync()
+            except DeviceOutOfMemory as exc:
+                raise UsageError(
+                    f"--warmup {size}: the warmup ran out of memory ({exc}); raise --memory-budget, enable "
+                    "--vae-tiling, or leave that size out of --warmup"
+                ) from None
+        self._warmed = True
 
     def begin_drain(self) -> None:
         """The server stops accepting work: from now, in-flight work has ``config.drain_s`` seconds."""
