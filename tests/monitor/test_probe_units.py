@@ -120,8 +120,7 @@ def _families(m: ProbeMetrics) -> dict[str, float]:
     out = {}
     for fam in text_string_to_metric_families(m.render().decode()):
         for s in fam.samples:
-            if s.name.endswith("_created"):
-                continue
+            assert not s.name.endswith("_created"), s.name  # not in the metric table (user trial)
             assert s.labels.get("model") == "tiny-flux" and s.labels.get("probe") == "golden"
             key = s.name + (f"{{{s.labels['outcome']}}}" if "outcome" in s.labels else "")
             out[key] = s.value

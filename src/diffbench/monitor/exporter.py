@@ -105,7 +105,7 @@ class _Peaks:
             return max((v for _, v in q), default=0.0)
 
 
-class _NoCreated:
+class NoCreatedCollector:
     """A collector that re-exports an inner registry without ``_created`` samples."""
 
     def __init__(self, inner: Any) -> None:
@@ -160,7 +160,7 @@ class Exporter:
         self.probes = tuple(dict.fromkeys(probes))
         self._inner = CollectorRegistry(auto_describe=True)
         self.registry = registry if registry is not None else CollectorRegistry()
-        self.registry.register(_NoCreated(self._inner))
+        self.registry.register(NoCreatedCollector(self._inner))
         self._peaks = _Peaks(peak_window_s, clock)
         self._lock = threading.Lock()
         self._queue_source: Callable[[], tuple[int, int, float | None]] | None = None

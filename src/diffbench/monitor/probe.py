@@ -373,14 +373,17 @@ class ProbeMetrics:
                  registry: Any = None) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge
 
+        from diffbench.monitor.exporter import NoCreatedCollector
         from diffbench.monitor.names import spec
 
+        inner = CollectorRegistry(auto_describe=True)  # exported without _created series, as serve's
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self.registry.register(NoCreatedCollector(inner))
         self.labels = {"model": model, "probe": probe}
 
         def gauge(name: str) -> Any:
             s = spec(name)
-            return Gauge(s.name, s.help, s.labels, registry=self.registry).labels(**self.labels)
+            return Gauge(s.name, s.help, s.labels, registry=inner).labels(**self.labels)
 
         self.psnr = gauge(_PSNR)
         self.ssim = gauge(_SSIM)
@@ -388,7 +391,7 @@ class ProbeMetrics:
         self.timestamp = gauge(_TIMESTAMP)
         self.interval = gauge(_INTERVAL)
         rs = spec(_RUNS)
-        runs = Counter(rs.name, rs.help, rs.labels, registry=self.registry)
+        runs = Counter(rs.name, rs.help, rs.labels, registry=inner)
         self.runs = {o: runs.labels(outcome=o, **self.labels) for o in RUN_OUTCOMES}
         self.psnr.set(math.nan)
         self.ssim.set(math.nan)
