@@ -68,7 +68,9 @@ ERROR_OUTCOMES = ("oom", "timeout", "error")
 TRAFFIC = ("user", "probe", "warmup")
 """``traffic`` label values: SLO series and alerts select ``traffic="user"``; a quality probe's requests are
 ``probe`` and never count as traffic; startup warmups are ``warmup``."""
-STAGES = ("text_encode", "denoise", "vae_decode", "preprocess", "postprocess")
+STAGES = ("text_encode", "denoise", "vae_decode", "other", "preprocess", "postprocess")
+"""``stage`` label values. ``other`` = the engine's time outside the three model stages (scheduler setup, latent
+preparation, output conversion), so the stages add up to the service time; ``postprocess`` = image encoding."""
 OTHER_SHAPE = "other"
 
 
