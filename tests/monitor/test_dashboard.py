@@ -253,3 +253,46 @@ def test_cli_bad_inputs(tmp_path, capsys, one_line_error, args, code: int, fragm
         assert '-  "refresh": "1m"' in err and '+  "refresh": "30s"' in err
     else:
         one_line_error(rc, err, code, fragments)
+
+
+def test_every_dashboard_rule_and_plan_metric_is_written_by_a_live_exporter(committed: dict,
+                                                                             recorded: set[str]) -> None:
+    """Not only in the table: each sample the dashboard, the rule file or ``plan`` queries appears in a real
+    scrape of serve's exporter or of the probe's registry (after zero-initialisation), or is Prometheus's
+    own ``up``."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from diffbench.engines.base import EngineInfo, MemoryStats, StageTimes
+    from diffbench.monitor.calibration import Calibration, ShapeBaseline, StageBaselines, fingerprint_id
+    from diffbench.monitor.exporter import Exporter
+    from diffbench.monitor.probe import ProbeMetrics
+    from diffbench.monitor.rules import RULES_PATH, load_rules
+    from diffbench.monitor.signals import RequestSignals
+
+    exp = Exporter("m", ["64x64"], gpus=["0"], caches=["fbcache"], ranks=[0, 1])
+    fp = {"model": "m"}
+    exp.load_calibration(Calibration(  # baselines, thresholds and the SLO exist once a calibration is loaded
+        model="m", fingerprint=fp, fingerprint_id=fingerprint_id(fp), slo_s=2.5,
+        shapes={"64x64": ShapeBaseline(step_s=0.125, steps=4, cache_hit_ratio=0.25,
+                                       stages=StageBaselines(text_encode=0.5, denoise=0.5, vae_decode=0.25))}))
+    exp.set_deployment(EngineInfo(engine="sim", engine_version="1", model="m"), "abcd")
+    exp.observe_generation(shape="64x64", stages=StageTimes(total_s=1.0), memory=MemoryStats(kind="cuda"),
+                           signals=RequestSignals(device="0", device_total_bytes=1, flops=1.0))
+    probe = ProbeMetrics("m", "p", interval_s=60.0, threshold_db=30.0)
+    written: set[str] = set()
+    for text in (exp.render()[0].decode(), probe.render().decode()):
+        for fam in text_string_to_metric_families(text):
+            written.update(s.name for s in fam.samples)
+    exprs = list(lint.panel_exprs(committed))
+    for group in load_rules(RULES_PATH)["groups"]:
+        exprs.extend(r["expr"] for r in group["rules"])
+    missing = sorted({i for e in exprs for i in lint.metric_identifiers(e)
+                      if ":" not in i and i not in written and i != "up"})
+    assert missing == []
+    from diffbench.plan import signals as plan_signals
+
+    from pathlib import Path
+
+    plan_names = set(re.findall(r'"(diffusion_[a-z_]+)"', Path(plan_signals.__file__).read_text()))
+    families = written | {w.rsplit("_", 1)[0] for w in written if w.endswith(("_bucket", "_count", "_sum"))}
+    assert plan_names and {n for n in plan_names if n not in families} == set()
