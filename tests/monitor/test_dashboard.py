@@ -289,9 +289,9 @@ def test_every_dashboard_rule_and_plan_metric_is_written_by_a_live_exporter(comm
     missing = sorted({i for e in exprs for i in lint.metric_identifiers(e)
                       if ":" not in i and i not in written and i != "up"})
     assert missing == []
-    from diffbench.plan import signals as plan_signals
-
     from pathlib import Path
+
+    from diffbench.plan import signals as plan_signals
 
     plan_names = set(re.findall(r'"(diffusion_[a-z_]+)"', Path(plan_signals.__file__).read_text()))
     families = written | {w.rsplit("_", 1)[0] for w in written if w.endswith(("_bucket", "_count", "_sum"))}
