@@ -201,3 +201,13 @@ def test_failed_requests_are_counted_by_shape_and_probe_requests_are_not():
     smp = samples(exp)
     assert value(smp, "diffusion_shape_requests_total", model="m", shape="other", outcome="oom") == 1
     assert value(smp, "diffusion_shape_requests_total", model="m", shape="64x64", outcome="ok") == 1
+
+
+def test_memory_peak_window_stays_bounded_without_a_scraper():
+    now = [0.0]
+    exp = Exporter("m", ["64x64"], gpus=["0"], peak_window_s=60.0, clock=lambda: now[0])
+    for _ in range(1000):  # one request a second for 1000 s, nobody scrapes
+        now[0] += 1.0
+        exp.observe_generation(shape="64x64", stages=None, signals=RequestSignals(device="0"),
+                               memory=MemoryStats(kind="cuda", peak_allocated_bytes=1, peak_reserved_bytes=1))
+    assert max(len(q) for q in exp._peaks._values.values()) <= 61

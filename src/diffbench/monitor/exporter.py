@@ -95,17 +95,23 @@ class _Peaks:
 
     def update(self, key: tuple[str, ...], value: float) -> None:
         with self._lock:
-            self._values.setdefault(key, deque()).append((self._clock(), float(value)))
+            q = self._values.setdefault(key, deque())
+            now = self._clock()
+            self._prune(q, now)  # bounded without any reader: a service nobody scrapes keeps one window
+            q.append((now, float(value)))
 
     def read(self, key: tuple[str, ...]) -> float:
         with self._lock:
             q = self._values.get(key)
             if not q:
                 return 0.0
-            oldest = self._clock() - self._window
-            while q and q[0][0] < oldest:
-                q.popleft()
+            self._prune(q, self._clock())
             return max((v for _, v in q), default=0.0)
+
+    def _prune(self, q: deque[tuple[float, float]], now: float) -> None:
+        oldest = now - self._window
+        while q and q[0][0] < oldest:
+            q.popleft()
 
 
 class NoCreatedCollector:
