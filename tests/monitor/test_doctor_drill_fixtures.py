@@ -80,3 +80,44 @@ def test_vae_drill_scrapes_point_oom_at_vae_decode_memory_and_tiling() -> None:
     assert checks["peak_memory"].value == pytest.approx(peak / total)
     assert "vae_decode" in checks["peak_memory"].sentence
     assert checks["vae_tiling"].verdict == "suspect"
+
+
+def test_live_doctor_reads_the_service_and_the_probe_endpoints_together(capsys) -> None:
+    """Reproduction (user trial): ``--metrics`` given twice kept only the last URL, so a live doctor could
+    never see the probe's PSNR next to the service's series. Both endpoints now merge into one scrape."""
+    import http.server
+    import json
+    import threading
+
+    from diffbench.cli.main import main
+
+    d = FIXTURES / "cache"
+    bodies = [(d / "after.prom").read_bytes(), (d / "after_probe.prom").read_bytes()]
+    servers = []
+    for body in bodies:
+        class Handler(http.server.BaseHTTPRequestHandler):
+            payload = body
+
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.end_headers()
+                self.wfile.write(self.payload)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        servers.append(srv)
+    try:
+        urls = [f"http://127.0.0.1:{s.server_address[1]}/metrics" for s in servers]
+        out = Path(__import__("tempfile").mkdtemp()) / "doctor.json"
+        assert main(["doctor", "artifacts", "--metrics", urls[0], "--metrics", urls[1], "--json", str(out)]) == 0
+        checks = {c["key"]: c for c in json.loads(out.read_text())["checks"]}
+        assert checks["probe_psnr"]["verdict"] == "suspect"  # the probe's endpoint was read
+        assert checks["cache_hit_ratio_drift"]["verdict"] != "no data"  # and the service's
+        assert urls[1].removesuffix("/metrics") not in checks["probe_psnr"]["command"]  # hints name the service
+    finally:
+        for s in servers:
+            s.shutdown()

@@ -17,8 +17,9 @@ def register(app: typer.Typer) -> None:
     @app.command("doctor")
     def doctor(
         symptom: str = typer.Argument(..., help="p99 | artifacts | oom."),
-        metrics: str | None = typer.Option(None, "--metrics", help="A service's /metrics URL (a base URL gets "
-                                           "/metrics appended)."),
+        metrics: list[str] = typer.Option([], "--metrics", help="A service's /metrics URL (a base URL gets "
+                                          "/metrics appended); repeat it for the probe's /metrics (merged, "
+                                          "the first is the service)."),
         prometheus: str | None = typer.Option(None, "--prometheus", help="A Prometheus server's base URL "
                                               "(queries /api/v1/query over --window)."),
         scrape: list[Path] = typer.Option([], "--scrape", help="A saved scrape (repeat for before/after), or "
@@ -52,7 +53,7 @@ def register(app: typer.Typer) -> None:
         if json_out is not None:
             check_output_file(json_out, "--json", mkdir=mkdir)
         scrapes = read_scrapes(scrape) if scrape else []
-        view, source, url = open_view(metrics=metrics, prometheus=prometheus, scrapes=scrapes, window=w,
+        view, source, url = open_view(metrics=metrics or None, prometheus=prometheus, scrapes=scrapes, window=w,
                                       interval_s=interval)
         report = diagnose(symptom, view, url=url, source=source)
         render(report, Console(highlight=False))

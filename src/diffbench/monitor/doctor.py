@@ -27,7 +27,7 @@ from pydantic import BaseModel
 from diffbench.errors import UsageError
 from diffbench.monitor.doctor_checks import RUNBOOK, Context, Finding
 from diffbench.monitor.doctor_views import MetricsView, PromView, ScrapeView
-from diffbench.monitor.scrape import PromQuery, Scrape, fetch_metrics, metrics_url, read_scrapes
+from diffbench.monitor.scrape import PromQuery, Scrape, fetch_metrics, merge, metrics_url, read_scrapes
 
 Symptom = Literal["p99", "artifacts", "oom"]
 SYMPTOMS: tuple[str, ...] = tuple(RUNBOOK)
@@ -110,29 +110,37 @@ def diagnose(symptom: str, view: MetricsView, *, url: str | None = None, source:
                         summary=summary)
 
 
-def open_view(*, metrics: str | None = None, prometheus: str | None = None, scrapes: Sequence[Scrape] = (),
-              window: str = "15m", interval_s: float = 0.0) -> tuple[MetricsView, str, str | None]:
+def open_view(*, metrics: str | Sequence[str] | None = None, prometheus: str | None = None,
+              scrapes: Sequence[Scrape] = (), window: str = "15m",
+              interval_s: float = 0.0) -> tuple[MetricsView, str, str | None]:
     """The view of exactly one source: (view, source text, service URL when known).
 
-    ``metrics``: fetched once (totals), or twice ``interval_s`` apart (deltas). ``prometheus``: checked
-    with one query first, so a wrong URL fails before any check.
+    ``metrics``: one ``/metrics`` URL or several (the service's and the probe's), fetched once (totals) or
+    twice ``interval_s`` apart (deltas); several endpoints are merged into one scrape per moment, and the
+    first is taken as the service's URL in the confirming commands. ``prometheus``: checked with one query
+    first, so a wrong URL fails before any check.
 
     Raises:
-        UsageError: none or several sources.
+        UsageError: none or several kinds of source.
         InputError: the source is unreachable or not metrics (see :mod:`diffbench.monitor.scrape`).
     """
-    given = [n for n, v in (("--metrics", metrics), ("--prometheus", prometheus), ("--scrape", scrapes)) if v]
+    urls = [metrics] if isinstance(metrics, str) else list(metrics or ())
+    given = [n for n, v in (("--metrics", urls), ("--prometheus", prometheus), ("--scrape", scrapes)) if v]
     if len(given) != 1:
         raise UsageError("give exactly one of --metrics URL, --prometheus URL or --scrape FILE"
                          + (f" (got {', '.join(given)})" if given else ""))
-    if metrics:
-        url = metrics_url(metrics, "--metrics")
-        first = fetch_metrics(url, option="--metrics")
-        got = [first]
+    if urls:
+        urls = [metrics_url(u, "--metrics") for u in urls]
+
+        def moment() -> Scrape:
+            parts = [fetch_metrics(u, option="--metrics") for u in urls]
+            return parts[0] if len(parts) == 1 else merge(parts, " + ".join(urls))
+
+        got = [moment()]
         if interval_s > 0:
             time.sleep(interval_s)
-            got.append(fetch_metrics(url, option="--metrics"))
-        return ScrapeView(got), url, url
+            got.append(moment())
+        return ScrapeView(got), " + ".join(urls), urls[0]
     if prometheus:
         prom = PromQuery(prometheus)
         prom.check()
