@@ -96,7 +96,9 @@ def test_request_timeout_drops_a_queued_request_and_answers_504(gated_engine):
             time.sleep(0.02)
         after = c.post(IMG, json={"prompt": "after", "size": "32x32"}).status_code
         smp = scrape(c)
+        health = c.get("/health").json()
     assert answers == {"running": 504, "queued": 504} and after == 200
+    assert health["timed_out"] == 2  # /health counts them too (user trial: it showed none)
     assert gated_engine.prompts == ["running", "after"]  # the queued one never reached the device
     assert val(smp, "diffusion_requests_total", model="sim", outcome="timeout", status="504", traffic="user") == 2
     # the timed-out running generation did run: its steps are exported (8 default steps each, 2 runs)

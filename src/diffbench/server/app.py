@@ -119,6 +119,7 @@ def create_app(
             completed=c.completed if c else 0,
             failed=c.failed if c else 0,
             rejected=c.rejected if c else 0,
+            timed_out=c.timed_out if c else 0,
         )
 
     @app.get("/v1/models", response_model=ModelList)

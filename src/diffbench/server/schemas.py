@@ -235,3 +235,4 @@ class Health(BaseModel):
     completed: int
     failed: int
     rejected: int
+    timed_out: int = 0

@@ -314,11 +314,12 @@ class Service:
                 wait = left if step is None else (step if left is None else min(step, left))
                 if wait is not None and wait <= 0:
                     self._abandon(fut, request, traffic)
+                    worker.count_timeout()
                     raise APIError(
                         TIMEOUT_STATUS,
-                        f"the generation ({self.shape_of(request)}) did not finish within --request-timeout "
-                        f"{timeout:g} s of arrival; it was dropped if still queued (a running one finishes on "
-                        "the device and is discarded)",
+                        f"the generation ({self.shape_of(request)}) did not finish within the service's request "
+                        f"timeout of {timeout:g} s from arrival; it was dropped if still queued (a running one "
+                        "finishes on the device and is discarded)",
                         code="timeout",
                     )
                 done_set, _ = await asyncio.wait({wrapped}, timeout=wait)

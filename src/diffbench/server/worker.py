@@ -59,6 +59,7 @@ class Counters:
     failed: int = 0
     oom: int = 0
     rejected: int = 0
+    timed_out: int = 0  # answered 504: not finished within the request timeout (may still complete on device)
 
 
 def size_text(request: GenerationRequest) -> str:
@@ -138,6 +139,11 @@ class DeviceWorker:
     @property
     def alive(self) -> bool:
         return self._thread.is_alive() and not self._stop
+
+    def count_timeout(self) -> None:
+        """One request answered as timed out (thread-safe; the service's handler calls it)."""
+        with self._cond:
+            self.counters.timed_out += 1
 
     # -- queue ------------------------------------------------------------------------------------
     def _estimate_locked(self) -> float | None:
