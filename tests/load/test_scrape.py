@@ -218,3 +218,17 @@ def test_a_scrape_failing_during_the_row_is_recorded_and_the_row_kept() -> None:
     assert view is not None and view.n == 2
     assert view.errors and "unreachable" in view.errors[0]
     assert view.queue_depth_max == 3.0
+
+
+@pytest.mark.parametrize(("counted", "client_ok", "fragment"), [
+    ({}, 8, "counted none of the 8"),             # another service / the probe's endpoint (user trial)
+    ({"ok": 4}, 8, "counted only 4 of the 8"),    # one replica behind a balancer
+    ({"ok": 8, "oom": 1}, 8, None),               # the service under load: every ok answer counted
+    ({}, 0, None),                                # nothing answered ok: nothing to compare
+])
+def test_coverage_warning_when_the_endpoint_did_not_count_the_rows_requests(counted, client_ok, fragment):
+    from diffbench.load.scrape import ServerSide, coverage_warning
+
+    view = ServerSide(url="http://127.0.0.1:9/metrics", scrapes=3, outcomes=counted, n=sum(counted.values()))
+    w = coverage_warning(client_ok, view)
+    assert (w is None) if fragment is None else (fragment in w and "http://127.0.0.1:9/metrics" in w)

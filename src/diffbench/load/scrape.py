@@ -129,6 +129,22 @@ def mismatch_warning(client_mean_s: float | None, lag_mean_s: float | None, serv
     return None
 
 
+def coverage_warning(client_ok: int, server: ServerSide) -> str | None:
+    """The warning when the scraped endpoint did not count the row's successful requests: none of them (the
+    URL is another service, or the probe's endpoint) or only part (one replica behind a balancer), so the
+    server columns describe other traffic. None when it counted them all, or when the row's scrapes failed
+    (their errors say so)."""
+    if client_ok <= 0 or server.errors and not server.outcomes:
+        return None
+    counted = int(server.outcomes.get("ok", 0))
+    if counted >= client_ok:
+        return None
+    what = ("none" if counted == 0 else f"only {counted}")
+    return (f"the scraped endpoint {server.url} counted {what} of the {client_ok} requests this row got ok "
+            "answers for: it is not (all of) the service under load (another service, the probe's endpoint, or "
+            "one replica behind a balancer); its columns describe other traffic")
+
+
 @dataclass
 class _Window:
     label: str
@@ -303,7 +319,8 @@ def attach(result: object, scraper: MetricsScraper, *, probe: bool = False, used
         if view is None:  # the end scrape failed: no deltas, keep the errors
             view = ServerSide(url=scraper.url, scrapes=len(win.periodic), errors=win.errors[:MAX_ERRORS])
         update: dict[str, object] = {"server": view}
-        w = mismatch_warning(row.latency_from_arrival_s.mean if row.n_ok else None, row.lag_s.mean, view)
+        w = coverage_warning(row.n_ok, view) or mismatch_warning(
+            row.latency_from_arrival_s.mean if row.n_ok else None, row.lag_s.mean, view)
         if w is not None:
             update["warnings"] = [*row.warnings, f"server mismatch: {w}"]
             label = f"{row.users} users" if row.mode == "closed" else want.replace("burst of", "burst")
@@ -325,5 +342,6 @@ def attach_sweep(sweep: object, scraper: MetricsScraper) -> object:
     return sweep.model_copy(update={"result": result, "probe": probe})
 
 
-__all__ = ["MetricsScraper", "ScrapeMonitor", "ServerSide", "attach", "attach_sweep", "mismatch_warning",
+__all__ = ["MetricsScraper", "ScrapeMonitor", "ServerSide", "attach", "attach_sweep", "coverage_warning",
+           "mismatch_warning",
            "server_side"]
