@@ -184,13 +184,19 @@ def _decode_mp4(data: bytes) -> np.ndarray:
             raise ProbeRequestError(f"the video does not decode ({exc})") from exc
 
 
-async def _generate_images(session: aiohttp.ClientSession, url: str, case: ProbeCase) -> tuple[np.ndarray, int]:
-    body: dict[str, object] = {"prompt": case.prompt, "size": f"{case.width}x{case.height}", "n": case.n,
-                               "seed": case.seed, "response_format": "b64_json"}
+def _body(case: ProbeCase, **extra: object) -> dict[str, object]:
+    """The request body of ``case``: prompt, size, seed, the optional steps and guidance, plus ``extra``."""
+    body: dict[str, object] = {"prompt": case.prompt, "size": f"{case.width}x{case.height}", "seed": case.seed,
+                               **extra}
     if case.steps is not None:
         body["num_inference_steps"] = case.steps
     if case.guidance is not None:
         body["guidance_scale"] = case.guidance
+    return body
+
+
+async def _generate_images(session: aiohttp.ClientSession, url: str, case: ProbeCase) -> tuple[np.ndarray, int]:
+    body = _body(case, n=case.n, response_format="b64_json")
     async with session.post(f"{url}/v1/images/generations", json=body, headers=TRAFFIC_HEADER) as resp:
         data = await _json(resp, "POST /v1/images/generations")
     items = data.get("data") if isinstance(data, dict) else None
@@ -203,12 +209,7 @@ async def _generate_images(session: aiohttp.ClientSession, url: str, case: Probe
 
 
 async def _generate_video(session: aiohttp.ClientSession, url: str, case: ProbeCase) -> tuple[np.ndarray, int]:
-    body: dict[str, object] = {"prompt": case.prompt, "size": f"{case.width}x{case.height}",
-                               "num_frames": case.frames, "seed": case.seed}
-    if case.steps is not None:
-        body["num_inference_steps"] = case.steps
-    if case.guidance is not None:
-        body["guidance_scale"] = case.guidance
+    body = _body(case, num_frames=case.frames)
     async with session.post(f"{url}/v1/videos", json=body, headers=TRAFFIC_HEADER) as resp:
         job = await _json(resp, "POST /v1/videos")
     job_id = job.get("id") if isinstance(job, dict) else None

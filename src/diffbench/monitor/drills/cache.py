@@ -38,9 +38,8 @@ from diffbench.monitor.drills.core import (
     AlertWatcher,
     DrillOptions,
     DrillReport,
-    Recorder,
-    drill_rules,
     rule_for_s,
+    start_drill,
 )
 from diffbench.monitor.drills.harness import (
     DrillError,
@@ -112,11 +111,7 @@ def pick_thresholds(psnr: dict[float, float], budget_db: float) -> tuple[float, 
 
 
 def run(opts: DrillOptions, report: DrillReport) -> None:
-    report.expected_alerts, report.silent_alerts = list(EXPECTED), list(SILENT)
-    work = opts.workdir / "cache"
-    work.mkdir(parents=True, exist_ok=True)
-    rec = Recorder(opts.record_dir, "cache")
-    rules = drill_rules(opts.max_for_s)
+    work, rec, rules = start_drill(opts, report, "cache", EXPECTED, SILENT)
     size, steps = opts.size, opts.steps
 
     psnr = budget_grid(size, steps)

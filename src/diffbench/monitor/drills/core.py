@@ -338,3 +338,13 @@ def _bucket_order(line: str) -> tuple[str, float]:
     head = re.sub(r'([{,])le="[^"]+"', r"\1", line.split(" ")[0])
     le = float("inf") if m and m.group(1) == "+Inf" else (float(m.group(1)) if m else 0.0)
     return head, le
+
+
+def start_drill(opts: DrillOptions, report: DrillReport, name: str, expected: list[str],
+                silent: list[str] | None = None) -> tuple[Path, Recorder, dict[str, Any]]:
+    """What every drill does first: record the alerts it expects (and those that must stay silent), make its
+    work directory ``opts.workdir / name``, and return (work directory, scrape recorder, shortened rules)."""
+    report.expected_alerts, report.silent_alerts = list(expected), list(silent or [])
+    work = opts.workdir / name
+    work.mkdir(parents=True, exist_ok=True)
+    return work, Recorder(opts.record_dir, name), drill_rules(opts.max_for_s)

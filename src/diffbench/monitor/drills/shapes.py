@@ -24,11 +24,10 @@ from diffbench.monitor.drills.core import (
     AlertWatcher,
     DrillOptions,
     DrillReport,
-    Recorder,
-    drill_rules,
     parse_scrape,
     sample_sum,
     series_keys,
+    start_drill,
 )
 from diffbench.monitor.drills.harness import start_serve, wait_until
 from diffbench.monitor.promserver import Target
@@ -46,11 +45,7 @@ QUERIES = {
 
 
 def run(opts: DrillOptions, report: DrillReport) -> None:
-    report.expected_alerts, report.silent_alerts = list(EXPECTED), []
-    work = opts.workdir / "shapes"
-    work.mkdir(parents=True, exist_ok=True)
-    rec = Recorder(opts.record_dir, "shapes")
-    rules = drill_rules(opts.max_for_s)
+    work, rec, rules = start_drill(opts, report, "shapes", EXPECTED)
     size, steps = opts.size, opts.steps
     svc = start_serve(work, ["--engine", "diffusers", "--model", "tiny-flux", "--device", "cpu", "--compile",
                              "--warmup", size, "--shapes", size, "--default-size", size,

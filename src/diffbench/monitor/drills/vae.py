@@ -27,8 +27,7 @@ from diffbench.monitor.drills.core import (
     AlertWatcher,
     DrillOptions,
     DrillReport,
-    Recorder,
-    drill_rules,
+    start_drill,
 )
 from diffbench.monitor.drills.harness import DrillError, start_serve, wait_until
 from diffbench.monitor.promserver import Target
@@ -45,11 +44,7 @@ QUERIES = {
 
 
 def run(opts: DrillOptions, report: DrillReport) -> None:
-    report.expected_alerts, report.silent_alerts = list(EXPECTED), []
-    work = opts.workdir / "vae"
-    work.mkdir(parents=True, exist_ok=True)
-    rec = Recorder(opts.record_dir, "vae")
-    rules = drill_rules(opts.max_for_s)
+    work, rec, rules = start_drill(opts, report, "vae", EXPECTED)
     small = opts.size
     common = ["--engine", "diffusers", "--model", "tiny-flux", "--device", "cpu", "--default-size", small,
               "--default-steps", str(opts.steps), "--shapes", f"{small},{BIG}"]
