@@ -56,6 +56,8 @@ def _register() -> None:
     __import__("diffbench.cli.probe", fromlist=["register"]).register(app)
     __import__("diffbench.cli.drill", fromlist=["register"]).register(app)
     __import__("diffbench.cli.doctor", fromlist=["register"]).register(app)
+    __import__("diffbench.cli.report", fromlist=["register"]).register(app)
+    __import__("diffbench.cli.review", fromlist=["register"]).register(app)
 
 
 _register()
@@ -86,6 +88,8 @@ _EXTRA_OF = {
     "prometheus_client": "serve",
     "multipart": "serve",
     "python_multipart": "serve",
+    "matplotlib": "report",
+    "selenium": "test",
 }
 
 

@@ -62,6 +62,7 @@ class Stage(BaseModel):
 
 class LedgerResult(BaseModel):
     schema_version: int = SCHEMA_VERSION
+    kind: str = "diffbench.ledger"
     config: LedgerConfig
     model_name: str
     gpu_name: str

@@ -74,6 +74,8 @@ class SweepResult(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     schema_version: int = SCHEMA_VERSION
+    kind: str = "diffbench.load"
+    """The same for ``load`` and ``simulate`` results (``source`` tells them apart)."""
     source: str
     mode: Literal["open", "closed"]
     slo_s: float | None = None

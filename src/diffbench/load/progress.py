@@ -21,16 +21,17 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import IO
 
 import numpy as np
 from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from diffbench.core.progress import progress_enabled
 from diffbench.core.records import RequestRecord
 
 REFRESH_PER_SECOND = 4.0
+__all__ = ["LoadProgress", "progress_enabled"]
 LAG_WINDOW_S = 5.0
 LAG_KEEP = 4096
 """At most this many recent sends are kept for the lag percentile: it bounds memory and, above all, the
@@ -38,14 +39,6 @@ refresh thread's work (it holds the GIL while it computes, which would delay the
 2,000 req/s the window is then the last ~2 s. Measured on the development machine with a full deque:
 the line ~0.2 ms, a whole rich refresh ~0.4 ms, 4 times a second; the hooks ~0.14 µs per event. Runs
 meant to measure the client itself (``benchmarks/``) run without a terminal or with ``--quiet``."""
-
-
-def progress_enabled(quiet: bool, stream: IO[str]) -> bool:
-    """True when the live line should be drawn: not ``--quiet`` and ``stream`` (stderr) is a terminal."""
-    if quiet:
-        return False
-    isatty = getattr(stream, "isatty", None)
-    return bool(isatty and isatty())
 
 
 def _fmt_s(v: float) -> str:

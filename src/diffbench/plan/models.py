@@ -77,6 +77,7 @@ class Alert(BaseModel):
 
 class PlanResult(BaseModel):
     schema_version: int = SCHEMA_VERSION
+    kind: str = "diffbench.plan"
     config: PlanConfig
     model_name: str
     gpu_name: str
