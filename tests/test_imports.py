@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-HEAVY = ("torch", "diffusers", "transformers", "httpx", "aiohttp")
+HEAVY = ("torch", "diffusers", "transformers", "httpx", "aiohttp", "matplotlib", "selenium")
 
 
 def _loaded_after(code: str) -> set[str]:
@@ -26,6 +26,8 @@ def _loaded_after(code: str) -> set[str]:
         "import diffbench.bench.protocol, diffbench.bench.session",
         "from diffbench.cli.main import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass",
         "from diffbench.cli.main import main\ntry:\n    main(['bench', '--help'])\nexcept SystemExit:\n    pass",
+        "from diffbench.cli.main import main\ntry:\n    main(['report', '--help'])\nexcept SystemExit:\n    pass",
+        "import diffbench.report.loader, diffbench.report.document, diffbench.report.kinds",
     ],
 )
 def test_no_heavy_imports(code: str) -> None:
@@ -39,3 +41,13 @@ def test_sim_bench_does_not_import_torch(tmp_path) -> None:
         "assert rc == 0, rc"
     )
     assert "torch" not in _loaded_after(code)
+
+
+def test_ledger_report_does_not_import_torch(tmp_path) -> None:
+    """A report of a torch-free result stays torch-free (matplotlib is the only heavy import it needs)."""
+    code = (
+        "from diffbench.cli.main import main\n"
+        f"assert main(['ledger', '--model', 'flux.1-dev', '--size', '1024x1024', '--gpu', 'h100-sxm', '--json', r'{tmp_path / 'l.json'}']) == 0\n"
+        f"assert main(['report', r'{tmp_path / 'l.json'}', '-o', r'{tmp_path / 'l.html'}', '-q']) == 0"
+    )
+    assert _loaded_after(code) <= {"matplotlib"}
