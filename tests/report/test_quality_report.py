@@ -262,3 +262,88 @@ def test_relative_paths_resolve_from_the_result_directory(flux: Path, tmp_path: 
     out = tmp_path / "m.md"
     render_markdown(doc, out)
     assert out.exists()
+
+
+def _copy_run(flux: Path, tmp_path: Path) -> Path:
+    """A quality result over copies of the flux outputs (so a test may break them)."""
+    shutil.copytree(flux / "base", tmp_path / "base")
+    shutil.copytree(flux / "cand", tmp_path / "cand")
+    q = tmp_path / "q.json"
+    assert main(["quality", str(tmp_path / "base"), str(tmp_path / "cand"), "--no-ms-ssim", "--json", str(q)]) == 0
+    return q
+
+
+def _worst_file(q: Path, side: str) -> Path:
+    rep = json.loads(q.read_text())
+    return Path(min(rep["pairs"], key=lambda p: float(p["metrics"]["psnr"]))[side])
+
+
+def _remove(p: Path) -> None:
+    p.unlink()
+
+
+def _truncate(p: Path) -> None:
+    p.write_bytes(p.read_bytes()[:100])
+
+
+@pytest.mark.parametrize(("side", "breaks", "rc", "fragments"), [
+    ("baseline", _remove, 2, ["baseline output", "is gone", "run diffbench report from the directory"]),
+    ("candidate", _remove, 2, ["candidate output", "is gone", "keep (or move back)"]),
+    ("candidate", _truncate, 2, ["cannot decode image", "truncated PNG"]),
+    ("baseline", lambda p: shutil.rmtree(p.parent), 2, ["baseline output", "is gone"]),
+])
+def test_report_bad_quality_inputs(flux: Path, tmp_path: Path, capsys, side, breaks, rc, fragments) -> None:  # type: ignore[no-untyped-def]
+    q = _copy_run(flux, tmp_path)
+    target = _worst_file(q, side)
+    breaks(target)
+    capsys.readouterr()
+    assert main(["report", str(q), "-o", str(tmp_path / "r.html")]) == rc
+    err = capsys.readouterr().err
+    assert all(f in err for f in fragments), err
+    assert str(target.name) in err and not (tmp_path / "r.html").exists()
+
+
+def test_gates_are_shown_pass_and_fail(flux: Path, tmp_path: Path) -> None:
+    q = tmp_path / "g.json"
+    rc = main(["quality", str(flux / "base"), str(flux / "cand"), "--no-ms-ssim", "--json", str(q),
+               "--gate", "psnr.p50>=20", "--gate", "ssim.min>=0.99999"])
+    rep = json.loads(q.read_text())
+    assert rc == 1  # a gate failed, the result is still written
+    doc = build_document([q], ReportOptions(worst=1))
+    gates = next(b for s in doc.sections for b in s.blocks if b.id == "quality-1-gates")
+    assert [r[-1] for r in gates.rows] == ["pass" if g["passed"] else "FAIL" for g in rep["gates"]] == ["pass", "FAIL"]
+    over = next(b for s in doc.sections for b in s.blocks if b.id == "quality-overview-table")
+    assert over.rows[0][-1] == "1 pass, 1 FAIL"
+
+
+def test_animated_gif_pair_shows_its_worst_frame(tmp_path: Path) -> None:
+    from PIL import Image
+
+    rng = np.random.default_rng(11)
+    frames = [rng.integers(0, 256, (48, 40, 3), dtype=np.uint8) for _ in range(4)]
+    sigmas = [2.0, 3.0, 12.0, 1.0]  # frame 2 is the worst
+    noisy = [np.clip(np.rint(f + rng.normal(0, s, f.shape)), 0, 255).astype(np.uint8) for f, s in zip(frames, sigmas,
+                                                                                                     strict=True)]
+    a, b = tmp_path / "A", tmp_path / "B"
+    a.mkdir()
+    b.mkdir()
+    for d, fs in ((a, frames), (b, noisy)):
+        # lossless frames: an RGB GIF would quantise to a palette, so store PNG frames as an APNG
+        ims = [Image.fromarray(f) for f in fs]
+        ims[0].save(d / "clip.png", save_all=True, append_images=ims[1:], duration=100, loop=0)
+    q = tmp_path / "q.json"
+    assert main(["quality", str(a), str(b), "--no-ms-ssim", "--json", str(q)]) == 0
+    rep = json.loads(q.read_text())
+    psnr = [float(f["psnr"]) for f in sorted(rep["frames"], key=lambda f: f["frame"])]
+    assert int(np.argmin(psnr)) == 2 and rep["pairs"][0]["animated"] is True
+    doc = build_document([q], ReportOptions(worst=4, amplify=5.0))
+    grid = next(bl for s in doc.sections for bl in s.blocks if bl.id == "quality-1-grid")
+    assert [c.label for c in grid.rows[0].cells][:2] == ["baseline frame 2", "candidate frame 2"]
+    from PIL import Image as _I
+
+    heat = np.asarray(_I.open(io.BytesIO(grid.rows[0].cells[2].png)).convert("RGB"))
+    k = heat.shape[0] // 48
+    mag = np.clip(np.rint(np.abs(noisy[2].astype(float) - frames[2].astype(float)).mean(-1) * 5.0), 0, 255)
+    assert np.array_equal(heat[::k, ::k], colormap_lut()[mag.astype(np.uint8)])
+    curve = next(bl for s in doc.sections for bl in s.blocks if bl.id == "quality-1-frames-0")
+    assert "worst frame 2" in curve.caption
