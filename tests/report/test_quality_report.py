@@ -347,3 +347,44 @@ def test_animated_gif_pair_shows_its_worst_frame(tmp_path: Path) -> None:
     assert np.array_equal(heat[::k, ::k], colormap_lut()[mag.astype(np.uint8)])
     curve = next(bl for s in doc.sections for bl in s.blocks if bl.id == "quality-1-frames-0")
     assert "worst frame 2" in curve.caption
+
+
+def test_lpips_and_distribution_metrics_are_shown_with_n(flux: Path, tmp_path: Path) -> None:
+    # LPIPS needs AlexNet weights and FID an Inception model, neither available offline: add their fields to
+    # a real result (the values are the schema's, what `quality --lpips --fid` writes) and check the report.
+    q = json.loads((flux / "q.json").read_text())
+    lp = [0.05, 0.2, 0.1, 0.3]
+    for p, v in zip(q["pairs"], lp, strict=True):
+        p["metrics"]["lpips"] = v
+    q["settings"]["lpips"] = "LPIPS(alex) v0.1"
+    q["distribution"] = {"extractor": "inception-2015-12-05", "feature_dim": 2048, "n_baseline": 4, "n_candidate": 4,
+                         "fid": 12.5, "kid_mean": 0.001, "kid_std": 0.0005, "kid_subsets": 100, "kid_subset_size": 4,
+                         "warnings": ["FID from n=4 is biased upward; use n >= 2048"]}
+    f = tmp_path / "ql.json"
+    f.write_text(json.dumps(q))
+    doc = build_document([f], ReportOptions(worst=4))
+    by_id = {b.id: b for s in doc.sections for b in s.blocks}
+    hist = by_id["quality-hist"]
+    lp_ax = next(ax for ax in hist.figure.axes if ax.get_xlabel() == "LPIPS (lower is better)")
+    assert sum(p.get_height() for p in lp_ax.patches) == len(lp)
+    dist = by_id["quality-1-distribution"]
+    assert dist.rows[0][1:4] == ["4", "4", "12.5000"] and "biased upward" in by_id["quality-1-dist-warn-0"].text
+    worst_lp = dict(by_id["quality-1-grid"].rows[0].numbers)["LPIPS"]
+    first = min(q["pairs"], key=lambda p: float(p["metrics"]["psnr"]))
+    assert worst_lp == f"{first['metrics']['lpips']:.4f}"
+
+
+def test_frame_curves_never_draw_identical_frames() -> None:
+    from diffbench.quality.models import FrameRow
+    from diffbench.report.kinds.quality_plots import frame_curves
+
+    inf = float("inf")
+    rows = [FrameRow(key="v", frame=i, psnr=p, ssim=s, identical=p == inf)
+            for i, (p, s) in enumerate([(inf, 1.0), (40.0, 0.99), (31.5, 0.95), (inf, 1.0)])]
+    plot = frame_curves("v", rows, "x")
+    line = plot.figure.axes[0].lines[0]
+    assert list(line.get_xdata()) == [1, 2] and list(line.get_ydata()) == [40.0, 31.5]
+    assert "worst frame 2" in plot.caption and "not drawn on the PSNR axis: [0, 3]" in plot.caption
+    same = frame_curves("v", [r.model_copy(update={"psnr": inf}) for r in rows], "y")
+    assert len(same.figure.axes[0].lines[0].get_xdata()) == 0
+    assert any(t.get_text() == "all frames identical (PSNR +inf)" for t in same.figure.axes[0].texts)

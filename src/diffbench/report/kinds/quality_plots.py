@@ -142,8 +142,11 @@ def frame_curves(key: str, rows: list[FrameRow], block_id: str) -> Plot:
         ax.set_xlabel("frame")
     ax_p.set_ylabel("PSNR (dB)")
     ax_s.set_ylabel("SSIM")
-    wtxt = f"worst frame {w}: {wp:.2f} dB" if math.isfinite(wp) else f"worst frame {w}: +inf (all identical)"
-    ax_p.annotate(wtxt, xy=(w, wp if math.isfinite(wp) else 0.0), xytext=(4, 4), textcoords="offset points",
+    if math.isfinite(wp):
+        ax_p.annotate(f"worst frame {w}: {wp:.2f} dB", xy=(w, wp), xytext=(4, 4), textcoords="offset points",
+                      fontsize=8, color=COLORS[3])
+    else:  # every frame identical: nothing to draw on the PSNR axis, say so instead of inventing a height
+        ax_p.text(0.5, 0.5, "all frames identical (PSNR +inf)", transform=ax_p.transAxes, ha="center",
                   fontsize=8, color=COLORS[3])
     skipped = [int(i) for i in idx[~fin]]
     cap = (f"{key}: {len(rows)} frames; dashed line = worst frame {w} (lowest PSNR; the grid shows this frame).")
