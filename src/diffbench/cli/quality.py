@@ -4,7 +4,9 @@ Exit codes: 0 ok; 1 a gate failed (outputs written first); 2 pair errors without
 or bad input (unknown gate metric/statistic, missing directories, unwritable ``--json``/``--csv``: all
 checked before any pair is decoded); 3 missing weights (LPIPS / Inception). Heavy imports happen
 inside the command. Generation settings that differ between the two manifests are printed (and in
-the JSON as ``settings_diff``) without failing the run.
+the JSON as ``settings_diff``) without failing the run. While pairs are scored, a live line on stderr
+shows pairs done / total, pairs/s and the ETA (off with ``--quiet`` or when stderr is not a terminal;
+``DIFFBENCH_PROGRESS=always|never`` forces it); stdout carries only the tables.
 """
 
 from __future__ import annotations
@@ -12,6 +14,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+
+
+def progress_text(done: int, total: int, elapsed_s: float) -> str:
+    """The live line: ``"quality: 12/40 pairs  3.1 pairs/s  ETA 9.0s"`` (rate = done / elapsed wall time)."""
+    from diffbench.core.progress import eta_s, fmt_duration
+
+    rate = f"{done / elapsed_s:.1f} pairs/s" if elapsed_s > 0 and done > 0 else "? pairs/s"
+    return f"quality: {done}/{total} pairs  {rate}  ETA {fmt_duration(eta_s(done, total, elapsed_s))}"
 
 
 def register(app: typer.Typer) -> None:
@@ -43,11 +53,14 @@ def register(app: typer.Typer) -> None:
                                          "of one configuration: report the floor gates must sit below."),
         mkdir: bool = typer.Option(False, "--mkdir", help="Create missing parent directories of --json/--csv "
                                    "(otherwise a missing directory is an error before any work)."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress line on stderr (pairs done / total, "
+                                   "pairs/s; drawn only when stderr is a terminal)."),
     ) -> None:
         """Quality against a fixed-seed baseline: PSNR/SSIM/MS-SSIM/LPIPS per pair, video, FID/KID, gates."""
         from rich.console import Console
 
         from diffbench.core.outpath import check_output_file
+        from diffbench.core.progress import LiveLine
         from diffbench.errors import GateFailed, InputError, UsageError
         from diffbench.quality.compare import compare_dirs
         from diffbench.quality.gates import parse_gate, preset_gates
@@ -75,9 +88,10 @@ def register(app: typer.Typer) -> None:
                               lpips_backbone=lpips_backbone, fid=fid, inception=inception, clip=clip, worst=worst,
                               workers=workers)
         console = Console()
-        with console.status("comparing pairs...") as status:
+        with LiveLine.for_cli(quiet) as line:
+            line.update("pairing outputs")
             report = compare_dirs(baseline, candidate, opts, gates=gates, noise_floor=noise_floor,
-                                  progress=lambda i, n: status.update(f"comparing pairs... {i}/{n}"))
+                                  progress=lambda i, n: line.update(progress_text(i, n, line.elapsed_s())))
         render_console(report, console)
         if json_out is not None:
             write_json(report, json_out)
