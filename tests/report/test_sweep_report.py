@@ -19,10 +19,16 @@ TINY = ["--model", "tiny-flux", "--height", "64", "--width", "64", "--steps", "2
 
 @pytest.fixture(scope="module")
 def sweep_json(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import torch
+
     d = tmp_path_factory.mktemp("sweep")
     out = d / "sweep.json"
-    rc = main(["sweep", "--cache", "first-block", "--values", ",".join(VALUES), "--budget", "30",
-               "--store", str(d / "s.sqlite"), "--json", str(out), "--quiet", *TINY])
+    threads = torch.get_num_threads()  # --threads 1 sets the process-wide count: restore it for later tests
+    try:
+        rc = main(["sweep", "--cache", "first-block", "--values", ",".join(VALUES), "--budget", "30",
+                   "--store", str(d / "s.sqlite"), "--json", str(out), "--quiet", *TINY])
+    finally:
+        torch.set_num_threads(threads)
     assert rc == 0
     return out
 
@@ -120,3 +126,24 @@ def test_markdown_has_the_table_and_the_curve(sweep_json: Path, tmp_path: Path) 
     pngs = sorted((tmp_path / "sweep_files").glob("*.png"))
     assert [p.name for p in pngs] == ["sweep-curve.png"]
     assert f"](sweep_files/{pngs[0].name})" in text and pngs[0].read_bytes()[:4] == b"\x89PNG"
+
+
+def test_an_interrupted_sweep_still_reports(sweep_json: Path, tmp_path: Path) -> None:
+    """A partial result (Ctrl-C before any value finished: no points, no timing floor) gives a page that says
+    so, with an empty curve and only the baseline row, instead of failing."""
+    from diffbench.report.build import build_document
+    from diffbench.report.document import Note, Plot, Table
+    from diffbench.report.kinds import ReportOptions
+
+    data = json.loads(sweep_json.read_text())
+    data.update(points=[], timing_floor=None, working_point=None, interrupted=True, partial=True,
+                warnings=["interrupted: 0 of 2 value(s) finished; rerun the same command to resume"])
+    part = tmp_path / "partial.json"
+    part.write_text(json.dumps(data))
+    doc = build_document([part], ReportOptions())
+    got = {b.id: b for s in doc.sections for b in s.blocks}
+    assert isinstance(got["sweep-curve"], Plot)
+    table = got["sweep-points"]
+    assert isinstance(table, Table) and [r[0] for r in table.rows] == ["baseline"]
+    warns = [b.text for b in got.values() if isinstance(b, Note) and b.level == "warn"]
+    assert any("partial result" in w for w in warns) and any("0 of 2" in w for w in warns)

@@ -118,7 +118,8 @@ def _curve(results: list[LoadedResult]) -> Plot:
     ax.set_xlim(xlo - pad, xhi + pad)
     ax.set_xlabel("speed-up vs the baseline (×, ratio of median latencies; bar: 95 % paired bootstrap CI)")
     ax.set_ylabel("PSNR p10 vs the baseline (dB; bar: worst … p90)")
-    ax.legend(fontsize=7, loc="best")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="best")
     n = ", ".join(f"{len(m.points)} value(s), {m.points[0].latency_s.n if m.points else 0} timed runs each"
                   + (f" ({r.label})" if len(results) > 1 else "") for r, m in zip(results, models, strict=True))
     cap = (f"One point per swept value ({n}). x: speed-up = baseline median / value median over interleaved "
