@@ -36,6 +36,8 @@ def test_eta_is_the_linear_extrapolation_of_the_timed_runs() -> None:
     p.tick(Tick("timed", "baseline", 2, 2, 1, 3))
     assert "timed run 1/3" in lines[-1] and "value 2/2 (baseline)" in lines[-1]
     assert lines[-1].endswith("ETA 8.0s")  # 4 s for 2 runs -> 4 runs left take 8 s
+    p.event("timed block 1/3")  # the session's per-block message: the run counter stays on the line
+    assert p.text.endswith("ETA 8.0s") and len(lines) == 3
 
 
 def test_progress_goes_to_stderr_and_stdout_is_the_plain_table(tmp_path: Path) -> None:

@@ -126,8 +126,7 @@ def run_interleaved(
         max_warmup: at most this many warmup rounds.
         window: the trend test's window (see :mod:`diffbench.core.warmth`).
         on_event: progress messages.
-        on_tick: called after every warmup and timed generation (see :class:`Tick`); when given, it
-            replaces the per-round and per-block ``on_event`` messages (it says the same, per run).
+        on_tick: called after every warmup and timed generation (see :class:`Tick`).
 
     Raises:
         whatever an engine raises (the caller records the failure); KeyboardInterrupt passes through.
@@ -146,8 +145,7 @@ def run_interleaved(
             t, _ = _time_one(arm, reqs[rnd % len(reqs)])
             arm.warmup_s.append(t)
             tick(Tick("warmup", arm.name, pos + 1, len(todo), rnd + 1, rounds))
-        if on_tick is None:
-            event(f"warmup round {rnd + 1}: {len(todo)} configuration(s) not yet stable")
+        event(f"warmup round {rnd + 1}: {len(todo)} configuration(s) not yet stable")
     for a in arms:
         a.stable = len(a.warmup_s) >= need and is_warm(a.warmup_s, window)
     orders = block_orders(len(arms), blocks, seed)
@@ -159,8 +157,7 @@ def run_interleaved(
             if st is not None:
                 arms[i].stages.append(st)
             tick(Tick("timed", arms[i].name, pos + 1, len(arms), b + 1, blocks))
-        if on_tick is None:
-            event(f"timed block {b + 1}/{blocks}")
+        event(f"timed block {b + 1}/{blocks}")
     return ScheduleInfo(session_id=uuid.uuid4().hex[:12], seed=seed, blocks=blocks, arms=[a.name for a in arms],
                         orders=orders, window=window, max_warmup=max_warmup)
 

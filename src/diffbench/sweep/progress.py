@@ -19,6 +19,8 @@ from collections.abc import Callable
 from diffbench.core.progress import eta_s, fmt_duration
 from diffbench.sweep.interleave import Tick
 
+SUPERSEDED = ("warmup round ", "timed block ")  # run_interleaved's on_event messages that the ticks replace
+
 
 class SweepProgress:
     """Formats sweep events and ticks into one progress line.
@@ -41,8 +43,14 @@ class SweepProgress:
         self.sink(text)
 
     def event(self, msg: str) -> None:
-        """A free-form step of the sweep (baseline outputs, noise floor, preparing a value, ...)."""
+        """A free-form step of the sweep (baseline outputs, noise floor, preparing a value, ...).
+
+        The interleaved session's own per-round and per-block messages are not drawn: the ticks say the
+        same per run (a block message would hide the run counter until the next tick).
+        """
         self._last = self.clock()
+        if msg.startswith(SUPERSEDED):
+            return
         self._emit(f"sweep {self.axis}: {msg}")
 
     def tick(self, t: Tick) -> None:
