@@ -99,6 +99,10 @@ def register(app: typer.Typer) -> None:
         allow_large: bool = typer.Option(
             False, "--allow-large", help="Allow steps, pixels or frames above the limits (see `bench --help`)."
         ),
+        quiet: bool = typer.Option(
+            False, "--quiet", "-q", help="No live progress line (value i of k, run j of n, ETA; drawn on stderr "
+            "only when it is a terminal, or with DIFFBENCH_PROGRESS=always)."
+        ),
     ) -> None:
         """Sweep a cache threshold or a pipeline option: speed-up (95 % paired bootstrap CI, baseline and values
         interleaved after each is warm) beside the timing noise floor, per-image quality vs the baseline
@@ -153,10 +157,15 @@ def register(app: typer.Typer) -> None:
             check_output_file(csv_path, "--csv", mkdir=mkdir)
         if outputs is not None:
             check_output_dir(outputs, "--outputs", mkdir=mkdir)
+        from diffbench.core.progress import LiveLine
+        from diffbench.sweep.progress import SweepProgress
+
         console: Any = make_console()
         try:
-            with RunStore.open(store, mkdir=mkdir) as st, console.status("sweep: starting") as status:
-                result = run_sweep(opts, st, on_event=lambda msg: status.update(f"sweep: {msg}"))
+            with RunStore.open(store, mkdir=mkdir) as st, LiveLine.for_cli(quiet) as line:
+                prog = SweepProgress(axis, line.update)
+                prog.event("starting")
+                result = run_sweep(opts, st, on_event=prog.event, on_tick=prog.tick)
         except SweepInterrupted as exc:
             _interrupted(exc, json_path, console)
             raise typer.Exit(130) from None

@@ -52,6 +52,23 @@ class Arm:
     stable: bool = False
 
 
+@dataclass(frozen=True)
+class Tick:
+    """One finished generation of :func:`run_interleaved`, for a progress line.
+
+    phase: ``"warmup"`` or ``"timed"``. arm / arm_index (1-based) / arms: the configuration just run and
+    its place in this round or block (the order is random per block). run / runs: the warmup round (of at
+    most ``runs`` rounds, the cap) or the timed block (of ``runs`` blocks), 1-based.
+    """
+
+    phase: str
+    arm: str
+    arm_index: int
+    arms: int
+    run: int
+    runs: int
+
+
 class ScheduleInfo(BaseModel):
     """How the timed runs were ordered (stored with every run of the session)."""
 
@@ -96,6 +113,7 @@ def run_interleaved(
     max_warmup: int = DEFAULT_MAX_WARMUP,
     window: int = DEFAULT_WINDOW,
     on_event: Callable[[str], None] | None = None,
+    on_tick: Callable[[Tick], None] | None = None,
 ) -> ScheduleInfo:
     """Warm every arm until stable, then time ``blocks`` interleaved blocks; fills each arm's lists.
 
@@ -108,32 +126,37 @@ def run_interleaved(
         max_warmup: at most this many warmup rounds.
         window: the trend test's window (see :mod:`diffbench.core.warmth`).
         on_event: progress messages.
+        on_tick: called after every warmup and timed generation (see :class:`Tick`).
 
     Raises:
         whatever an engine raises (the caller records the failure); KeyboardInterrupt passes through.
     """
     event = on_event or (lambda _m: None)
+    tick = on_tick or (lambda _t: None)
     rng = np.random.Generator(np.random.PCG64(seed + 1))
     need = max(min_warmup, window)
-    for rnd in range(max(max_warmup, need)):
+    rounds = max(max_warmup, need)
+    for rnd in range(rounds):
         todo = [a for a in arms if not (len(a.warmup_s) >= need and is_warm(a.warmup_s, window))]
         if not todo:
             break
-        for i in rng.permutation(len(todo)):
+        for pos, i in enumerate(rng.permutation(len(todo))):
             arm = todo[int(i)]
             t, _ = _time_one(arm, reqs[rnd % len(reqs)])
             arm.warmup_s.append(t)
+            tick(Tick("warmup", arm.name, pos + 1, len(todo), rnd + 1, rounds))
         event(f"warmup round {rnd + 1}: {len(todo)} configuration(s) not yet stable")
     for a in arms:
         a.stable = len(a.warmup_s) >= need and is_warm(a.warmup_s, window)
     orders = block_orders(len(arms), blocks, seed)
     for b, order in enumerate(orders):
         req = request_for_block(reqs, b)
-        for i in order:
+        for pos, i in enumerate(order):
             t, st = _time_one(arms[i], req)
             arms[i].samples_s.append(t)
             if st is not None:
                 arms[i].stages.append(st)
+            tick(Tick("timed", arms[i].name, pos + 1, len(arms), b + 1, blocks))
         event(f"timed block {b + 1}/{blocks}")
     return ScheduleInfo(session_id=uuid.uuid4().hex[:12], seed=seed, blocks=blocks, arms=[a.name for a in arms],
                         orders=orders, window=window, max_warmup=max_warmup)

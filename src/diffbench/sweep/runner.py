@@ -45,7 +45,7 @@ from diffbench.sweep.axes import AXIS_FIELD, CACHE_AXES, describe_cache
 from diffbench.sweep.bootstrap import paired_speedup_ci
 from diffbench.sweep.compare import check_fingerprints
 from diffbench.sweep.engine import CachedEngine
-from diffbench.sweep.interleave import Arm, ScheduleInfo, noise_floor_ci, run_interleaved
+from diffbench.sweep.interleave import Arm, ScheduleInfo, Tick, noise_floor_ci, run_interleaved
 from diffbench.sweep.models import (
     TINY_DEFAULTS,
     TINY_PROMPTS,
@@ -123,8 +123,9 @@ def sweep_identity(opts: SweepOptions, fp: dict[str, object], field: str, reqs: 
 class _Sweep:
     """State of one sweep run; see :func:`run_sweep`."""
 
-    def __init__(self, opts: SweepOptions, store: RunStore, factory: EngineFactory, event: Event) -> None:
-        self.opts, self.store, self.factory, self.event = opts, store, factory, event
+    def __init__(self, opts: SweepOptions, store: RunStore, factory: EngineFactory, event: Event,
+                 tick: Callable[[Tick], None] | None = None) -> None:
+        self.opts, self.store, self.factory, self.event, self.tick = opts, store, factory, event, tick
         self.field = AXIS_FIELD[opts.axis]
         self.is_cache = opts.axis in CACHE_AXES
         self.env = capture_env()
@@ -193,6 +194,7 @@ def run_sweep(
     engine_factory: EngineFactory = create_engine,
     on_event: Event | None = None,
     on_point: Callable[[PointResult], None] | None = None,
+    on_tick: Callable[[Tick], None] | None = None,
 ) -> SweepResult:
     """Run (or resume) a sweep and return its result; everything is stored as it finishes.
 
@@ -203,6 +205,8 @@ def run_sweep(
             value at once during the interleaved timing (plus the baseline's).
         on_event: progress messages for the console.
         on_point: called with each point once all are finished (or found in the store).
+        on_tick: called after every warmup and timed generation of the interleaved session (a progress
+            line: value i of k, run j of n; see :class:`~diffbench.sweep.interleave.Tick`).
 
     Raises:
         UsageError: an axis the pipeline does not support, a stored baseline whose fingerprint differs in
@@ -211,7 +215,7 @@ def run_sweep(
         GenerationError: a generation failed (the runs of the session are stored as failed).
         StoreError: the store is locked, read-only or from a newer schema.
     """
-    s = _Sweep(opts, store, engine_factory, on_event or _quiet)
+    s = _Sweep(opts, store, engine_factory, on_event or _quiet, on_tick)
     inner = engine_factory(opts.engine)
     preflight(opts, inner)
     inner.start()
@@ -619,7 +623,7 @@ def _session(s: _Sweep, engine: Engine, base_fp: dict[str, object], reqs: list[G
         t0 = time.time()
         sched = run_interleaved(arms, reqs, timed_runs(opts, reqs), seed=opts.schedule_seed,
                                 min_warmup=opts.warmup, max_warmup=opts.max_warmup, window=opts.stable_window,
-                                on_event=s.event)
+                                on_event=s.event, on_tick=s.tick)
         span = (t0, time.time())
         for c in cands:
             c.arm.apply()  # requests the warmup and the timed blocks did not reach: one untimed run each
