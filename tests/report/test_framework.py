@@ -92,3 +92,11 @@ def test_loader_errors_name_the_file(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="not a valid bench result"):
         load_result(bad)
     assert detect_kind({"rates": [], "knee": {}}) == "load"
+
+
+def test_long_cells_wrap_and_short_cells_do_not() -> None:
+    long_text = "run `diffbench sweep --axis cache` to confirm this assumption on the deployment"
+    doc = Document(title="x", sections=[Section(id="s", title="S", blocks=[
+        Table(id="t", title="T", headers=["a", "b"], rows=[["12.5", long_text]])])])
+    html = render_html(doc)
+    assert '<td class="wrap">run `diffbench sweep' in html and "<td>12.5</td>" in html

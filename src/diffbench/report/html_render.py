@@ -32,6 +32,7 @@ figcaption,.caption{color:#5b6472;font-size:12px;margin-top:2px}
 table{border-collapse:collapse;font-size:12.5px;margin:6px 0}
 th,td{border-bottom:1px solid #e3e6eb;padding:3px 10px;text-align:right;white-space:nowrap}
 th:first-child,td:first-child{text-align:left}
+td.wrap{white-space:normal;text-align:left;min-width:18em;max-width:44em}
 th{background:#f0f2f5}
 dl.facts{display:grid;grid-template-columns:max-content auto;gap:2px 16px;font-size:13px;margin:6px 0}
 dl.facts dt{color:#5b6472}
@@ -56,9 +57,17 @@ def _plot(b: Plot) -> str:
             f"<h3>{escape(b.title)}</h3>{svg}{cap}</figure>")
 
 
+WRAP_CHARS = 40
+"""A cell longer than this wraps (left-aligned prose); shorter cells (numbers, labels) stay on one line."""
+
+
+def _td(cell: str) -> str:
+    return f'<td class="wrap">{escape(cell)}</td>' if len(cell) > WRAP_CHARS else f"<td>{escape(cell)}</td>"
+
+
 def _table(b: Table) -> str:
     head = "".join(f"<th>{escape(h)}</th>" for h in b.headers)
-    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in b.rows)
+    body = "".join("<tr>" + "".join(_td(c) for c in row) + "</tr>" for row in b.rows)
     cap = f'<div class="caption">{escape(b.caption)}</div>' if b.caption else ""
     return (f'<div data-kind="table" data-block="{escape(b.id)}"><h3>{escape(b.title)}</h3>'
             f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{cap}</div>")
