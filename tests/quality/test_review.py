@@ -270,6 +270,8 @@ CASES = [
     ("lpips-not-in-quality-json", [*REVIEW, "--by", "lpips", "--quality", "{QNOLPIPS}"], 2,
      "no lpips for 12 pair(s)"),
     ("pair-size-mismatch", ["{B}", "{SIZE}", "-o", "{T}/r.html"], 2, "12 pair(s) could not be compared"),
+    ("lpips-without-weights", [*REVIEW, "--by", "lpips", "--lpips-backbone", "{MISSING}"], 3,
+     "LPIPS backbone weights not found at {MISSING}"),
     ("max-worse-without-score", [*REVIEW, "--max-worse", "0.1"], 2, "apply to --score"),
     ("score-without-key", ["--score", "{GOOD}"], 2, "--score needs --key"),
     ("score-with-dirs", ["{B}", "--score", "{GOOD}", "--key", "{K}"], 2, "--score takes no BASELINE"),
@@ -305,3 +307,78 @@ def test_bad_input(bad_ph: dict, capsys, one_line_error, case: str, argv: list[s
     assert "Traceback" not in cap.out + cap.err
     assert not (Path(bad_ph["T"]) / "no").exists()
     assert not (Path(bad_ph["T"]) / "r.html").exists()
+
+
+def _page_pngs(html: str) -> list[np.ndarray]:
+    import base64
+    import io
+
+    return [np.asarray(Image.open(io.BytesIO(base64.b64decode(b))))
+            for b in re.findall(r'src="data:image/png;base64,([^"]+)"', html)]
+
+
+def test_video_pairs_show_their_worst_frame(tmp_path: Path) -> None:
+    # frame folders (path pairing): the candidate differs most in frame 2, so the page shows frame 2
+    rng = np.random.default_rng(3)
+    frames = rng.integers(30, 220, (4, 20, 24, 3), dtype=np.uint8)
+    noisy = frames.copy()
+    for t, sd in enumerate([1.0, 3.0, 12.0, 2.0]):
+        noisy[t] = np.clip(np.rint(frames[t] + rng.normal(0, sd, frames[t].shape)), 0, 255).astype(np.uint8)
+    for side, arr in (("A", frames), ("B", noisy)):
+        (tmp_path / side / "clip").mkdir(parents=True)
+        for t in range(4):
+            Image.fromarray(arr[t]).save(tmp_path / side / "clip" / f"{t:05d}.png")
+    out = tmp_path / "v.html"
+    assert main(["review", str(tmp_path / "A"), str(tmp_path / "B"), "-o", str(out), "--worst", "1", "--random",
+                 "0", "--quiet"]) == 0
+    key = json.loads((tmp_path / "v.key.json").read_text())
+    (p,) = key["pairs"]
+    psnrs = [peak_signal_noise_ratio(frames[t], noisy[t], data_range=255) for t in range(4)]
+    assert p["frame"] == int(np.argmin(psnrs)) == 2 and p["frames"] == 4
+    assert p["value"] == pytest.approx(np.mean(psnrs))  # the pair's PSNR as quality reports it (frame mean)
+    html = out.read_text()
+    left, right = _page_pngs(html)
+    cand, base = (left, right) if p["candidate_side"] == "left" else (right, left)
+    assert np.array_equal(cand, noisy[2]) and np.array_equal(base, frames[2])
+    assert "frame 3 of 4" in html
+
+
+def test_large_images_are_downscaled_and_say_so(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    a = rng.integers(0, 256, (300, 400, 3), dtype=np.uint8)
+    b = a.copy()
+    b[:10] = 0
+    for side, arr in (("A", a), ("B", b)):
+        (tmp_path / side).mkdir()
+        Image.fromarray(arr).save(tmp_path / side / "x.png")
+    out = tmp_path / "big.html"
+    assert main(["review", str(tmp_path / "A"), str(tmp_path / "B"), "-o", str(out), "--max-px", "200",
+                 "--quiet"]) == 0
+    assert [x.shape for x in _page_pngs(out.read_text())] == [(150, 200, 3), (150, 200, 3)]
+    assert "downscaled to 200x150 for the page" in out.read_text()
+
+
+def test_by_lpips_computed_here_equals_quality_lpips(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    from diffbench.quality.lpips import BACKBONE_FILE
+
+    from .conftest import make_random_alexnet_state
+
+    bb = tmp_path / BACKBONE_FILE
+    torch.save(make_random_alexnet_state(2), bb)
+    rng = np.random.default_rng(5)
+    base = {f"p{i:02d}/0": rng.integers(0, 256, (64, 64, 3), dtype=np.uint8) for i in range(5)}
+    cand = {k: np.clip(np.rint(v + rng.normal(0, 4 + 6 * i, v.shape)), 0, 255).astype(np.uint8)
+            for i, (k, v) in enumerate(base.items())}
+    _write_run(tmp_path / "A", base)
+    _write_run(tmp_path / "B", cand)
+    q = tmp_path / "q.json"
+    assert main(["quality", str(tmp_path / "A"), str(tmp_path / "B"), "--no-ms-ssim", "--lpips", "--lpips-backbone",
+                 str(bb), "--json", str(q)]) == 0
+    lp = {p["key"]: p["metrics"]["lpips"] for p in json.loads(q.read_text())["pairs"]}
+    out = tmp_path / "l.html"
+    assert main(["review", str(tmp_path / "A"), str(tmp_path / "B"), "-o", str(out), "--by", "lpips",
+                 "--lpips-backbone", str(bb), "--worst", "2", "--random", "0", "--quiet"]) == 0
+    key = json.loads((tmp_path / "l.key.json").read_text())
+    assert sorted(p["key"] for p in key["pairs"]) == sorted(sorted(lp, key=lp.get, reverse=True)[:2])
+    assert all(p["value"] == pytest.approx(lp[p["key"]], rel=1e-6) for p in key["pairs"])
