@@ -249,6 +249,10 @@ def _bad_setup(tmp: Path, runs: dict) -> dict[str, str]:
     sz = tmp / "size"
     _write_run(sz, {f"p{i:02d}/{i % 2}": np.zeros((24, 30, 3), np.uint8) for i in range(N_PAIRS)})
     ph["SIZE"] = str(sz)
+    for side in ("RA", "RB"):
+        (tmp / side).mkdir()
+        Image.fromarray(np.full((16, 16, 4), 200, np.uint8)).save(tmp / side / "x.png")
+        ph[side] = str(tmp / side)
     return ph
 
 
@@ -272,6 +276,7 @@ CASES = [
     ("pair-size-mismatch", ["{B}", "{SIZE}", "-o", "{T}/r.html"], 2, "12 pair(s) could not be compared"),
     ("lpips-without-weights", [*REVIEW, "--by", "lpips", "--lpips-backbone", "{MISSING}"], 3,
      "LPIPS backbone weights not found at {MISSING}"),
+    ("rgba-under-alpha-reject", ["{RA}", "{RB}", "-o", "{T}/r.html"], 2, "has an alpha channel; choose --alpha"),
     ("max-worse-without-score", [*REVIEW, "--max-worse", "0.1"], 2, "apply to --score"),
     ("score-without-key", ["--score", "{GOOD}"], 2, "--score needs --key"),
     ("score-with-dirs", ["{B}", "--score", "{GOOD}", "--key", "{K}"], 2, "--score takes no BASELINE"),
@@ -341,6 +346,18 @@ def test_video_pairs_show_their_worst_frame(tmp_path: Path) -> None:
     cand, base = (left, right) if p["candidate_side"] == "left" else (right, left)
     assert np.array_equal(cand, noisy[2]) and np.array_equal(base, frames[2])
     assert "frame 3 of 4" in html
+
+
+def test_alpha_policy_reaches_the_pairs_and_the_page(tmp_path: Path) -> None:
+    rgba = np.dstack([np.full((16, 16, 3), 90, np.uint8), np.full((16, 16), 128, np.uint8)])
+    for side in ("A", "B"):
+        (tmp_path / side).mkdir()
+        Image.fromarray(rgba).save(tmp_path / side / "x.png")
+    out = tmp_path / "a.html"
+    assert main(["review", str(tmp_path / "A"), str(tmp_path / "B"), "-o", str(out), "--alpha", "composite-white",
+                 "--quiet"]) == 0
+    expected = np.rint(90 * 128 / 255 + 255 * (1 - 128 / 255))  # over white
+    assert all((x == expected).all() and x.shape == (16, 16, 3) for x in _page_pngs(out.read_text()))
 
 
 def test_large_images_are_downscaled_and_say_so(tmp_path: Path) -> None:

@@ -107,7 +107,7 @@ def _review(baseline: Path | None, candidate: Path | None, output: Path | None, 
         def progress(i: int, n: int) -> None:
             line.update(f"review: scoring pairs {i}/{n}")
 
-        pairs, source, notes = scored_pairs(baseline, candidate, by, quality_json, lpips_backbone, workers,
+        pairs, source, notes = scored_pairs(baseline, candidate, by, quality_json, lpips_backbone, workers, alpha,
                                             progress=progress)
         placed, taken, sel_notes = select_pairs(pairs, by, worst, random, seed)
         k = build_key(baseline, candidate, placed, seed=seed, by=by, source=source, worst=worst,

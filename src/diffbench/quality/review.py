@@ -113,7 +113,7 @@ def _rank(c: Candidate, by: str) -> tuple[float, str]:
 
 
 def scored_pairs(baseline: Path, candidate: Path, by: str, quality_json: Path | None = None,
-                 lpips_backbone: Path | None = None, workers: int = 2,
+                 lpips_backbone: Path | None = None, workers: int = 2, alpha: str = "reject",
                  progress: Callable[[int, int], None] | None = None) -> tuple[list[Candidate], str, list[str]]:
     """Every pair ``quality`` compares, with its review metric.
 
@@ -134,8 +134,8 @@ def scored_pairs(baseline: Path, candidate: Path, by: str, quality_json: Path | 
 
     notes: list[str] = []
     if quality_json is None:
-        opts = QualityOptions(ms_ssim=False, lpips=by == "lpips", lpips_backbone=lpips_backbone, worst=0,
-                              workers=workers)
+        opts = QualityOptions(alpha=alpha, ms_ssim=False, lpips=by == "lpips",  # type: ignore[arg-type]
+                              lpips_backbone=lpips_backbone, worst=0, workers=workers)
         report = compare_dirs(baseline, candidate, opts, progress=progress)
         source = f"{by} computed here by the quality code (diffbench.quality.compare_dirs)"
     else:
