@@ -143,6 +143,15 @@ def test_pairs_are_the_quality_pairs_and_quality_json_metrics_are_used(runs: dic
     assert sorted(p["key"] for p in key_all["pairs"]) == sorted(p["key"] for p in rep["pairs"])
 
 
+def test_identical_pairs_rank_last_and_are_noted(runs: dict, capsys) -> None:
+    out = Path(runs["root"]) / "ident.html"
+    assert main(["review", str(runs["base"]), str(runs["base"]), "-o", str(out), "--worst", "2", "--random", "1",
+                 "--quiet"]) == 0
+    key = json.loads(out.with_name("ident.key.json").read_text())
+    assert [p["value"] for p in key["pairs"]] == ["inf"] * 3  # strict JSON: +inf written as "inf"
+    assert "3 of the 3 chosen pair(s) are pixel-identical" in " ".join(capsys.readouterr().out.split())
+
+
 def test_random_asks_more_than_remain_takes_all_and_says_so(runs: dict, capsys) -> None:
     key, _ = _review(runs, "many", "--worst", "10", "--random", "5")
     assert key["random_taken"] == 2 and len(key["pairs"]) == N_PAIRS

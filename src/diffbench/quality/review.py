@@ -213,6 +213,10 @@ def select_pairs(pairs: list[Candidate], by: str, worst: int, random: int, seed:
     if take:
         idx = rng.choice(len(rest), size=take, replace=False)
         chosen += [(rest[int(i)], "random") for i in idx]
+    same = sum(c.pair.identical for c, _ in chosen)
+    if same:
+        notes.append(f"{same} of the {len(chosen)} chosen pair(s) are pixel-identical (PSNR +inf): a reviewer can "
+                     "only call them the same")
     order = rng.permutation(len(chosen))
     sides = rng.integers(0, 2, size=len(chosen))
     placed = [(chosen[int(i)][0], chosen[int(i)][1], "left" if int(s) == 0 else "right")
