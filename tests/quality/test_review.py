@@ -408,3 +408,20 @@ def test_by_lpips_computed_here_equals_quality_lpips(tmp_path: Path) -> None:
     key = json.loads((tmp_path / "l.key.json").read_text())
     assert sorted(p["key"] for p in key["pairs"]) == sorted(sorted(lp, key=lp.get, reverse=True)[:2])
     assert all(p["value"] == pytest.approx(lp[p["key"]], rel=1e-6) for p in key["pairs"])
+
+
+def test_review_by_psnr_and_score_never_import_torch(runs: dict, tmp_path: Path) -> None:
+    key, _ = _review(runs, "nt", "--worst", "2", "--random", "1")
+    v = tmp_path / "v.json"
+    v.write_text(json.dumps(_verdicts(key, ["same"])))
+    code = (
+        "import sys; from diffbench.cli.main import main; "
+        f"assert main(['review', {str(runs['base'])!r}, {str(runs['cand'])!r}, '-o', {str(tmp_path / 'x.html')!r}, "
+        "'--quiet']) == 0; "
+        f"assert main(['review', '--score', {str(v)!r}, '--key', {str(Path(runs['root']) / 'nt.key.json')!r}]) == 0; "
+        "assert 'torch' not in sys.modules and 'matplotlib' not in sys.modules"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2] / "src"),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert cp.returncode == 0, cp.stderr
