@@ -292,6 +292,7 @@ CASES = [
     ("score-missing-file", ["--score", "{MISSING}", "--key", "{K}"], 2, "--score {MISSING}: no such file"),
     ("score-not-json", ["--score", "{NOTJSON}", "--key", "{K}"], 2, "not JSON"),
     ("score-wrong-kind", ["--score", "{WRONGKIND}", "--key", "{K}"], 2, "is not a verdict file"),
+    ("score-missing-key", ["--score", "{GOOD}", "--key", "{MISSING}"], 2, "--key {MISSING}: no such file"),
     ("score-key-not-a-key", ["--score", "{GOOD}", "--key", "{GOOD}"], 2, "is not a review key"),
     ("score-other-review", ["--score", "{OTHERID}", "--key", "{K}"], 2, "is review 0000000000000000, but --key"),
     ("score-missing-pairs", ["--score", "{PARTIAL}", "--key", "{K}"], 2, "1 of 3 pair(s) have no verdict"),
