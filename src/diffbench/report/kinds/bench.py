@@ -163,17 +163,7 @@ def _steps_section(entries: list[_Entry]) -> Section:
         return Section(id="bench-timeline", title="bench: per-step timeline")
     series = [bp.StepSeries(e.legend, list(e.shape.step_s.per_step_median), list(e.shape.step_s.per_step_p90),
                             e.color) for e in with_steps if e.shape.step_s is not None]
-    width = max(len(e.shape.step_s.per_step_median) for e in with_steps if e.shape.step_s)
-    rows = []
-    for k in range(width):
-        row = [str(k + 1)]
-        for e in with_steps:
-            st = e.shape.step_s
-            assert st is not None
-            row += [ms(st.per_step_median[k]) if k < len(st.per_step_median) else "",
-                    ms(st.per_step_p90[k]) if k < len(st.per_step_p90) else "—"]
-        rows.append(row)
-    headers = ["step"] + [h for e in with_steps for h in (f"{e.legend} median (ms)", f"{e.legend} p90 (ms)")]
+    rows, headers = _steps_rows(with_steps)
     missing = [e.legend for e in with_steps if e.shape.step_s and not e.shape.step_s.per_step_p90]
     cap = ("Each step index over the timed runs (n per index = the timed runs): median solid, p90 dashed "
            "(linear interpolation). A step that is slower than its neighbours (the first step, a cache "
@@ -189,30 +179,57 @@ def _steps_section(entries: list[_Entry]) -> Section:
     ])
 
 
+def _steps_rows(with_steps: list[_Entry]) -> tuple[list[list[str]], list[str]]:
+    """Few steps: a row per series and statistic, a column per step; many steps: a row per step."""
+    width = max(len(e.shape.step_s.per_step_median) for e in with_steps if e.shape.step_s)
+
+    def cell(values: list[float], k: int) -> str:
+        return ms(values[k]) if k < len(values) else "—"
+
+    if width <= 12:
+        rows = []
+        for e in with_steps:
+            st = e.shape.step_s
+            assert st is not None
+            rows.append([e.legend, "median"] + [cell(st.per_step_median, k) for k in range(width)])
+            rows.append([e.legend, "p90"] + [cell(st.per_step_p90, k) for k in range(width)])
+        return rows, ["series", "statistic"] + [f"step {k + 1} (ms)" for k in range(width)]
+    rows = []
+    for k in range(width):
+        row = [str(k + 1)]
+        for e in with_steps:
+            st = e.shape.step_s
+            assert st is not None
+            row += [cell(st.per_step_median, k), cell(st.per_step_p90, k)]
+        rows.append(row)
+    return rows, ["step"] + [h for e in with_steps for h in (f"{e.legend} median (ms)", f"{e.legend} p90 (ms)")]
+
+
 def _stages_section(entries: list[_Entry]) -> Section:
     staged = [e for e in entries if e.shape.stages_s is not None]
     if not staged:
         return Section(id="bench-stage-split", title="bench: stages")
     parts = [{k: getattr(e.shape.stages_s, k) for k, _ in bp.STAGES} for e in staged]
-    rows = []
-    for key, name in (*bp.STAGES, ("end_to_end", "end-to-end")):
-        row = [name]
-        for e in staged:
-            st = e.shape.stages_s
-            assert st is not None
-            mean = getattr(st, key)
-            share = f"{100 * mean / st.end_to_end:.1f} %" if st.end_to_end > 0 else "—"
-            row += [ms(mean), share, ms(st.median.get(key, math.nan))]
-        rows.append(row)
-    headers = ["stage"] + [h for e in staged for h in (f"{e.legend} mean (ms)", "share", "median (ms)")]
+    keys = (*bp.STAGES, ("end_to_end", "end-to-end"))
+    means, medians = [], []
+    for e in staged:
+        st = e.shape.stages_s
+        assert st is not None
+        means.append([e.legend] + [ms(getattr(st, k)) + (f" ({100 * getattr(st, k) / st.end_to_end:.1f} %)"
+                                                           if st.end_to_end > 0 else "") for k, _ in keys])
+        medians.append([e.legend] + [ms(st.median.get(k, math.nan)) for k, _ in keys])
     return Section(id="bench-stage-split", title="bench: stages", blocks=[
         Plot(id="bench-stages", title="Where the time goes (mean per run)",
              figure=bp.stages_figure([e.legend for e in staged], parts),
              caption="Mean seconds per stage over the timed runs; 'other' is end-to-end minus the three stages "
                      "per run, so the bar's length is the mean end-to-end latency (means add up, medians "
                      "do not)."),
-        Table(id="bench-stages-table", title="Stages (timed runs)", rows=rows, headers=headers,
-              caption="Means add up to the end-to-end mean; medians are shown for robustness and do not add up."),
+        Table(id="bench-stages-table", title="Stages: mean per run (ms, share of the end-to-end mean)",
+              rows=means, headers=["series"] + [n for _, n in keys],
+              caption="Means add up to the end-to-end mean (the plotted bars)."),
+        Table(id="bench-stages-median", title="Stages: median per run (ms)", rows=medians,
+              headers=["series"] + [n for _, n in keys],
+              caption="Medians, robust to outliers; they do not add up."),
     ])
 
 
