@@ -212,3 +212,20 @@ def test_a_100_run_bench_report_stays_under_5_mb(tmp_path: Path) -> None:
     assert json.loads(path.read_text())["latency_s"]["n"] == 100
     html = render_html(_doc(path))
     assert len(html.encode("utf-8")) <= 5_000_000
+
+
+def test_a_result_streamed_mid_shape_shows_the_runs_done(runs: dict[str, Path], tmp_path: Path) -> None:
+    """bench --json is rewritten after every run: a shape still running has samples but no summary yet."""
+    data = json.loads(runs["sim"].read_text())
+    running = data["shapes"][0]
+    done = running["samples_s"][:7]
+    running.update(samples_s=done, latency_s=None, stages_s=None, step_s=None, memory=None, repro=None)
+    data["shapes"] = [running]
+    data["partial"] = True
+    path = tmp_path / "streaming.json"
+    path.write_text(json.dumps(data))
+    found = _blocks(_doc(path))
+    assert _cell(found["bench-summary"], ("streaming", running["shape"]), "n") == "7"  # type: ignore[arg-type]
+    ((x, y),) = _cdf_lines(found[f"bench-cdf-{slug(running['shape'])}"]).values()  # type: ignore[arg-type]
+    assert np.interp(0.5, y, x) == pytest.approx(float(np.median(done)) * 1e3, rel=1e-12)
+    assert any(getattr(b, "id", "") == "bench-status-1" for b in found.values())

@@ -51,23 +51,34 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-def _entries(results: list[LoadedResult]) -> list[_Entry]:
-    many = len(results) > 1
+def in_progress(m: BenchResult) -> BenchResult:
+    """A result whose shape was still running when the JSON was written (``bench --json`` streams it after
+    every run) has timed samples but no summary yet: summarize them here (same method), so the page shows
+    the runs done instead of dropping the shape. Finished shapes are untouched."""
+    from diffbench.core.stats import summarize
+
+    shapes = [s.model_copy(update={"latency_s": summarize(s.samples_s)}) if s.latency_s is None and s.samples_s
+              else s for s in m.shapes]
+    return m.model_copy(update={"shapes": shapes})
+
+
+def _entries(models: list[BenchResult], labels: list[str]) -> list[_Entry]:
+    many = len(models) > 1
     out: list[_Entry] = []
-    for i, r in enumerate(results):
-        for s in r.model.shapes:
+    for i, (m, label) in enumerate(zip(models, labels, strict=True)):
+        for s in m.shapes:
             if s.latency_s is None or not s.samples_s:
                 continue
-            legend = f"{r.label} · {s.shape}" if many else s.shape
-            out.append(_Entry(i, r.label, s, COLORS[len(out) % len(COLORS)], legend))
+            legend = f"{label} · {s.shape}" if many else s.shape
+            out.append(_Entry(i, label, s, COLORS[len(out) % len(COLORS)], legend))
     return out
 
 
 def build(results: list[LoadedResult], opts: ReportOptions) -> list[Section]:
     """The bench sections (ids ``bench-...``) of one or several bench results, in command-line order."""
-    models: list[BenchResult] = [r.model for r in results]
+    models: list[BenchResult] = [in_progress(r.model) for r in results]
     labels = [r.label for r in results]
-    entries = _entries(results)
+    entries = _entries(models, labels)
     return [s for s in (
         _conditions_section(models, labels),
         _summary_section(models, labels),
