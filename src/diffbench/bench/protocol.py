@@ -26,6 +26,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
+from diffbench.bench.progress import RunEvent
 from diffbench.bench.result import (
     REPRO_THRESHOLD_DB,
     CacheDecisions,
@@ -39,7 +40,7 @@ from diffbench.bench.result import (
 from diffbench.bench.stability import FIRST_RUN_OUTLIER, timing_notes
 from diffbench.core.clock import Timer, no_sync
 from diffbench.core.psnr import psnr_uint8
-from diffbench.core.stats import percentile_warnings, summarize
+from diffbench.core.stats import percentile, percentile_warnings, summarize
 from diffbench.core.warmth import DEFAULT_WINDOW, is_warm
 from diffbench.engines.base import Engine, GenerationRequest, GenerationResult
 from diffbench.errors import GenerationError
@@ -67,6 +68,7 @@ class BenchConfig(BaseModel):
 
 OutputSink = Callable[[GenerationRequest, np.ndarray], None]
 Progress = Callable[[list[ShapeResult]], None]
+RunProgress = Callable[[RunEvent], None]
 
 
 def group_by_shape(requests: Sequence[GenerationRequest]) -> list[list[GenerationRequest]]:
@@ -102,6 +104,7 @@ class _ShapeRun:
         self.mem_reserved: int | None = None
         self.mem_stage: str | None = None
         self.mem_kind = "none"
+        self.mem_by_stage: dict[str, int] = {}  # stage -> peak bytes over the timed runs (RequestSignals)
         self.pending: list[float] = []
         self.cache: tuple[str, int, int] | None = None  # (name, lookups, hits) over the timed runs
 
@@ -117,6 +120,9 @@ class _ShapeRun:
         if "denoiser_batch" in res.extra:
             self.denoiser_batch = int(res.extra["denoiser_batch"])
         c = res.signals.cache if res.signals is not None else None
+        if res.signals is not None:
+            for stage, peak in res.signals.stage_peak_bytes.items():
+                self.mem_by_stage[stage] = max(self.mem_by_stage.get(stage, 0), int(peak))
         if c is not None:
             _, lookups, hits = self.cache or (c.cache, 0, 0)
             self.cache = (c.cache, lookups + c.lookups, hits + c.hits)
@@ -161,6 +167,7 @@ class _ShapeRun:
             flat = [s for run in self.steps for s in run]
             width = min(len(run) for run in self.steps)
             per_step = [_median([run[i] for run in self.steps]) for i in range(width)]
+            per_step_p90 = [percentile([run[i] for run in self.steps], 90) for i in range(width)]
             r.step_s = StepSummary(
                 median=_median(flat),
                 mean=float(np.mean(flat)),
@@ -168,6 +175,7 @@ class _ShapeRun:
                 n=len(flat),
                 steps_per_run=width,
                 per_step_median=per_step,
+                per_step_p90=per_step_p90,
                 denoiser_calls_per_step=float(np.mean(self.calls)) / max(width, 1),
                 denoiser_batch=self.denoiser_batch,
             )
@@ -179,6 +187,7 @@ class _ShapeRun:
             peak_allocated_bytes=self.mem_alloc,
             peak_reserved_bytes=self.mem_reserved,
             peak_stage=self.mem_stage,
+            stage_peak_bytes=dict(self.mem_by_stage),
         )
         per_call = r.batch / float(np.mean(samples))  # outputs per second per device (mean of the runs)
         if r.frames is None:
@@ -236,6 +245,7 @@ def run_bench(
     timer: Timer | None = None,
     on_output: OutputSink | None = None,
     on_progress: Progress | None = None,
+    on_run: RunProgress | None = None,
 ) -> list[ShapeResult]:
     """Run the protocol over ``requests`` (any mix of shapes) and return one result per shape.
 
@@ -247,6 +257,8 @@ def run_bench(
             (or unsynchronized when ``config.sync`` is False).
         on_output: called with the first output of each distinct request (for ``--save-outputs``).
         on_progress: called with the shapes so far after every timed run (for streaming the JSON).
+        on_run: called with a :class:`~diffbench.bench.progress.RunEvent` after every warmup and timed run,
+            after its clock reads (the live progress line; it must be cheap, it runs between runs).
 
     Raises:
         ShapeError: a request the model cannot take (checked for all shapes before anything runs).
@@ -258,7 +270,8 @@ def run_bench(
     if timer is None:
         timer = Timer(sync=engine.sync if config.sync else no_sync, clock=engine.clock)
     done: list[ShapeResult] = []
-    for group in group_by_shape(requests):
+    groups = group_by_shape(requests)
+    for index, group in enumerate(groups):
         run = _ShapeRun(group[0])
         if run.result.frames is not None:
             run.result.fps, run.result.fps_source = fps, fps_source
@@ -271,6 +284,7 @@ def run_bench(
                 run,
                 on_output,
                 lambda current=run: on_progress(done + [current.result]) if on_progress else None,
+                _emitter(on_run, run.result.shape, index, len(groups), config),
             )
         except GenerationError as exc:
             run.result.error = str(exc)
@@ -286,6 +300,24 @@ def run_bench(
     return done
 
 
+_Emit = Callable[[str, int, float, Sequence[float]], None]
+
+
+def _emitter(on_run: RunProgress | None, shape: str, index: int, shapes: int, cfg: BenchConfig) -> _Emit:
+    """A cheap ``emit(phase, done, last_s, samples)`` that builds a RunEvent only when someone listens."""
+
+    def emit(phase: str, done: int, last_s: float, samples: Sequence[float]) -> None:
+        if on_run is None:
+            return
+        warm = phase == "warmup"
+        total = (None if cfg.warmup_auto else cfg.warmup) if warm else cfg.runs
+        on_run(RunEvent(shape=shape, shape_index=index, shapes=shapes, phase="warmup" if warm else "timed",
+                        done=done, total=total, last_s=last_s, samples_s=samples,
+                        max_total=cfg.max_warmup if warm and cfg.warmup_auto else None))
+
+    return emit
+
+
 def _run_shape(
     engine: Engine,
     group: list[GenerationRequest],
@@ -294,6 +326,7 @@ def _run_shape(
     run: _ShapeRun,
     on_output: OutputSink | None,
     progress: Callable[[], None],
+    emit: _Emit,
 ) -> None:
     i = 0
     while (not is_warm(run.result.warmup_s) and i < cfg.max_warmup) if cfg.warmup_auto else i < cfg.warmup:
@@ -302,6 +335,7 @@ def _run_shape(
         t1 = timer.now_ns()
         run.result.warmup_s.append((t1 - t0) / 1e9)
         i += 1
+        emit("warmup", i, run.result.warmup_s[-1], ())
     if cfg.warmup_auto and not is_warm(run.result.warmup_s):
         w = run.result.warmup_s
         run.result.warnings.append(Note(code="warmup_not_stable", message=(
@@ -340,6 +374,7 @@ def _run_shape(
             if on_output:
                 on_output(req, res.images)
         progress()
+        emit("timed", i + 1, e2e, run.result.samples_s)
     if on_output:  # every request of the workload gets a saved output, even if runs < len(workload)
         for req in group:
             if (req.prompt_id, req.seed) not in seen:

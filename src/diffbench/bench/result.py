@@ -44,8 +44,10 @@ class StagesSummary(BaseModel):
 class StepSummary(BaseModel):
     """Per-step statistics over every step of every timed run (seconds).
 
-    ``per_step_median`` has one entry per step index; ``denoiser_calls_per_step`` is 2 when CFG runs as
-    two forwards; ``denoiser_batch`` is 2 × batch when CFG is batched into one forward.
+    ``per_step_median`` and ``per_step_p90`` have one entry per step index (over the timed runs; p90 by
+    :func:`diffbench.core.stats.percentile`; empty in results written before it was recorded);
+    ``denoiser_calls_per_step`` is 2 when CFG runs as two forwards; ``denoiser_batch`` is 2 × batch when CFG
+    is batched into one forward.
     """
 
     median: float
@@ -54,17 +56,24 @@ class StepSummary(BaseModel):
     n: int
     steps_per_run: int
     per_step_median: list[float]
+    per_step_p90: list[float] = []
     denoiser_calls_per_step: float
     denoiser_batch: int | None = None
 
 
 class MemoryResult(BaseModel):
-    """Peak memory (bytes) over the timed runs: CUDA allocated/reserved, or CPU resident-set growth."""
+    """Peak memory (bytes) over the timed runs: CUDA allocated/reserved, or CPU resident-set growth.
+
+    ``stage_peak_bytes``: the peak of each stage (``text_encode``, ``denoise``, ``vae_decode``, ``other``)
+    over the timed runs, when the engine measures it per stage (the instrumented diffusers pipeline); empty
+    otherwise (the simulator records only the overall peak and its stage).
+    """
 
     kind: str
     peak_allocated_bytes: int | None
     peak_reserved_bytes: int | None
     peak_stage: str | None
+    stage_peak_bytes: dict[str, int] = {}
 
 
 class ReproResult(BaseModel):
@@ -179,6 +188,8 @@ class Conditions(BaseModel):
     hardware: str
     driver: str | None
     cuda: str | None
+    seeds: list[int] = []  # the workload's seeds (each prompt runs with each seed)
+    prompts: int | None = None  # distinct prompts in the workload
 
 
 class Protocol(BaseModel):

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from diffbench.bench.limits import ShapeSpec
 from diffbench.bench.outputs import OutputWriter
-from diffbench.bench.protocol import BenchConfig, run_bench
+from diffbench.bench.protocol import BenchConfig, RunProgress, run_bench
 from diffbench.bench.result import BenchResult, Conditions, Note, Protocol, ShapeResult
 from diffbench.core.env import capture_env
 from diffbench.core.fingerprint import deployment_fingerprint
@@ -157,6 +157,8 @@ def _conditions(
         hardware=env_hw,
         driver=driver,
         cuda=cuda,
+        seeds=list(dict.fromkeys(r.seed for r in requests)),
+        prompts=len({r.prompt_id for r in requests}),
     )
 
 
@@ -180,8 +182,12 @@ def run_session(
     opts: BenchOptions,
     engine: Engine | None = None,
     on_update: Callable[[BenchResult], None] | None = None,
+    on_run: RunProgress | None = None,
 ) -> BenchResult:
     """Run the whole bench and return the final result; the JSON (if asked) is rewritten as runs finish.
+
+    ``on_update`` gets the (partial) result after every timed run; ``on_run`` gets a
+    :class:`~diffbench.bench.progress.RunEvent` after every warmup and timed run (the live progress line).
 
     On KeyboardInterrupt the partial result is written (``partial: true``, ``interrupted: true``) and the
     interrupt is re-raised.
@@ -236,7 +242,8 @@ def run_session(
                 on_update(state["result"])
 
         try:
-            shapes = run_bench(engine, requests, opts.protocol, on_output=writer, on_progress=progress)
+            shapes = run_bench(engine, requests, opts.protocol, on_output=writer, on_progress=progress,
+                               on_run=on_run)
         except KeyboardInterrupt:
             partial = assemble(state["result"].shapes, partial=True, interrupted=True)
             _write(opts, partial, markdown=True)

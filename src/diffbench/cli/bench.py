@@ -120,6 +120,10 @@ def register(app: typer.Typer) -> None:
         mkdir: bool = typer.Option(
             False, "--mkdir", help="Create missing parent directories of --json, --markdown, --save-outputs."
         ),
+        quiet: bool = typer.Option(
+            False, "--quiet", "-q", help="No live progress line on stderr (it is off anyway when stderr is not a "
+            "terminal; DIFFBENCH_PROGRESS=always|never overrides)."
+        ),
         sim_compile_s: float = typer.Option(5.0, help="[sim] first-call compile cost per shape (s)."),
         sim_step_s: float = typer.Option(0.04, help="[sim] per-step time at 1024x1024 (s)."),
         sim_jitter: float = typer.Option(0.02, help="[sim] relative jitter (log-normal sd)."),
@@ -207,9 +211,19 @@ def register(app: typer.Typer) -> None:
             markdown_path=markdown_path,
             save_outputs=save_outputs,
         )
+        from diffbench.bench.progress import RunEvent, progress_text
+        from diffbench.core.progress import LiveLine
+
         latest: dict[str, BenchResult] = {}  # the newest (partial) result, for the Ctrl-C summary
         try:
-            result = run_session(opts, on_update=lambda r: latest.__setitem__("r", r))
+            with LiveLine.for_cli(quiet) as line:
+                line.update(f"starting {engine} {model} ...")
+
+                def on_run(ev: RunEvent) -> None:
+                    line.update(progress_text(ev))
+
+                result = run_session(opts, on_update=lambda r: latest.__setitem__("r", r),
+                                     on_run=on_run if line.enabled else None)
         except ShapeError as exc:
             raise ShapeError(f"{shape_option(str(exc), shapes)}: {exc}") from None
         except KeyboardInterrupt:
