@@ -280,3 +280,15 @@ def test_markdown_has_the_tables_and_pngs(load_json: Path, tmp_path: Path) -> No
     for r in data["rates"]:
         assert f"| {r['offered_rate']:g} req/s | {r['n']} | {r['n_ok']} |" in text
     assert data["knee"]["reason"] in text
+
+
+def test_an_interrupted_result_says_so(sim_json: Path, tmp_path: Path) -> None:
+    from diffbench.load.knee import SweepResult
+
+    res = SweepResult.model_validate_json(sim_json.read_text())
+    cut = tmp_path / "cut.json"
+    cut.write_text(res.model_copy(update={"partial": True, "interrupted": True}).model_dump_json())
+    found = _by_id(_doc(cut))
+    assert "stopped early" in found["load-partial-0"].text and found["load-partial-0"].level == "warn"
+    assert ("partial", "yes (interrupted)") in found["load-result-0"].items
+    assert "load-latency" in found  # the rows it has are still plotted
