@@ -521,7 +521,12 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
     if progress_enabled(o.quiet, sys.stderr):
         from rich.console import Console as _Console
 
-        monitor = LoadProgress(_Console(stderr=True))
+        from diffbench.core.progress import ENV as _PROGRESS_ENV
+
+        # DIFFBENCH_PROGRESS=always draws on a pipe too (as LiveLine.for_cli): a Live on a console that is
+        # not a terminal draws nothing, so the forced line would silently vanish
+        forced = os.environ.get(_PROGRESS_ENV, "").strip().lower() == "always"
+        monitor = LoadProgress(_Console(stderr=True, force_terminal=True if forced else None))
     row_monitor = monitor  # the progress line; with --scrape wrapped so each run is also a scrape window
     if scraper is not None:
         from diffbench.load.scrape import ScrapeMonitor

@@ -9,7 +9,22 @@ from typing import IO, TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:
-    from diffbench.load.simulator import SimRun
+    from diffbench.core.progress import LiveLine
+    from diffbench.load.simulator import SimProgress, SimRun
+
+
+def _progress_text(p: SimProgress, elapsed_s: float) -> str:
+    """The live line: ``simulate: rate 2/5 (1.2 req/s)  12,345 of ~40,000 requests simulated  1.3s``."""
+    kind = "user count" if p.label.endswith("users") else "rate"
+    head = f"simulate: done, {p.rows} {kind}(s)" if p.finished else f"simulate: {kind} {p.row}/{p.rows} ({p.label})"
+    return f"{head}  {p.done:,} of ~{p.expected:,.0f} requests simulated  {elapsed_s:.1f}s"
+
+
+def _progress_callback(line: LiveLine) -> Callable[[SimProgress], None]:
+    def update(p: SimProgress) -> None:
+        line.update(_progress_text(p, line.elapsed_s()))
+
+    return update
 
 
 def _jsonl_writer(handle: IO[str]) -> Callable[[SimRun], None]:
@@ -61,6 +76,8 @@ def register(app: typer.Typer) -> None:
         max_requests: int = typer.Option(1_000_000, "--max-requests", min=1,
                                          help="Refuse a rate / user count that would simulate more requests "
                                               "than this (checked before anything is drawn)."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="No live progress line on stderr (drawn only "
+                                   "when stderr is a terminal; DIFFBENCH_PROGRESS=always|never overrides)."),
     ) -> None:
         """Simulate c devices with a FCFS queue under open- or closed-loop load; print the per-rate table."""
         import math
@@ -69,6 +86,7 @@ def register(app: typer.Typer) -> None:
 
         from diffbench.core.jsonio import write_json_atomic
         from diffbench.core.outpath import check_output_file
+        from diffbench.core.progress import LiveLine
         from diffbench.errors import UsageError
         from diffbench.load.schedules import parse_int_list, parse_rate_list, spec_from_cli
         from diffbench.load.simulator import SimConfig, simulate_sweep
@@ -120,11 +138,13 @@ def register(app: typer.Typer) -> None:
             slo_s=slo, seed=seed, max_requests=max_requests,
         )
         console = Console()
-        if jsonl_path is not None:
-            with jsonl_path.open("w") as handle:
-                result = simulate_sweep(config, on_run=_jsonl_writer(handle))
-        else:
-            result = simulate_sweep(config)
+        with LiveLine.for_cli(quiet) as line:
+            on_progress = _progress_callback(line) if line.enabled else None
+            if jsonl_path is not None:
+                with jsonl_path.open("w") as handle:
+                    result = simulate_sweep(config, on_run=_jsonl_writer(handle), on_progress=on_progress)
+            else:
+                result = simulate_sweep(config, on_progress=on_progress)
         print_sweep(result, console, title=f"simulate · {m} loop · {devices} device(s)")
         if json_path is not None:
             write_json_atomic(json_path, result.model_dump())

@@ -248,7 +248,26 @@ def service_of(config: SimConfig) -> ServiceTime:
     return load_service_samples(config.service_from or "")
 
 
-def simulate_sweep(config: SimConfig, on_run: Callable[[SimRun], None] | None = None) -> SweepResult:
+@dataclass(frozen=True)
+class SimProgress:
+    """Where a simulated sweep stands (for a progress line).
+
+    ``row`` is 1-based (0 before the first row starts), ``rows`` the row count, ``label`` the row's load
+    (``"1.2 req/s"`` / ``"8 users"``), ``done`` the requests simulated so far over all rows and
+    ``expected`` the estimate of the whole sweep's requests (:func:`expected_requests`), ``finished``
+    true once every row is done.
+    """
+
+    row: int
+    rows: int
+    label: str
+    done: int
+    expected: float
+    finished: bool = False
+
+
+def simulate_sweep(config: SimConfig, on_run: Callable[[SimRun], None] | None = None,
+                   on_progress: Callable[[SimProgress], None] | None = None) -> SweepResult:
     """Simulate every rate (open loop) or user count (closed loop) of ``config`` and analyse the sweep.
 
     Each row ``i`` draws from ``numpy.random.SeedSequence([seed, i])`` (arrivals and service streams
@@ -257,6 +276,8 @@ def simulate_sweep(config: SimConfig, on_run: Callable[[SimRun], None] | None = 
     Args:
         config: the simulation.
         on_run: called with each :class:`SimRun` as it finishes (e.g. to stream records to JSONL).
+        on_progress: called with a :class:`SimProgress` when each row starts, when it ends and once at the
+            end (a few calls per row, never per request: the simulation loop stays untouched).
 
     Raises:
         UsageError: no rates / users for the mode, or an invalid option (see :func:`service_of`).
@@ -265,7 +286,8 @@ def simulate_sweep(config: SimConfig, on_run: Callable[[SimRun], None] | None = 
     think = parse_service(config.think, option="--think") if config.think else None
     if config.devices > MAX_DEVICES:
         raise UsageError(f"--devices {config.devices:,} is above {MAX_DEVICES:,}; simulate fewer devices")
-    for label, expected in expected_requests(config, service, think):
+    expected_rows = expected_requests(config, service, think)
+    for label, expected in expected_rows:
         if not expected <= config.max_requests:
             raise UsageError(f"{label} x --duration {config.duration_s:g} s makes ~{expected:.3g} requests, above "
                              f"--max-requests {config.max_requests:,}; shorten --duration, lower the load, or "
@@ -286,7 +308,21 @@ def simulate_sweep(config: SimConfig, on_run: Callable[[SimRun], None] | None = 
         if not config.users:
             raise UsageError("closed loop needs --users N1,N2,...")
         runs = [(i, None, u) for i, u in enumerate(config.users)]
+    expected_total = float(sum(e for _, e in expected_rows))
+    simulated = 0
+
+    def report(row: int, label: str, finished: bool = False) -> None:
+        if on_progress is not None:
+            on_progress(SimProgress(row=row, rows=len(runs), label=label, done=simulated, expected=expected_total,
+                                    finished=finished))
+
+    label = ""
     for i, rate, users in runs:
+        if users is not None:
+            label = f"{users} users"
+        else:
+            label = spec.kind if spec.kind in ("ramp", "trace") or rate is None else f"{rate:g} req/s"
+        report(i + 1, label)
         arr_rng, svc_rng = (np.random.default_rng(s) for s in np.random.SeedSequence([config.seed, i]).spawn(2))
         if users is None:
             row_spec = spec.with_rate(rate) if spec.kind not in ("ramp", "trace") and rate else spec
@@ -302,6 +338,9 @@ def simulate_sweep(config: SimConfig, on_run: Callable[[SimRun], None] | None = 
         if on_run is not None:
             on_run(run)
         rows.append(run.summary(config.slo_s))
+        simulated += int(run.intended.size)
+        report(i + 1, label)
+    report(len(runs), label, finished=True)
     conditions = {
         "devices": str(config.devices),
         "service": service.text,
@@ -337,6 +376,7 @@ def _trace_rate(arrivals: np.ndarray, duration: float) -> float | None:
 __all__ = [
     "MAX_REQUESTS",
     "SimConfig",
+    "SimProgress",
     "expected_requests",
     "SimRun",
     "fcfs_completions",

@@ -1,11 +1,216 @@
-"""Report sections of a load result (placeholder: the load builder is being written)."""
+"""Report sections of ``diffbench load`` and ``diffbench simulate`` results (both :class:`SweepResult`).
+
+Sections, with every block id prefixed ``load-``:
+
+- ``load-summary``: per result its source and mode, the SLO, the knee and why, the capacity and where it
+  came from, request totals and outcomes, and its warnings; a result with no rows (the warm-up failed) or
+  one stopped early says so here instead of plotting nothing silently.
+- ``load-plots`` (``load-open-plots`` / ``load-closed-plots`` when open- and closed-loop results are mixed,
+  since their x axes differ: offered rate vs users): latency p50/p99 from arrival vs load with knee and SLO
+  lines; achieved, ok and goodput rates vs offered (y = x) or vs users; outcome stacks per row;
+  first-half vs second-half p50 (divergence); client send lag p50/p99. Several results are overlaid, one
+  colour per result, each with its own knee line (plots in :mod:`diffbench.report.kinds.load_plots`).
+- ``load-rows``: per result a table of every plotted number per row, the row warnings and the run's
+  conditions (devices and service of a simulation; url, shapes, arrival, seed of a load run).
+"""
 
 from __future__ import annotations
 
-from diffbench.report.document import Note, Section
+import math
+
+from diffbench.load.knee import SweepResult
+from diffbench.load.summary import RateSummary
+from diffbench.report.document import Block, Facts, Note, Plot, Section, Table
 from diffbench.report.kinds import ReportOptions
+from diffbench.report.kinds.load_plots import (
+    Series,
+    divergence_plot,
+    divergence_rows,
+    knee_x,
+    lag_plot,
+    latency_plot,
+    outcome_kinds,
+    outcomes_plot,
+    rates_plot,
+    row_label,
+)
 from diffbench.report.loader import LoadedResult
+
+METHOD = "percentiles by linear interpolation (diffbench.core.stats, numpy 'linear')"
+
+
+def num(v: float | None, digits: int = 4) -> str:
+    """A number as the tables show it (``digits`` significant digits; ``"—"`` for None / NaN)."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "—"
+    return f"{v:.{digits}g}"
+
+
+def ms(v: float | None) -> str:
+    """Seconds shown in ms (4 significant digits)."""
+    return "—" if v is None or not math.isfinite(v) else num(v * 1e3)
+
+
+def _source(r: LoadedResult) -> str:
+    return f"{r.model.source}: {r.label}"
+
+
+def _flags(res: SweepResult, i: int, row: RateSummary) -> str:
+    out = []
+    if res.knee.index == i:
+        out.append("KNEE")
+    if row.unstable:
+        out.append("UNSTABLE")
+    elif row.saturated:
+        out.append("SATURATED")
+    return " ".join(out)
+
+
+def summary_blocks(i: int, r: LoadedResult) -> list[Block]:
+    """The knee, capacity and totals of result ``i``, its no-rows / partial notes and its sweep warnings."""
+    res: SweepResult = r.model
+    if res.capacity_rps is None:
+        capacity = "none (no request succeeded)"
+    else:
+        capacity = (f"{res.capacity_rps:.4g} ok/s ({'saturated' if res.capacity_saturated else 'lower bound'}; "
+                    f"from {res.capacity_source or 'the rows'})")
+    outcomes = ", ".join(f"{k} {v}" for k, v in res.outcomes.items() if v) or "none"
+    items = [("source", f"{res.source}, {res.mode} loop, {len(res.rates)} row(s)"),
+             ("SLO", "none" if res.slo_s is None else f"p99 latency from arrival ≤ {res.slo_s:g} s"),
+             ("knee", f"{res.knee.method}: {res.knee.reason}"), ("capacity", capacity),
+             ("requests", f"{res.n} ({res.n_ok} ok, {res.failed_fraction:.1%} failed)"), ("outcomes", outcomes)]
+    if res.partial or res.interrupted:
+        items.append(("partial", "yes (interrupted)" if res.interrupted else "yes"))
+    blocks: list[Block] = [Facts(id=f"load-result-{i}", title=_source(r), items=items)]
+    if not res.rates:
+        warm = ", ".join(f"{k} {v}" for k, v in res.warmup_outcomes.items()) or "none"
+        blocks.append(Note(id=f"load-empty-{i}", level="warn",
+                           text=f"{_source(r)}: nothing was measured, so there is nothing to plot. "
+                                f"{res.error or 'The result has no rows.'} (warm-up outcomes: {warm})"))
+    elif res.error:
+        blocks.append(Note(id=f"load-error-{i}", level="warn", text=f"{_source(r)}: {res.error}"))
+    if res.rates and (res.partial or res.interrupted):
+        blocks.append(Note(id=f"load-partial-{i}", level="warn",
+                           text=f"{_source(r)}: a partial result (the run was stopped early); the last row "
+                                "covers a shorter window than planned"))
+    for j, w in enumerate(res.warnings):
+        blocks.append(Note(id=f"load-warn-{i}-{j}", level="warn", text=f"{r.label}: {w}"))
+    return blocks
+
+
+def conditions_facts(i: int, r: LoadedResult) -> Facts:
+    """The run's conditions as stored with result ``i`` (devices, service, url, arrival, seed ...)."""
+    items = [("file", str(r.path)), *r.model.conditions.items()]
+    return Facts(id=f"load-conditions-{i}", title=f"{_source(r)}: conditions", items=items)
+
+
+def rows_table(i: int, r: LoadedResult) -> Table:
+    """Every plotted number per row of result ``i`` (latencies in ms, rates in req/s)."""
+    res: SweepResult = r.model
+    kinds = outcome_kinds([(r.label, res)])
+    head = ["users" if res.mode == "closed" else "offered (req/s)", "n", "n ok", "sent/s", "ok/s", "goodput/s",
+            "completed/s", "failed", "p50 (ms)", "p90 (ms)", "p99 (ms)", "p99.9 (ms)", "p99 send (ms)",
+            "lag p50 (ms)", "lag p99 (ms)", "1st half p50 (ms)", "2nd half p50 (ms)",
+            *(f"{k}" for k in kinds), "flags"]
+    rows = []
+    for j, row in enumerate(res.rates):
+        la, d = row.latency_from_arrival_s, row.divergence
+        rows.append([row_label(row), str(row.n), str(row.n_ok), num(row.sent_rate), num(row.ok_rate),
+                     num(row.goodput), num(row.completed_rate), f"{row.failed_fraction:.1%}",
+                     ms(la.p50), ms(la.p90), ms(la.p99), ms(la.p999), ms(row.latency_from_send_s.p99),
+                     ms(row.lag_s.p50), ms(row.lag_s.p99), ms(d.first_half_p50_s), ms(d.second_half_p50_s),
+                     *(str(row.outcomes.get(k, 0)) for k in kinds), _flags(res, j, row)])
+    knee = knee_x(res)
+    cap = (f"latency from intended arrival over ok requests, {METHOD}; rates over each row's window "
+           "(ok/s counts successes only; goodput: ok within the SLO / --goodput); lag = sent − intended; halves "
+           "split the arrival window (divergence check, — where a half had too few requests). Knee: "
+           f"{'none' if knee is None else f'{knee:g}'} ({res.knee.method}).")
+    return Table(id=f"load-rows-{i}", title=f"{_source(r)}: rows", headers=head, rows=rows, caption=cap)
+
+
+def row_warnings_table(i: int, r: LoadedResult) -> Table | None:
+    lines = [[row_label(row), w] for row in r.model.rates for w in row.warnings]
+    if not lines:
+        return None
+    return Table(id=f"load-rowwarn-{i}", title=f"{_source(r)}: row warnings", headers=["row", "warning"],
+                 rows=lines)
+
+
+def _n_range(series: Series) -> str:
+    ns = [row.n_ok for _, res in series for row in res.rates]
+    lo, hi = min(ns), max(ns)
+    return f"n = {lo}" if lo == hi else f"n = {lo}–{hi}"
+
+
+def plot_blocks(prefix: str, series: Series) -> list[Block]:
+    """The plots of results of one mode (``series`` non-empty, every result with rows)."""
+    mode = series[0][1].mode
+    n = _n_range(series)
+    blocks: list[Block] = []
+    bid = f"{prefix}-latency"
+    blocks.append(Plot(id=bid, title="Latency from arrival vs load", figure=latency_plot(bid, series),
+                       caption=f"p50 (dashed) and p99 (solid) latency from intended arrival of ok requests, "
+                               f"{n} ok requests per row (see the rows table), {METHOD}. Dotted vertical: the "
+                               "knee; red dashed: the SLO. Log scale when the values span > 30×."))
+    bid = f"{prefix}-rates"
+    what = ("achieved (sent/s), ok/s and goodput against the offered rate; grey dashed y = x (a client that "
+            "keeps the schedule)" if mode == "open" else "ok/s and goodput against the user count")
+    blocks.append(Plot(id=bid, title="Throughput vs load", figure=rates_plot(bid, series),
+                       caption=f"{what}; dash-dot: the capacity estimate (highest ok rate). Only ok requests "
+                               "count as throughput."))
+    bid = f"{prefix}-outcomes"
+    blocks.append(Plot(id=bid, title="Outcomes per row", figure=outcomes_plot(bid, series),
+                       caption="Requests per row by outcome, stacked (counts in the rows table)."))
+    checked = [(label, res) for label, res in series if divergence_rows(res)]
+    if checked:
+        bid = f"{prefix}-divergence"
+        blocks.append(Plot(id=bid, title="First half vs second half of each window",
+                           figure=divergence_plot(bid, checked),
+                           caption="p50 latency from arrival of requests arriving in the first and in the "
+                                   "second half of each row's window; a growing second half (red cross: "
+                                   "flagged unstable) means the queue grows with the test's duration."))
+    else:
+        reasons = sorted({row.divergence.reason for _, res in series for row in res.rates})
+        blocks.append(Note(id=f"{prefix}-divergence-note",
+                           text="first-half vs second-half latency: not checked in any row ("
+                                + "; ".join(reasons) + ")"))
+    has_lag = [any(row.lag_s.n and row.lag_s.max > 0 for row in res.rates) for _, res in series]
+    lagged = [s for s, lag in zip(series, has_lag, strict=True) if lag]
+    if lagged:
+        bid = f"{prefix}-lag"
+        blocks.append(Plot(id=bid, title="Client send lag", figure=lag_plot(bid, lagged),
+                           caption=f"send lag (actual send − intended arrival) p50 and p99 in ms over the sent "
+                                   f"requests of each row, {METHOD}; red dashed: the 10 ms warning."))
+    if len(lagged) < len(series):
+        names = ", ".join(label for (label, _), lag in zip(series, has_lag, strict=True) if not lag)
+        blocks.append(Note(id=f"{prefix}-lag-note",
+                           text=f"send lag is 0 in every row of {names} (a simulated client is never late), "
+                                "so it is not plotted"))
+    return blocks
 
 
 def build(results: list[LoadedResult], opts: ReportOptions) -> list[Section]:
-    return [Section(id="load", title="load", blocks=[Note(id="load-todo", text="not yet rendered")])]
+    """Sections of one or several load / simulate results (overlaid; see the module docstring)."""
+    summary: list[Block] = []
+    for i, r in enumerate(results):
+        summary += summary_blocks(i, r)
+    sources = sorted({r.model.source for r in results})
+    sections = [Section(id="load-summary", title=f"{' + '.join(sources)}: knee and capacity", blocks=summary)]
+    with_rows = [(i, r) for i, r in enumerate(results) if r.model.rates]
+    modes = [m for m in ("open", "closed") if any(r.model.mode == m for _, r in with_rows)]
+    for mode in modes:
+        series = [(r.label, r.model) for _, r in with_rows if r.model.mode == mode]
+        prefix = "load" if len(modes) == 1 else f"load-{mode}"
+        sections.append(Section(id=f"{prefix}-plots", title=f"{' + '.join(sources)}: {mode} loop",
+                                blocks=plot_blocks(prefix, series)))
+    tables: list[Block] = []
+    for i, r in enumerate(results):
+        if r.model.rates:
+            tables.append(rows_table(i, r))
+            extra = row_warnings_table(i, r)
+            if extra is not None:
+                tables.append(extra)
+        tables.append(conditions_facts(i, r))
+    sections.append(Section(id="load-rows", title=f"{' + '.join(sources)}: every row and the conditions",
+                            blocks=tables))
+    return sections
