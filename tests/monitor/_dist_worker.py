@@ -14,8 +14,12 @@ def run(rank: int, world: int, port: int, outdir: str, sleep_s: float, steps: in
 
     from .toypipe import ToyDenoiser, ToyPipe
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=60))
+    # A file store, not tcp://: with a TCP store rank 0 hosts the store and may tear it down while rank 1
+    # is still inside destroy_process_group, which aborted rank 1 once on a loaded machine ("terminate
+    # called without an active exception", SIGABRT). ``port`` is kept for the caller's signature.
+    del port
+    dist.init_process_group("gloo", init_method=Path(outdir, "pg_store").resolve().as_uri(), rank=rank,
+                            world_size=world, timeout=datetime.timedelta(seconds=60))
     try:
         pipe = ToyPipe(ToyDenoiser(gather_after_s=sleep_s if rank == 1 else 0.0))
         inst = attach(pipe, device="cpu", flops=False)
