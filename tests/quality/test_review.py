@@ -302,6 +302,11 @@ CASES = [
     ("score-max-worse-above-1", ["--score", "{GOOD}", "--key", "{K}", "--max-worse", "1.5"], 2, "in (0, 1]"),
     ("score-max-worse-zero", ["--score", "{GOOD}", "--key", "{K}", "--max-worse", "0"], 2, "in (0, 1]"),
     ("score-confidence-1", ["--score", "{GOOD}", "--key", "{K}", "--confidence", "1"], 2, "must be in (0, 1)"),
+    ("output-inside-baseline", ["{B}", "{C}", "-o", "{B}/r.html"], 2, "is inside the input directory"),
+    ("key-inside-candidate", [*REVIEW, "--key", "{C}/manifest.json"], 2, "is inside the input directory"),
+    ("score-json-is-the-verdicts", ["--score", "{GOOD}", "--key", "{K}", "--json", "{GOOD}"], 2,
+     "is also an input"),
+    ("score-json-is-the-key", ["--score", "{GOOD}", "--key", "{K}", "--json", "{K}"], 2, "is also an input"),
     ("score-json-missing-parent", ["--score", "{GOOD}", "--key", "{K}", "--json", "{T}/no/s.json"], 2,
      "pass --mkdir"),
 ]

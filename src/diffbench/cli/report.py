@@ -25,10 +25,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Render saved results as a page people look at: plots, tables, worst images.
 
-        The HTML has every script, style and image inline: it opens with no network access.
+        The HTML has every style, plot and image inline and no script: it opens with no network access.
         """
+        import math
+        import os
+
         from diffbench.core.jsonio import write_text_atomic
-        from diffbench.core.outpath import check_output_file
+        from diffbench.core.outpath import check_not_an_input, check_output_file
         from diffbench.core.progress import LiveLine
         from diffbench.errors import UsageError
         from diffbench.report.build import build_document
@@ -36,7 +39,20 @@ def register(app: typer.Typer) -> None:
 
         if fmt not in ("html", "markdown"):
             raise UsageError(f"--format {fmt!r}: use html or markdown")
+        if not math.isfinite(amplify):
+            raise UsageError(f"--amplify {amplify}: a finite gain >= 1, e.g. 10")
+        suffix = output.suffix.lower()
+        if (fmt == "html" and suffix in (".md", ".markdown")) or (fmt == "markdown" and suffix in (".html", ".htm")):
+            raise UsageError(f"-o {output} with --format {fmt}: the suffix says the other format; use "
+                             f"{'--format markdown' if fmt == 'html' else 'an .md name'}")
         check_output_file(output, "-o", mkdir=mkdir)
+        check_not_an_input(output, "-o", files=results)
+        seen: dict[str, Path] = {}
+        for r in results:
+            real = os.path.realpath(r)
+            if real in seen:
+                raise UsageError(f"{r} is given twice (also as {seen[real]}); a report overlays different results")
+            seen[real] = r
         opts = ReportOptions(worst=worst, amplify=amplify)
         with LiveLine.for_cli(quiet) as line:
             doc = build_document(results, opts, title=title, on_step=line.update)

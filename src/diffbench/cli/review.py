@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
         json_out: Path | None = typer.Option(None, "--json", help="With --score: write the result as JSON "
                                              "('-' for stdout, instead of the table)."),
         mkdir: bool = typer.Option(False, "--mkdir", help="Create missing parent directories of the outputs."),
-        quiet: bool = typer.Option(False, "--quiet", help="No progress line on stderr."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress line on stderr."),
     ) -> None:
         """Blind A/B review: a page to judge left/right pairs, then --score the saved verdicts."""
         if score_path is not None:
@@ -68,7 +68,7 @@ def _review(baseline: Path | None, candidate: Path | None, output: Path | None, 
     from rich.console import Console
 
     from diffbench.core.jsonio import write_json_atomic, write_text_atomic
-    from diffbench.core.outpath import check_output_file
+    from diffbench.core.outpath import check_not_an_input, check_output_file
     from diffbench.core.progress import LiveLine
     from diffbench.errors import InputError, UsageError
     from diffbench.quality.io import ALPHA_POLICIES
@@ -96,6 +96,9 @@ def _review(baseline: Path | None, candidate: Path | None, output: Path | None, 
                             mkdir=mkdir)
     if key.resolve() == output.resolve():
         raise UsageError(f"-o and --key both name {output}; the key must be a separate file")
+    for opt, path in (("-o", output), ("--key", key)):
+        check_not_an_input(path, opt, files=[p for p in (quality_json, lpips_backbone) if p is not None],
+                           dirs=[baseline, candidate])
     for side, d in (("BASELINE", baseline), ("CANDIDATE", candidate)):
         if not d.is_dir():
             what = "does not exist" if not d.exists() else "is not a directory"
@@ -135,7 +138,7 @@ def _score(baseline: Path | None, candidate: Path | None, output: Path | None, s
     from rich.console import Console
 
     from diffbench.core.jsonio import strict_json_value, write_json_atomic
-    from diffbench.core.outpath import check_output_file
+    from diffbench.core.outpath import check_not_an_input, check_output_file
     from diffbench.errors import GateFailed, UsageError
     from diffbench.quality.review import read_key
     from diffbench.quality.review_score import score
@@ -151,6 +154,7 @@ def _score(baseline: Path | None, candidate: Path | None, output: Path | None, s
     to_stdout = json_out is not None and str(json_out) == "-"
     if json_out is not None and not to_stdout:
         json_out = check_output_file(json_out, "--json", mkdir=mkdir)
+        check_not_an_input(json_out, "--json", files=[score_path, key])
     res = score(score_path, key, read_key(key), max_worse=max_worse, confidence=confidence)
     if to_stdout:
         typer.echo(json.dumps(strict_json_value(res.model_dump(mode="json")), indent=2))

@@ -9,6 +9,7 @@ turns into a fresh, empty result somewhere unexpected.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from diffbench.errors import InputError, UsageError
@@ -91,3 +92,23 @@ def check_output_dir(path: str | os.PathLike[str], option: str, *, mkdir: bool =
         return p
     _ensure_parent(p, option, mkdir)
     return p
+
+
+def check_not_an_input(path: str | os.PathLike[str], option: str, *, files: Sequence[str | os.PathLike[str]] = (),
+                       dirs: Sequence[str | os.PathLike[str]] = ()) -> None:
+    """Refuse an output that would overwrite an input: ``path`` is one of ``files`` (same file after
+    resolving links) or lies inside one of ``dirs`` (an outputs directory being read).
+
+    Raises:
+        UsageError: naming the option, the input it would replace and the fix. Exit code 2.
+    """
+    out = Path(os.path.realpath(path))
+    for f in files:
+        if out == Path(os.path.realpath(f)):
+            raise UsageError(f"{option} {path} is also an input ({f}); writing it would destroy that input: "
+                             "choose another output name")
+    for d in dirs:
+        real = Path(os.path.realpath(d))
+        if out == real or real in out.parents:
+            raise UsageError(f"{option} {path} is inside the input directory {d}; writing there would change "
+                             "what is being compared: write it elsewhere")

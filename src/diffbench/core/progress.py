@@ -35,13 +35,21 @@ def progress_enabled(quiet: bool, stream: IO[str]) -> bool:
     """True when a live line should be drawn on ``stream`` (stderr).
 
     ``DIFFBENCH_PROGRESS=always`` → True, ``=never`` → False (both win over ``quiet`` and the TTY check);
-    otherwise: not ``quiet`` and ``stream`` is a terminal.
+    unset, empty or ``auto``: not ``quiet`` and ``stream`` is a terminal.
+
+    Raises:
+        UsageError: any other value of ``DIFFBENCH_PROGRESS`` (exit 2).
     """
     forced = os.environ.get(ENV, "").strip().lower()
     if forced == "always":
         return True
     if forced == "never":
         return False
+    if forced not in ("", "auto"):
+        from diffbench.errors import UsageError
+
+        raise UsageError(f"{ENV}={os.environ[ENV]!r}: use always, never or auto (the default: a line when "
+                         "stderr is a terminal)")
     if quiet:
         return False
     isatty = getattr(stream, "isatty", None)

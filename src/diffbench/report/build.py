@@ -39,6 +39,7 @@ def build_document(paths: Sequence[str | Path], opts: ReportOptions, *, title: s
         if on_step:
             on_step(f"reading {p}")
         loaded.append(load_result(p))
+    _disambiguate(loaded)
     doc = Document(title=title or _default_title(loaded), sources=[str(r.path) for r in loaded])
     for kind in KINDS:
         group = [r for r in loaded if r.kind == kind]
@@ -51,7 +52,27 @@ def build_document(paths: Sequence[str | Path], opts: ReportOptions, *, title: s
     return doc
 
 
+def _disambiguate(loaded: list[LoadedResult]) -> None:
+    """Results whose file names collide are labelled with as many parent folders as tell them apart."""
+    names = [r.label for r in loaded]
+    for i, r in enumerate(loaded):
+        if names.count(names[i]) < 2:
+            continue
+        parts = r.path.resolve().with_suffix("").parts
+        others = [o.path.resolve().with_suffix("").parts for o in loaded if o is not r and o.label == names[i]]
+        for depth in range(2, len(parts) + 1):
+            tail = parts[-depth:]
+            if all(tuple(o[-depth:]) != tuple(tail) for o in others):
+                r.display = "/".join(tail)
+                break
+
+
+def _kind_name(r: LoadedResult) -> str:
+    return "simulate" if r.kind == "load" and getattr(r.model, "source", "") == "simulate" else r.kind
+
+
 def _default_title(loaded: list[LoadedResult]) -> str:
-    kinds = sorted({r.kind for r in loaded}, key=KINDS.index)
+    order = [*KINDS, "simulate"]
+    kinds = sorted({_kind_name(r) for r in loaded}, key=order.index)
     names = ", ".join(r.label for r in loaded[:3]) + (" ..." if len(loaded) > 3 else "")
     return f"diffbench {' + '.join(kinds)} report: {names}"

@@ -76,6 +76,9 @@ def to_svg(fig: Figure, salt: str) -> str:
     if start < 0:
         raise RuntimeError("matplotlib wrote no <svg> element")
     svg = text[start:]
+    # matplotlib's <metadata> block (RDF with Dublin Core / Creative Commons namespace URIs) carries nothing
+    # a reader needs; dropping it leaves only the SVG namespace URI, which is an identifier, never fetched.
+    svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, count=1, flags=re.DOTALL)
     # Let CSS size the plot (responsive width), keeping matplotlib's viewBox for the aspect ratio.
     svg = re.sub(r'^<svg([^>]*?) width="[^"]*" height="[^"]*"', r"<svg\1", svg, count=1)
     return svg

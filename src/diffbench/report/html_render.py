@@ -30,6 +30,7 @@ figure.plot{margin:10px 0;max-width:900px}
 figure.plot svg{width:100%;height:auto}
 figcaption,.caption{color:#5b6472;font-size:12px;margin-top:2px}
 table{border-collapse:collapse;font-size:12.5px;margin:6px 0}
+div[data-kind=table]{overflow-x:auto;max-width:100%}
 th,td{border-bottom:1px solid #e3e6eb;padding:3px 10px;text-align:right;white-space:nowrap}
 th:first-child,td:first-child{text-align:left}
 td.wrap{white-space:normal;text-align:left;min-width:18em;max-width:44em}

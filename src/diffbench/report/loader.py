@@ -45,11 +45,13 @@ class LoadedResult:
     kind: str
     path: Path
     model: Any  # BenchResult | QualityReport | SweepResult (sweep) | SweepResult (load) | PlanResult | LedgerResult
+    display: str | None = None
+    """Set by :func:`~diffbench.report.build.build_document` when two files share a name (``r1/r``)."""
 
     @property
     def label(self) -> str:
-        """A short name for legends: the file name without ``.json``."""
-        return self.path.name.removesuffix(".json")
+        """A short name for legends: the file name without ``.json`` (with its folder when names collide)."""
+        return self.display or self.path.name.removesuffix(".json")
 
 
 def _model_class(kind: str) -> tuple[type[BaseModel], int]:
@@ -103,18 +105,23 @@ def load_result(path: str | Path) -> LoadedResult:
             its kind (the first pydantic error, with its field path).
     """
     p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{p} is a directory; give the result file a command wrote with --json")
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise InputError(f"{p}: no such file (give the JSON a command wrote with --json)") from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{p}: cannot read it as UTF-8 text ({exc})") from exc
+    if not text.strip():
+        raise InputError(f"{p} is empty; a command that was stopped before its first write leaves an empty "
+                         "file: run it again")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         hint = " (a .jsonl of per-request records is not a result; give the --json file)" \
             if p.suffix == ".jsonl" else ""
-        raise InputError(f"{p}: not JSON ({exc.msg} at line {exc.lineno}){hint}") from exc
+        raise InputError(f"{p}: not JSON ({exc.msg}; line {exc.lineno}, column {exc.colno}){hint}") from exc
     kind = detect_kind(data)
     if kind is None:
         found = data.get("kind") if isinstance(data, dict) else type(data).__name__
@@ -123,7 +130,9 @@ def load_result(path: str | Path) -> LoadedResult:
             "bench, quality, sweep, load, simulate, plan and ledger")
     cls, version = _model_class(kind)
     sv = data.get("schema_version", 1)
-    if isinstance(sv, int) and sv > version:
+    if not isinstance(sv, int) or isinstance(sv, bool) or sv < 1:
+        raise InputError(f"{p}: schema_version {sv!r} is not a version diffbench writes (an integer >= 1)")
+    if sv > version:
         raise InputError(f"{p}: {kind} result schema_version {sv} is newer than this diffbench reads "
                          f"({version}); upgrade diffbench")
     try:
