@@ -95,3 +95,26 @@ def test_svg_carries_no_metadata_urls(ledger_json: Path, tmp_path: Path) -> None
     assert main(["report", str(ledger_json), "-o", str(out), "-q"]) == 0
     text = out.read_text()
     assert "<metadata>" not in text and "creativecommons" not in text and "purl.org" not in text
+
+
+def test_bench_overlay_names_environment_differences_even_without_a_shared_shape(tmp_path: Path) -> None:
+    """Fresh-user finding: 2 threads against 1 showed a 41x speed-up and no 'conditions that differ' table,
+    because only ``conditions`` were compared (threads live in ``env``), and no shared shape dropped it."""
+    from diffbench.report.document import Table
+
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    assert main(["bench", "--engine", "sim", "--warmup", "1", "--runs", "4", "--json", str(a), "-q"]) == 0
+    data = json.loads(a.read_text())
+    data["env"]["torch_threads"], data["env"]["cpu"] = 1, "another cpu"
+    b.write_text(json.dumps(data))
+    doc = build_document([a, b], ReportOptions())
+    diff = {blk.id: blk for s in doc.sections for blk in s.blocks}["bench-conditions-diff"]
+    assert isinstance(diff, Table)
+    assert {r[0]: r[1:] for r in diff.rows} == {"env.torch_threads": [str(json.loads(a.read_text())["env"]
+                                                                          ["torch_threads"]), "1"],
+                                                  "env.cpu": [json.loads(a.read_text())["env"]["cpu"], "another cpu"]}
+    for shape in data["shapes"]:
+        shape["shape"] = "999x999 s1 b1"
+    b.write_text(json.dumps(data))
+    ids = {blk.id for s in build_document([a, b], ReportOptions()).sections for blk in s.blocks}
+    assert {"bench-compare-none", "bench-conditions-diff"} <= ids

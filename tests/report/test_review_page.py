@@ -98,6 +98,10 @@ def test_review_page_keys_download_and_score(page: dict[str, Path], chrome: Brow
             press(Keys.ARROW_RIGHT)
             expected[p["id"]] = "right"
             assert _state(chrome)[:2] == (2, 2)
+        if i == 3:  # a reload keeps the work: the verdicts so far come back from this browser's storage
+            d.refresh()
+            assert _state(chrome)[:2] == (4, 4)
+            assert "restored 4 verdict(s)" in d.find_element("id", "status").text
     assert d.find_element("id", "done").is_displayed()
     assert _state(chrome)[2] == "all 6 shown · judged 6/6"
     press("s")

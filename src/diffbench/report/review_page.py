@@ -89,17 +89,41 @@ SCRIPT = r"""
     document.body.setAttribute("data-judged", String(judged()));
     shownAt = performance.now();
   }
+  // The verdicts so far are kept in this browser's localStorage (per review id), so a reload or a closed
+  // tab does not lose the work; the saved JSON file stays the only thing --score reads.
+  var storeKey = "diffbench-review-" + data.review_id;
+  function persist() {
+    try { localStorage.setItem(storeKey, JSON.stringify({verdicts: verdicts, spent: spent, i: i})); }
+    catch (err) { status.textContent = "this browser does not keep verdicts across a reload: save often"; }
+  }
+  function restore() {
+    var kept = null;
+    try { kept = JSON.parse(localStorage.getItem(storeKey) || "null"); } catch (err) { kept = null; }
+    if (!kept || typeof kept.verdicts !== "object") { return 0; }
+    ids.forEach(function (id) {
+      var v = kept.verdicts[id];
+      if (v === "left" || v === "same" || v === "right") { verdicts[id] = v; }
+      if (typeof kept.spent[id] === "number" && kept.spent[id] >= 0) { spent[id] = kept.spent[id]; }
+    });
+    var k = judged();
+    if (k > 0) {
+      status.textContent = "restored " + k + " verdict(s) kept by this browser for review " + data.review_id;
+    }
+    return Math.max(0, Math.min(typeof kept.i === "number" ? kept.i : k, n));
+  }
   function judge(v) {
     if (i >= n) { return; }
     verdicts[ids[i]] = v;
     mark(ids[i]);
     show(i + 1);
+    persist();
   }
   function back() {
     if (i === 0) { return; }
     var k = i - 1;
     delete verdicts[ids[k]];
     show(k);
+    persist();
   }
   function save() {
     account();
@@ -134,7 +158,9 @@ SCRIPT = r"""
   document.querySelectorAll("button.save").forEach(function (b) {
     b.addEventListener("click", function () { save(); b.blur(); });
   });
-  show(0);
+  var start = restore();
+  show(start);
+  if (start > 0) { ids.forEach(function (id) { if (id in verdicts) { mark(id); } }); show(start); }
 })();
 """
 

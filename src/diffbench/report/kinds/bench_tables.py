@@ -163,9 +163,13 @@ def compare_blocks(models: list[BenchResult], labels: list[str]) -> list[Block]:
             rows.append([shape, label, base_label, ms(s.latency_s.p50), ms(base.latency_s.p50),
                          f"{s.latency_s.p50 / base.latency_s.p50:.3f}", f"{ci.speedup:.3f}",
                          f"{ci.low:.3f} – {ci.high:.3f}", floor_txt, verdict])
-    if not rows:
-        return [Note(id="bench-compare-none", text="The results share no timed shape: nothing to compare.")]
     diff = _conditions_diff(models, labels)
+    diff_table = Table(id="bench-conditions-diff", title="Conditions that differ", headers=["field", *labels],
+                       rows=diff, caption="the generation conditions, the protocol and the environment "
+                       "(threads, GPUs, driver, package versions) of each file")
+    if not rows:
+        none = Note(id="bench-compare-none", text="The results share no timed shape: no latency to compare.")
+        return [none, diff_table] if diff else [none]
     blocks: list[Block] = [
         Table(id="bench-compare", title=f"Comparison with {labels[0]} (the first result)", rows=rows,
               headers=["shape", "result", "against", "p50 (ms)", "its p50 (ms)", "p50 ratio", "speed-up",
@@ -180,11 +184,23 @@ def compare_blocks(models: list[BenchResult], labels: list[str]) -> list[Block]:
                   "(diffbench sweep)."),
     ]
     if diff:
-        blocks.append(Table(id="bench-conditions-diff", title="Conditions that differ", headers=["field", *labels],
-                            rows=diff))
+        blocks.append(diff_table)
     return blocks
 
 
+def _flat(prefix: str, obj: object) -> dict[str, str]:
+    if isinstance(obj, dict):
+        out: dict[str, str] = {}
+        for k, v in obj.items():
+            out.update(_flat(f"{prefix}.{k}" if prefix else str(k), v))
+        return out
+    return {prefix: str(obj)}
+
+
 def _conditions_diff(models: list[BenchResult], labels: list[str]) -> list[list[str]]:
-    dumps = [m.conditions.model_dump(mode="json") for m in models]
-    return [[k] + [str(d.get(k)) for d in dumps] for k in dumps[0] if len({str(d.get(k)) for d in dumps}) > 1]
+    """Fields whose values differ between the results: conditions, protocol and environment (``env.*``:
+    threads, CPU, GPUs, driver, packages), flattened to dotted names; a field missing in one file shows None."""
+    dumps = [{**_flat("", m.conditions.model_dump(mode="json")), **_flat("protocol", m.protocol.model_dump(mode="json")),
+              **_flat("env", m.env.model_dump(mode="json"))} for m in models]
+    keys = list(dict.fromkeys(k for d in dumps for k in d))
+    return [[k] + [d.get(k, "None") for d in dumps] for k in keys if len({d.get(k, "None") for d in dumps}) > 1]
