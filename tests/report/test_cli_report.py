@@ -105,14 +105,15 @@ def test_bench_overlay_names_environment_differences_even_without_a_shared_shape
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     assert main(["bench", "--engine", "sim", "--warmup", "1", "--runs", "4", "--json", str(a), "-q"]) == 0
     data = json.loads(a.read_text())
-    data["env"]["torch_threads"], data["env"]["cpu"] = 1, "another cpu"
+    threads, cpu = data["env"]["torch_threads"], data["env"]["cpu"]
+    other = (threads or 1) + 1  # whatever this process's thread count is, the copy says another one
+    data["env"]["torch_threads"], data["env"]["cpu"] = other, "another cpu"
     b.write_text(json.dumps(data))
     doc = build_document([a, b], ReportOptions())
     diff = {blk.id: blk for s in doc.sections for blk in s.blocks}["bench-conditions-diff"]
     assert isinstance(diff, Table)
-    assert {r[0]: r[1:] for r in diff.rows} == {"env.torch_threads": [str(json.loads(a.read_text())["env"]
-                                                                          ["torch_threads"]), "1"],
-                                                  "env.cpu": [json.loads(a.read_text())["env"]["cpu"], "another cpu"]}
+    assert {r[0]: r[1:] for r in diff.rows} == {"env.torch_threads": [str(threads), str(other)],
+                                                  "env.cpu": [cpu, "another cpu"]}
     for shape in data["shapes"]:
         shape["shape"] = "999x999 s1 b1"
     b.write_text(json.dumps(data))
