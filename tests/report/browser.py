@@ -15,7 +15,7 @@ import json
 import os
 import re
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,6 @@ def skip_or_fail_without_browser() -> None:
 class Browser:
     driver: Any
     download_dir: Path
-    _log_cursor: int = field(default=0)
 
 
 def start_browser(download_dir: Path) -> Browser:
