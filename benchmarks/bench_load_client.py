@@ -56,8 +56,8 @@ from diffbench.load.client.bare import BareRecord, BareResult, run_bare
 from diffbench.load.client.dialects import IMAGES_PATH, image_body
 from diffbench.load.client.noop_server import ServerProcess, image_size_for, raise_nofile_limit
 from diffbench.load.client.runners import quiet_gc
-from diffbench.load.schedules import constant, poisson
 from diffbench.load.summary import RateSummary, summarize_rate
+from diffbench.queueing.schedules import constant, poisson
 
 T = TypeVar("T")
 ROWS = ("500", "1000", "2000", "inflight", "large", "sizes", "workers", "transport")

@@ -16,9 +16,10 @@ from collections.abc import Generator
 
 import numpy as np
 
-from diffbench.load.schedules import poisson
-from diffbench.load.service_time import parse_service
-from diffbench.load.simulator import fcfs_completions, simulate_open
+from diffbench.load.simulator import summarize_run
+from diffbench.queueing.schedules import poisson
+from diffbench.queueing.service_time import parse_service
+from diffbench.queueing.simulator import fcfs_completions, simulate_open
 
 SERVICE = "3.0*N(1,0.02)+0.8*B(0.1)"
 
@@ -76,7 +77,7 @@ def main() -> None:
     assert run is not None
     n = run.intended.size
     t_sum = time.perf_counter()
-    summary = run.summary()
+    summary = summarize_run(run)
     t_sum = time.perf_counter() - t_sum
 
     m = min(args.simpy_n, n)

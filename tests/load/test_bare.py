@@ -12,8 +12,8 @@ import pytest
 from diffbench.load.client.bare import BareResult, run_bare
 from diffbench.load.client.dialects import IMAGES_PATH
 from diffbench.load.client.runners import FULL_GC_THRESHOLD, quiet_gc
-from diffbench.load.schedules import constant
 from diffbench.load.summary import summarize_rate
+from diffbench.queueing.schedules import constant
 
 from .conftest import MIX_CYCLE
 

@@ -68,8 +68,8 @@ def test_gamma_and_ramp_runs(tmp_path) -> None:
 def test_import_load_does_not_pull_torch_or_httpx() -> None:
     code = (
         "import sys\n"
-        "import diffbench.load, diffbench.load.schedules, diffbench.load.summary, diffbench.load.knee\n"
-        "import diffbench.load.simulator, diffbench.load.service_time, diffbench.report.load_table\n"
+        "import diffbench.load, diffbench.queueing.schedules, diffbench.load.summary, diffbench.load.knee\n"
+        "import diffbench.load.simulator, diffbench.queueing.service_time, diffbench.report.load_table\n"
         "import diffbench.cli.simulate\n"
         "bad = [m for m in ('torch', 'diffusers', 'httpx') if m in sys.modules]\n"
         "assert not bad, bad\n"

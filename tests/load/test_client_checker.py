@@ -15,7 +15,7 @@ import pytest
 from diffbench.load.client import HttpBackend, RequestPlanner, Target, default_workload, run_open_loop
 from diffbench.load.client.checker import FAILED, PayloadChecker, default_workers
 from diffbench.load.client.payload import check_images
-from diffbench.load.schedules import constant
+from diffbench.queueing.schedules import constant
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -20,8 +20,8 @@ from diffbench.load.client import (
     run_closed_loop,
     run_open_loop,
 )
-from diffbench.load.schedules import constant
 from diffbench.load.summary import summarize_rate
+from diffbench.queueing.schedules import constant
 
 from .conftest import check_closed_loop_rate
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from diffbench.load.client import HttpBackend, RequestPlanner, Target, Workload, run_open_loop
-from diffbench.load.schedules import constant
+from diffbench.queueing.schedules import constant
 
 pytestmark = pytest.mark.timeout(60)
 

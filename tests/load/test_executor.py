@@ -25,8 +25,8 @@ from diffbench.load.client.executor import (
     split_users,
 )
 from diffbench.load.client.worker import SpecShare
-from diffbench.load.schedules import ScheduleSpec, build_schedule, constant
 from diffbench.load.summary import summarize_rate
+from diffbench.queueing.schedules import ScheduleSpec, build_schedule, constant
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -295,7 +295,7 @@ _EXIT_SCRIPT = """
 import asyncio, sys
 from diffbench.load.client import Target, RequestPlanner, default_workload
 from diffbench.load.client.executor import WorkerPool
-from diffbench.load.schedules import constant
+from diffbench.queueing.schedules import constant
 
 async def main(mode):
     pool = WorkerPool(Target(base_url="http://127.0.0.1:9", timeout_s=1.0), workers=2)

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from diffbench.load.knee import analyze_sweep, find_knee
-from diffbench.load.schedules import ScheduleSpec, constant
-from diffbench.load.service_time import parse_service
-from diffbench.load.simulator import SimConfig, simulate_open, simulate_sweep
+from diffbench.load.simulator import SimConfig, simulate_open, simulate_sweep, summarize_run
+from diffbench.queueing.schedules import ScheduleSpec, constant
+from diffbench.queueing.service_time import parse_service
 
 SERVICE = "3.0*N(1,0.02)+0.8*B(0.1)"
 CAPACITY = 4 / (3.0 + 0.8 * 0.1)  # c / E[S] = 1.2987 req/s
@@ -73,8 +73,8 @@ def test_knee_with_slo_on_deterministic_queue() -> None:
     rows = []
     for rate in (0.5, 0.9, 1.5):
         arrivals = constant(rate, 600.0)
-        rows.append(simulate_open(arrivals, svc, 1, np.random.default_rng(0), duration_s=600.0,
-                                  offered_rate=rate).summary(slo_s=1.5))
+        rows.append(summarize_run(simulate_open(arrivals, svc, 1, np.random.default_rng(0), duration_s=600.0,
+                                               offered_rate=rate), slo_s=1.5))
     res = analyze_sweep(rows[::-1], slo_s=1.5, source="simulate")
     assert [r.offered_rate for r in res.rates] == [0.5, 0.9, 1.5]
     assert res.rates[0].latency_from_arrival_s.p99 == pytest.approx(1.0)

@@ -41,7 +41,7 @@ from diffbench.load.client import HttpBackend, RequestPlanner, Target, default_w
 from diffbench.load.client.bare import run_bare
 from diffbench.load.client.dialects import IMAGES_PATH, image_body
 from diffbench.load.client.noop_server import ServerProcess
-from diffbench.load.schedules import constant, poisson
+from diffbench.queueing.schedules import constant, poisson
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 

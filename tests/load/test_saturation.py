@@ -7,9 +7,9 @@ import pytest
 from scipy import stats
 
 from diffbench.load.saturation import check_saturation, ok_shortfall, slope_test, t_ppf
-from diffbench.load.schedules import poisson
-from diffbench.load.service_time import parse_service
 from diffbench.load.simulator import simulate_open
+from diffbench.queueing.schedules import poisson
+from diffbench.queueing.service_time import parse_service
 
 SERVICE = parse_service("3.0*N(1,0.02)+0.8*B(0.1)")
 CAPACITY = 4 / 3.08  # c / E[S], req/s

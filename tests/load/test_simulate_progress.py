@@ -13,8 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from diffbench.load.schedules import spec_from_cli
 from diffbench.load.simulator import SimConfig, SimProgress, simulate_sweep
+from diffbench.queueing.schedules import spec_from_cli
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 ESC = "\x1b"

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from diffbench.core.records import RequestRecord
-from diffbench.load.schedules import ScheduleSpec, build_schedule
 from diffbench.load.stops import plan_arrivals
 from diffbench.load.summary import summarize_rate
+from diffbench.queueing.schedules import ScheduleSpec, build_schedule
 
 
 @pytest.mark.parametrize("kind, burstiness", [("poisson", 1.0), ("gamma", 0.3), ("gamma", 4.0), ("constant", 1.0)])

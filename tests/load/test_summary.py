@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from diffbench.core.records import OUTCOMES, RequestRecord
-from diffbench.load.schedules import constant
 from diffbench.load.summary import detect_divergence, summarize_rate
+from diffbench.queueing.schedules import constant
 
 
 def _records(seed: int = 0, n: int = 400) -> list[RequestRecord]:

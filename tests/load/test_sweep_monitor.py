@@ -10,7 +10,7 @@ import pytest
 from diffbench.load.client import HttpBackend, RequestPlanner, Target, default_workload
 from diffbench.load.client.runners import run_open_loop
 from diffbench.load.client.sweep import SweepConfig, run_sweep
-from diffbench.load.schedules import ScheduleSpec
+from diffbench.queueing.schedules import ScheduleSpec
 
 pytestmark = pytest.mark.timeout(60)
 

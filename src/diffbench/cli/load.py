@@ -236,7 +236,7 @@ def _rates(o: LoadOptions, num_requests: int | None) -> list[float] | None:
     import math
 
     from diffbench.errors import UsageError
-    from diffbench.load.schedules import parse_rate_list
+    from diffbench.queueing.schedules import parse_rate_list
 
     if o.rates is not None and o.request_rate is not None:
         raise UsageError(f"--rates {o.rates} and --request-rate {o.request_rate} both set the rate; give one "
@@ -304,7 +304,7 @@ def run_load_command(o: LoadOptions) -> None:
     from diffbench.load.client.sweep import SweepConfig
     from diffbench.load.client.workload import load_workload
     from diffbench.load.goodput import latency_limit, parse_goodput, with_slo
-    from diffbench.load.schedules import parse_int_list, spec_from_cli
+    from diffbench.queueing.schedules import parse_int_list, spec_from_cli
 
     if o.mode not in ("open", "closed"):
         raise UsageError(f"--mode must be open or closed, got {o.mode!r}")

@@ -88,8 +88,8 @@ def register(app: typer.Typer) -> None:
         from diffbench.core.outpath import check_output_file
         from diffbench.core.progress import LiveLine
         from diffbench.errors import UsageError
-        from diffbench.load.schedules import parse_int_list, parse_rate_list, spec_from_cli
         from diffbench.load.simulator import SimConfig, simulate_sweep
+        from diffbench.queueing.schedules import parse_int_list, parse_rate_list, spec_from_cli
         from diffbench.report.load_table import print_sweep
 
         if json_path is not None:
@@ -106,7 +106,7 @@ def register(app: typer.Typer) -> None:
         if duration is None:
             duration = 600.0
             if trace is not None and m == "open":
-                from diffbench.load.schedules import trace as read_trace
+                from diffbench.queueing.schedules import trace as read_trace
 
                 times = read_trace(trace)
                 duration = float(times[-1]) * times.size / (times.size - 1) if times.size > 1 else 1.0

@@ -196,7 +196,31 @@ class AttentionBackend(_Strict):
 
 
 class Fp8Linear(_Strict):
+    """FP8 dynamic quantization of the denoiser's linear layers.
+
+    ``archs``: GPU architectures whose serving stacks ship an FP8 path the planner may take (others are
+    skipped unless ``plan --assume-fp8``); ``archs_source`` says why."""
+
     gemm_retention: float = Field(gt=0, le=1)
+    psnr_db: float = Field(gt=0)
+    archs: list[str] = Field(default_factory=lambda: ["hopper", "blackwell"])
+    archs_source: str = ""
+    source: str = Field(min_length=1)
+
+
+class Int4Linear(_Strict):
+    """4-bit weights and activations with a 16-bit low-rank branch (SVDQuant / Nunchaku class).
+
+    ``requires_arch``: architectures with the 4-bit kernels (elsewhere the option is not offered);
+    ``gemm_speedup``: denoiser GEMM time of BF16 ÷ INT4 (low-rank branch included) on those GPUs;
+    ``lowrank_rank``: rank of the 16-bit branch (memory: 2 B × rank × (d_in + d_out) per linear layer,
+    counted as ``lowrank_overhead`` of the BF16 denoiser bytes); ``psnr_db``: estimated PSNR vs BF16."""
+
+    method: str
+    requires_arch: list[str]
+    gemm_speedup: float = Field(ge=1)
+    lowrank_rank: int = Field(default=32, ge=0)
+    lowrank_overhead: float = Field(default=0.0, ge=0, lt=1)
     psnr_db: float = Field(gt=0)
     source: str = Field(min_length=1)
 
@@ -229,6 +253,7 @@ class Offload(_Strict):
 class Optimizations(_Strict):
     attention_backends: dict[str, AttentionBackend]
     fp8_linear: Fp8Linear
+    int4_linear: Int4Linear
     step_cache: StepCache
     sparse_attention: SparseAttention
     offload: Offload

@@ -1,6 +1,6 @@
 """When an open-loop rate stops: at ``--duration`` or after ``--num-requests`` arrivals, whichever is first.
 
-The schedule of a rate is the seeded one of :func:`diffbench.load.schedules.build_schedule` over the
+The schedule of a rate is the seeded one of :func:`diffbench.queueing.schedules.build_schedule` over the
 duration, truncated to its first ``N`` arrivals. The measurement window then ends when arrival ``N + 1``
 would have come (``schedule[N]``), or at the duration when the schedule holds no more than ``N`` arrivals;
 so for a constant schedule of rate ``r`` stopped by the count, the window is ``N / r`` and the sent rate
@@ -24,7 +24,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from diffbench.load.schedules import ScheduleSpec, build_schedule
+from diffbench.queueing.schedules import ScheduleSpec, build_schedule
 
 
 class Arrivals(BaseModel):

@@ -132,7 +132,7 @@ async def run_bare(url: str, schedule_s: np.ndarray, body: bytes, timeout_s: flo
 
     Args:
         url: the full endpoint, e.g. ``http://127.0.0.1:8000/v1/images/generations``.
-        schedule_s: float64 seconds from t0, sorted (e.g. :func:`diffbench.load.schedules.constant`).
+        schedule_s: float64 seconds from t0, sorted (e.g. :func:`diffbench.queueing.schedules.constant`).
         body: the JSON request body, sent as is with ``Content-Type: application/json``.
         timeout_s: per-request total deadline in seconds (> 0), from the send to the last byte.
         warmup_s: an optional schedule run first on the same session (connections opened, code paths

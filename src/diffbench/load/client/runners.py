@@ -271,7 +271,7 @@ async def run_open_loop(
     """Dispatch ``specs[i]`` at ``schedule[i]`` seconds after the start, whatever is in flight.
 
     Args:
-        schedule: float64 seconds, sorted, from :func:`diffbench.load.schedules.build_schedule`.
+        schedule: float64 seconds, sorted, from :func:`diffbench.queueing.schedules.build_schedule`.
         specs: one request spec per arrival (planned before the clock starts).
         backend: started backend.
         offered_rate: target req/s (recorded on each record; None for a trace).

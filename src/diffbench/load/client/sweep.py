@@ -1,6 +1,6 @@
 """The sweep driver (the *profile*): which runs happen in sequence, each summarized once.
 
-- Open loop, given rates: one run per rate on a schedule from :func:`diffbench.load.schedules.build_schedule`
+- Open loop, given rates: one run per rate on a schedule from :func:`diffbench.queueing.schedules.build_schedule`
   (seeded per rate), summarized by :func:`diffbench.load.summary.summarize_rate`.
 - Open loop, ``rates="auto"``: first a closed-loop capacity probe (users 1, 2, 4, … until the ok rate
   grows by less than ``PROBE_GAIN`` (5 %) or ``auto_max_users``), capacity = best probe ok rate (failed
@@ -40,9 +40,9 @@ from diffbench.load.client.runners import RunResult
 from diffbench.load.client.workload import RequestPlanner
 from diffbench.load.goodput import GoodputConstraint, latency_limit
 from diffbench.load.knee import SweepResult, analyze_sweep, merge_probe_capacity
-from diffbench.load.schedules import ScheduleSpec
 from diffbench.load.stops import plan_arrivals
 from diffbench.load.summary import RateSummary, summarize_rate
+from diffbench.queueing.schedules import ScheduleSpec
 
 
 class NoSuccessError(DiffbenchError):

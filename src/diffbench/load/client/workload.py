@@ -138,7 +138,7 @@ def load_workload(path: str | Path) -> Workload:
         InputError: missing or unreadable file, bad YAML/JSON, an unknown field (named), or an invalid
             shape (named, with the bound it violates).
     """
-    from diffbench.load.textfile import read_text_input
+    from diffbench.core.textfile import read_text_input
 
     p = Path(path)
     text = read_text_input(p, "--workload", "a YAML or JSON mapping with 'shapes'")
@@ -173,7 +173,7 @@ def load_prompts(path: str | Path, option: str = "--prompts") -> list[str]:
     Raises:
         InputError: unreadable file or no prompt in it (never silently replaced by a dummy prompt).
     """
-    from diffbench.load.textfile import read_text_input
+    from diffbench.core.textfile import read_text_input
 
     p = Path(path)
     lines = read_text_input(p, option, "one prompt per line").splitlines()

@@ -279,7 +279,7 @@ def load_service_samples(path: str | Path) -> EmpiricalService:
         InputError: unreadable file, a malformed line (names file and line), or no usable latency (all
             values must be finite and >= 0).
     """
-    from diffbench.load.textfile import read_text_input
+    from diffbench.core.textfile import read_text_input
 
     p = Path(path)
     text = read_text_input(p, "--service-from", "latencies (a bench .json, a load .jsonl, or one number "

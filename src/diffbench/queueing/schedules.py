@@ -221,7 +221,7 @@ def trace(path: str | Path, duration: float | None = None, speed: float = 1.0) -
     speed = _check_positive("trace speed", speed)
     if duration is not None:
         duration = _check_positive("duration", duration)
-    from diffbench.load.textfile import read_text_input
+    from diffbench.core.textfile import read_text_input
 
     p = Path(path)
     lines = read_text_input(p, "--trace", "one timestamp per line (seconds, or JSONL with \"t\")").splitlines()

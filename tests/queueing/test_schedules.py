@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 from diffbench.errors import InputError, UsageError
-from diffbench.load import schedules as sch
+from diffbench.queueing import schedules as sch
 
 
 def _check_shape(t: np.ndarray, duration: float) -> None:

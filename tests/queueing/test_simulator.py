@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from diffbench.errors import InputError, UsageError
-from diffbench.load import schedules as sch
-from diffbench.load.service_time import load_service_samples, parse_service
-from diffbench.load.simulator import fcfs_completions, simulate_closed, simulate_open
+from diffbench.load.simulator import summarize_run
+from diffbench.queueing import schedules as sch
+from diffbench.queueing.service_time import load_service_samples, parse_service
+from diffbench.queueing.simulator import fcfs_completions, simulate_closed, simulate_open
 
 
 def erlang_c(c: int, a: float) -> float:
@@ -87,7 +88,7 @@ def test_closed_loop_exact_with_constant_service() -> None:
     # 8 users, 4 devices, 2 s each: every request waits one service behind another -> latency 4 s exactly
     run = simulate_closed(8, 100.0, parse_service("const(2)"), 4, np.random.default_rng(0))
     np.testing.assert_allclose(run.latency[8:], 8 * 2.0 / 4)
-    assert run.summary().ok_rate == pytest.approx(4 / 2.0, rel=0.02)
+    assert summarize_run(run).ok_rate == pytest.approx(4 / 2.0, rel=0.02)
     # think time: 2 users, 4 devices, S = 1, Z = 3 -> each user cycles every 4 s
     run2 = simulate_closed(2, 400.0, parse_service("1"), 4, np.random.default_rng(0), think=parse_service("3"))
     np.testing.assert_allclose(run2.latency, 1.0)

@@ -1,0 +1,7 @@
+"""The queueing model shared by ``load``, ``simulate`` and ``plan`` (depends on :mod:`diffbench.core` only).
+
+- :mod:`diffbench.queueing.schedules`: seeded arrival schedules as absolute times, and the shared CLI syntax.
+- :mod:`diffbench.queueing.service_time`: service-time expressions and measured-run distributions.
+- :mod:`diffbench.queueing.simulator`: the FCFS multi-device discrete-event simulator (open and closed loop).
+- :mod:`diffbench.queueing.sizing`: Erlang C and the smallest instance count meeting a p99 SLO with queueing.
+"""
