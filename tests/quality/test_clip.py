@@ -12,30 +12,6 @@ from diffbench.errors import MissingWeightsError
 from diffbench.quality.distribution import clip_score
 
 
-@pytest.fixture(scope="module")
-def tiny_clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import torch
-    from tokenizers.pre_tokenizers import ByteLevel
-    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor, CLIPTokenizer
-
-    torch.manual_seed(0)  # model init only; scores are compared with the same saved weights
-    chars = sorted(ByteLevel.alphabet())
-    tokens = ["<|startoftext|>", "<|endoftext|>"] + chars + [c + "</w>" for c in chars]
-    tok = CLIPTokenizer(vocab={t: i for i, t in enumerate(tokens)}, merges=[], model_max_length=77)
-    cfg = CLIPConfig(
-        text_config=dict(vocab_size=len(tokens), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, max_position_embeddings=77, eos_token_id=1, bos_token_id=0),
-        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                           image_size=32, patch_size=8),
-        projection_dim=16,
-    )
-    d = tmp_path_factory.mktemp("clip")
-    CLIPModel(cfg).save_pretrained(d)
-    ip = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
-    CLIPProcessor(image_processor=ip, tokenizer=tok).save_pretrained(d)
-    return d
-
-
 def test_clip_score_local_and_truncation(tiny_clip: Path) -> None:
     import torch
     from transformers import CLIPModel, CLIPProcessor

@@ -47,6 +47,10 @@ def register(app: typer.Typer) -> None:
         inception: Path | None = typer.Option(None, "--inception", help="inception-2015-12-05.pt TorchScript."),
         clip: Path | None = typer.Option(None, "--clip", help="Local CLIP model dir: CLIP score of both "
                                          "sides with the manifest prompt (reports truncated prompts)."),
+        pickscore: Path | None = typer.Option(None, "--pickscore", help="Local PickScore dir (CLIPModel + "
+                                              "processor): paired Δ = candidate − baseline per prompt, mean, SEM, z."),
+        clip_iqa: Path | None = typer.Option(None, "--clip-iqa", help="Local CLIP dir for CLIP-IQA (torchmetrics): "
+                                             "paired Δ of P('Good photo.') per pair."),
         worst: int = typer.Option(5, "--worst", help="How many worst pairs to list per metric."),
         workers: int = typer.Option(2, "--workers", help="Threads decoding and scoring pairs."),
         noise_floor: bool = typer.Option(False, "--noise-floor", help="The two dirs are two baseline runs "
@@ -85,7 +89,8 @@ def register(app: typer.Typer) -> None:
                 raise InputError(f"{side} {d} {what}; give a run's output directory (bench --save-outputs DIR) "
                                  "or a folder of images")
         opts = QualityOptions(alpha=alpha, allow_missing=allow_missing, ms_ssim=ms_ssim, lpips=lpips,  # type: ignore[arg-type]
-                              lpips_backbone=lpips_backbone, fid=fid, inception=inception, clip=clip, worst=worst,
+                              lpips_backbone=lpips_backbone, fid=fid, inception=inception, clip=clip, pickscore=pickscore,
+                              clip_iqa=clip_iqa, worst=worst,
                               workers=workers)
         console = Console()
         with LiveLine.for_cli(quiet) as line:

@@ -23,6 +23,7 @@ from diffbench.quality.gates import Gate, evaluate_gates
 from diffbench.quality.io import Loaded, load_any
 from diffbench.quality.kernels import SSIM_RADIUS, ms_ssim, psnr, ssim, ssim_border_difference
 from diffbench.quality.models import (
+    SIDE_SCORES,
     DistributionResult,
     FrameRow,
     MetricSettings,
@@ -33,6 +34,7 @@ from diffbench.quality.models import (
     VideoStats,
 )
 from diffbench.quality.pairing import PairSpec, pair_outputs
+from diffbench.quality.preference import ClipIqaScorer, PickScorer, paired_delta
 from diffbench.quality.summary import Sample, summarize_metric
 
 MS_SSIM_DESC = (
@@ -75,7 +77,8 @@ def _mismatch(a: Loaded, b: Loaded) -> str | None:
 
 
 def _score(spec: PairSpec, opt: QualityOptions, lp: Callable | None, fx: FeatureExtractor | None,
-           clip: ClipScorer | None = None) -> _Outcome:
+           clip: ClipScorer | None = None, pick: PickScorer | None = None,
+           iqa: ClipIqaScorer | None = None) -> _Outcome:
     try:
         a = load_any(spec.baseline, opt.alpha)
         b = load_any(spec.candidate, opt.alpha)
@@ -122,6 +125,18 @@ def _score(spec: PairSpec, opt: QualityOptions, lp: Callable | None, fx: Feature
                     m.update(clip_baseline=cb, clip_candidate=cc, clip_delta=cc - cb)
                 else:
                     notes.append("CLIP score not computed: needs 8-bit RGB and a manifest prompt")
+            if pick is not None:
+                if a.channels == 3 and a.array.dtype == np.uint8 and spec.prompt:
+                    pb, pc = pick([a.array, b.array], [spec.prompt, spec.prompt])
+                    m.update(pickscore_baseline=pb, pickscore_candidate=pc, pickscore_delta=pc - pb)
+                else:
+                    notes.append("PickScore not computed: needs 8-bit RGB and a manifest prompt")
+            if iqa is not None:
+                if a.channels == 3 and a.array.dtype == np.uint8:
+                    qb, qc = iqa([a.array, b.array])
+                    m.update(clip_iqa_baseline=qb, clip_iqa_candidate=qc, clip_iqa_delta=qc - qb)
+                else:
+                    notes.append("CLIP-IQA not computed: needs 8-bit RGB")
             if any(v is not None and math.isnan(v) for v in m.values()):
                 return _err(spec, f"metric produced NaN ({m})")
             pr = PairResult(kind="image", identical=border == 0 and interior == 0, metrics=m, **common)
@@ -202,7 +217,7 @@ def _summaries(report: QualityReport, worst_n: int) -> None:
     by_key = {p.key: p for p in report.pairs}
     for pr in report.pairs:
         for k, v in pr.metrics.items():
-            add(k, v, pr, same=pr.identical and not k.startswith("clip_"))
+            add(k, v, pr, same=pr.identical and not k.startswith(SIDE_SCORES))
         if pr.video is not None:
             add("flicker_delta", pr.video.flicker_delta, pr)
             add("motion_ratio", pr.video.motion_ratio, pr)
@@ -219,6 +234,17 @@ def _summaries(report: QualityReport, worst_n: int) -> None:
                 report.warnings.append(
                     f"{k}: p10/p90 from n={summ.n} are interpolations toward the min/max (need n >= 10)"
                 )
+
+
+def _paired(report: QualityReport) -> None:
+    """Paired Δ statistics of every score computed on both sides of a pair (CLIP, PickScore, CLIP-IQA)."""
+    for name in ("clip", "pickscore", "clip_iqa"):
+        rows = [(p.metrics[f"{name}_baseline"], p.metrics[f"{name}_candidate"]) for p in report.pairs
+                if p.metrics.get(f"{name}_baseline") is not None and p.metrics.get(f"{name}_candidate") is not None]
+        if rows:
+            res = paired_delta(name, [r[0] for r in rows], [r[1] for r in rows])  # type: ignore[misc]
+            report.paired[name] = res
+            report.warnings.extend(res.warnings)
 
 
 def compare_dirs(
@@ -272,13 +298,22 @@ def compare_dirs(
             raise UsageError("--clip needs prompts: both directories must hold manifest.json (--save-outputs)")
         clip = ClipScorer(opt.clip)
         settings.clip = clip.name
+    pick = None
+    if opt.pickscore is not None:
+        if pairing.mode != "manifest":
+            raise UsageError("--pickscore needs prompts: both directories must hold manifest.json (--save-outputs)")
+        pick = PickScorer(opt.pickscore)
+        settings.pickscore = pick.name
+    iqa = ClipIqaScorer(opt.clip_iqa) if opt.clip_iqa is not None else None
+    if iqa is not None:
+        settings.clip_iqa = iqa.name
     report = QualityReport(baseline=str(baseline), candidate=str(candidate), pairing=pairing.mode,  # type: ignore[arg-type]
                            settings=settings, errors=list(pairing.errors), warnings=list(pairing.warnings),
                            noise_floor=noise_floor, settings_diff=list(pairing.settings_diff))
     st_b = FeatureStats(fx.dim) if fx is not None else None
     st_c = FeatureStats(fx.dim) if fx is not None else None
     total = len(pairing.pairs)
-    for i, out in enumerate(_stream(pairing.pairs, lambda s: _score(s, opt, lp, fx, clip), opt.workers), 1):
+    for i, out in enumerate(_stream(pairing.pairs, lambda s: _score(s, opt, lp, fx, clip, pick, iqa), opt.workers), 1):
         if out.error is not None:
             report.errors.append(out.error)
         elif out.pair is not None:
@@ -304,6 +339,7 @@ def compare_dirs(
             f"near 1 there; judge them by PSNR, they are not identical): {', '.join(keys[:5])}"
             + (f" (+{len(keys) - 5} more)" if len(keys) > 5 else ""))
     _summaries(report, opt.worst)
+    _paired(report)
     if fx is not None and st_b is not None and st_c is not None:
         report.distribution = _distribution(fx, st_b, st_c)
     if gates:

@@ -12,6 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from diffbench.quality.preference import PairedDelta
+
 REPORT_SCHEMA_VERSION = 1
 
 # Direction per metric: True when higher is better. Gates and "worst" use it.
@@ -28,7 +30,16 @@ HIGHER_IS_BETTER: dict[str, bool] = {
     "clip_baseline": True,
     "clip_candidate": True,
     "clip_delta": True,  # candidate - baseline CLIP score (same prompt)
+    "pickscore_baseline": True,
+    "pickscore_candidate": True,
+    "pickscore_delta": True,  # candidate - baseline PickScore (same prompt and seed)
+    "clip_iqa_baseline": True,
+    "clip_iqa_candidate": True,
+    "clip_iqa_delta": True,  # candidate - baseline CLIP-IQA probability of "Good photo."
 }
+
+# Scores of each side (not pair distances): identical pairs carry no special value for them.
+SIDE_SCORES: tuple[str, ...] = ("clip_", "pickscore_", "clip_iqa_")
 
 
 class QualityOptions(BaseModel):
@@ -42,6 +53,8 @@ class QualityOptions(BaseModel):
     fid: bool = False
     inception: Path | None = None
     clip: Path | None = None
+    pickscore: Path | None = None
+    clip_iqa: Path | None = None
     worst: int = Field(5, ge=0)
     workers: int = Field(2, ge=1)
     verify_sha256: bool = True
@@ -191,6 +204,10 @@ class MetricSettings(BaseModel):
     lpips: str | None = None
     lpips_calibrated: bool | None = None
     clip: str | None = None
+    pickscore: str | None = None
+    clip_iqa: str | None = None
+    paired: str = ("preference/alignment scores: per-pair delta = candidate - baseline (same prompt, seed); mean "
+                   "delta, SEM = sd(ddof=1)/sqrt(n), z = mean/SEM, 95 % CI with Student's t(n-1)")
     alpha_policy: str = "reject"
     percentile_method: str = ""
     identical_policy: str = (
@@ -244,4 +261,5 @@ class QualityReport(BaseModel):
     gates: list[GateResult] = []
     warnings: list[str] = []
     clip_truncated: list[str] = []  # pair keys whose prompt was truncated at the CLIP token limit
+    paired: dict[str, PairedDelta] = {}  # per score with both sides (clip, pickscore, clip_iqa): paired Δ stats
     noise_floor: bool = False

@@ -13,7 +13,8 @@ from diffbench.core.jsonio import write_json_atomic
 from diffbench.quality.models import QualityReport
 
 _ORDER = ("psnr", "ssim", "ms_ssim", "lpips", "frame_psnr", "frame_ssim", "frame_lpips", "flicker_delta",
-          "motion_ratio", "clip_baseline", "clip_candidate", "clip_delta")
+          "motion_ratio", "clip_baseline", "clip_candidate", "clip_delta", "pickscore_baseline", "pickscore_candidate",
+          "pickscore_delta", "clip_iqa_baseline", "clip_iqa_candidate", "clip_iqa_delta")
 CSV_COLUMNS = ("key", "frame", "kind", "baseline", "candidate", "height", "width", "psnr", "ssim", "ms_ssim",
                "lpips", "identical", "flicker_delta", "motion_ratio", "notes", "border_only_difference")
 
@@ -122,6 +123,18 @@ def render_console(report: QualityReport, console: Console | None = None) -> Non
             vt.add_row(p.key + (" (animated image)" if p.animated else ""), str(v.frames), f"{_f(v.psnr_worst, 2)} ({v.psnr_worst_frame})",
                        f"{_f(v.ssim_worst)} ({v.ssim_worst_frame})", _f(v.flicker_delta, 5), _f(v.motion_ratio))
         c.print(vt)
+    if report.paired:
+        pt = Table(title="paired scores: Δ = candidate − baseline on the same prompt and seed", show_edge=False,
+                   pad_edge=False, collapse_padding=True)
+        for col in ("score", "n", "mean Δ", "SEM", "z", "95 % CI", "verdict"):  # side means: in the JSON
+            left = col in ("score", "verdict", "95 % CI")
+            pt.add_column(col, justify="left" if left else "right", overflow="fold",
+                          min_width=13 if col == "verdict" else None, no_wrap=col != "95 % CI")
+        for name, r in report.paired.items():
+            ci = "-" if r.ci95 is None else f"[{_f(r.ci95[0])}, {_f(r.ci95[1])}]"
+            pt.add_row(name, str(r.n), _f(r.mean_delta), _f(r.sem), "undefined" if r.z is None else f"{r.z:.2f}",
+                       ci, r.verdict)
+        c.print(pt)
     if report.distribution is not None:
         d = report.distribution
         c.print(f"FID = {_f(d.fid, 3)} (N = {d.n_baseline} baseline / {d.n_candidate} candidate, {d.extractor}); "

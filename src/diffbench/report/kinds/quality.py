@@ -149,7 +149,7 @@ def _summaries(report: QualityReport, bid: str) -> Table:
 
 
 def _pairs_table(report: QualityReport, bid: str) -> Table:
-    metrics = [m for m in ("psnr", "ssim", "ms_ssim", "lpips", "clip_delta")
+    metrics = [m for m in ("psnr", "ssim", "ms_ssim", "lpips", "clip_delta", "pickscore_delta", "clip_iqa_delta")
                if any(p.metrics.get(m) is not None for p in report.pairs)]
     ordered = sorted(report.pairs, key=_psnr_key)
     rows = [[p.key, p.kind, "yes" if p.identical else ""] + [fmt(p.metrics.get(m)) for m in metrics]
@@ -178,6 +178,15 @@ def _result_blocks(r: LoadedResult, opts: ReportOptions, pre: str) -> list[Block
         blocks.append(Table(id=f"{pre}-gates", title="gates", headers=["gate", "value", "margin", "result"],
                             rows=[[g.expr, fmt(g.value), fmt(g.margin), "pass" if g.passed else "FAIL"]
                                   for g in rep.gates]))
+    if rep.paired:
+        blocks.append(Table(
+            id=f"{pre}-paired", title="paired scores (Δ = candidate − baseline, same prompt and seed)",
+            headers=["score", "n", "baseline mean", "candidate mean", "mean Δ", "SEM", "z", "95 % CI", "verdict"],
+            rows=[[k, str(v.n), fmt(v.mean_baseline), fmt(v.mean_candidate), fmt(v.mean_delta), fmt(v.sem),
+                   "undefined" if v.z is None else f"{v.z:.2f}",
+                   "-" if v.ci95 is None else f"[{fmt(v.ci95[0])}, {fmt(v.ci95[1])}]", v.verdict]
+                  for k, v in rep.paired.items()],
+            caption=rep.settings.paired))
     if rep.distribution is not None:
         d = rep.distribution
         blocks.append(Table(id=f"{pre}-distribution", title="distribution metrics",
@@ -209,7 +218,8 @@ def _result_blocks(r: LoadedResult, opts: ReportOptions, pre: str) -> list[Block
     blocks.append(Facts(id=f"{pre}-settings", title="metric settings", items=[
         ("PSNR", s.psnr), ("SSIM", s.ssim)] + ([("MS-SSIM", s.ms_ssim)] if s.ms_ssim else [])
         + ([("LPIPS", s.lpips + ("" if s.lpips_calibrated else " (uncalibrated)"))] if s.lpips else [])
-        + ([("CLIP", s.clip)] if s.clip else []) + [("alpha", s.alpha_policy), ("video", s.video)]))
+        + ([("CLIP", s.clip)] if s.clip else []) + ([("PickScore", s.pickscore)] if s.pickscore else [])
+        + ([("CLIP-IQA", s.clip_iqa)] if s.clip_iqa else []) + [("alpha", s.alpha_policy), ("video", s.video)]))
     return blocks
 
 
