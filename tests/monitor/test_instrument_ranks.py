@@ -34,4 +34,6 @@ def test_slow_rank_shows_in_compute_time_not_in_step_wall_time(tmp_path) -> None
         assert c1 - c0 >= 0.5 * SLEEP_S  # ... and rank 0 did not (it waited inside the collective)
         assert c1 <= w1 and c0 <= w0  # compute is part of the step
         assert abs(w1 - w0) < 0.5 * SLEEP_S  # wall time is equal on both: both wait for the slower rank
-        assert w0 >= SLEEP_S
+        # rank 0's step includes waiting for rank 1's sleep, less however much later rank 0 entered the step
+        # (its step clock starts on its own; seen 2 ms late on a busy machine): allow 20 % of the sleep for that
+        assert w0 >= 0.8 * SLEEP_S
