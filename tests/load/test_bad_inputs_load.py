@@ -29,7 +29,7 @@ ROWS = [
     (["--rates", "1", "--duration", "-1"], 2, "--duration must be > 0"),
     (["--rates", "x"], 2, "--rates: 'x' is not a number"),
     (["--mode", "sideways"], 2, "--mode must be open or closed"),
-    (["--dialect", "grpc"], 2, "--dialect must be openai, vllm-omni or sglang"),
+    (["--dialect", "grpc"], 2, "--dialect must be one of openai, vllm-omni, vllm-omni-chat, sglang"),
     (["--rates", "1", "--max-inflight", "0"], 2, "--max-inflight must be >= 1"),
     (["--mode", "closed", "--users", "0"], 2, "--users: must be >= 1"),
     (["--rates", "1", "--header", "nocolon"], 2, "--header 'nocolon' must look like 'Name: value'"),

@@ -29,7 +29,8 @@ def register(app: typer.Typer) -> None:
     def load(
         url: str | None = typer.Option(None, "--url", help="Service base URL (e.g. http://host:8000). "
                                        "Without it the reference service is started on 127.0.0.1."),
-        dialect: str = typer.Option("vllm-omni", "--dialect", help="openai | vllm-omni | sglang."),
+        dialect: str = typer.Option("vllm-omni", "--dialect", help="openai | vllm-omni | vllm-omni-chat | sglang "
+                                     "(routes and fields: README, dialect table)."),
         mode: str = typer.Option("open", "--mode", help="open (arrival schedule) | closed (N users)."),
         rates: str | None = typer.Option(None, "--rates", help="Open loop: req/s list '0.5,1,2', or 'auto' "
                                          "(default: closed-loop capacity probe, then up to 1.2x capacity)."),
@@ -308,8 +309,10 @@ def run_load_command(o: LoadOptions) -> None:
 
     if o.mode not in ("open", "closed"):
         raise UsageError(f"--mode must be open or closed, got {o.mode!r}")
-    if o.dialect not in ("openai", "vllm-omni", "sglang"):
-        raise UsageError(f"--dialect must be openai, vllm-omni or sglang, got {o.dialect!r}")
+    from diffbench.load.client.dialects import DIALECTS
+
+    if o.dialect not in DIALECTS:
+        raise UsageError(f"--dialect must be one of {', '.join(DIALECTS)}, got {o.dialect!r}")
     for name, value in (("--duration", o.duration), ("--timeout", o.timeout), ("--slo", o.slo),
                         ("--poll-interval", o.poll_interval)):
         _seconds(name, value)
