@@ -583,6 +583,9 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
         conditions["stop"] = "the trace's last row (every row is sent; --duration does not apply)"
         if any(r.prompt for r in trace.rows):
             conditions["prompts"] = f"from the trace rows, else {conditions['prompts']}"
+    if o.slo_scale is not None and o.warmup == 1:
+        console.print("[yellow]--slo-scale fits its base time on the warm-up; with --warmup 1 the one warm-up "
+                      "request of a shape may include compilation (SLOs too loose): --warmup 2 avoids it[/yellow]")
     if not sends_steps_and_frames(target.dialect):
         conditions["not_sent"] = "steps, frames, seed, guidance (openai dialect: the server's defaults apply)"
         console.print("[yellow]--dialect openai sends neither steps nor frames: the server's defaults apply, "

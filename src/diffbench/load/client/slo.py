@@ -5,7 +5,9 @@ Rule (vllm-project/vllm-omni ``benchmarks/diffusion/diffusion_benchmark_serving.
 ``_populate_slo_ms_from_warmups``): a request's own ``slo_ms`` from the trace is kept; otherwise
 
 - work units of a shape ``u = max(width x height / 16², 1) x frames x steps`` (frames 1 for an image);
-- base unit time ``b = median over the successful warm-up requests of latency / u`` (seconds);
+- base unit time ``b = median over the successful warm-up requests of latency / u`` (seconds; here over the
+  *last* ok warm-up request of each shape, :func:`last_per_shape`: the first of a shape may pay compilation
+  and one-off costs, so ``--warmup 2`` gives a base free of them);
 - ``slo = b x u x slo_scale`` (vLLM-Omni's ``--slo-scale``, default 3 there; here required to turn it on).
 
 Attainment of a row: requests that have an SLO, and among them those that succeeded within it; vLLM-Omni's
@@ -40,6 +42,14 @@ def base_unit_s(samples: Iterable[tuple[ShapeMix, float]]) -> float | None:
     """Median of ``latency_s / work_units(shape)`` over (shape, latency in seconds) samples; None when empty."""
     vals = [lat / work_units(s) for s, lat in samples if lat > 0]
     return float(np.median(vals)) if vals else None
+
+
+def last_per_shape(samples: Iterable[tuple[ShapeMix, float]]) -> list[tuple[ShapeMix, float]]:
+    """The last (shape, latency) sample of each distinct shape (by :meth:`ShapeMix.label`), in first-seen order."""
+    last: dict[str, tuple[ShapeMix, float]] = {}
+    for shape, lat in samples:
+        last[shape.label()] = (shape, lat)
+    return list(last.values())
 
 
 def check_scale(scale: float | None) -> float | None:
@@ -93,5 +103,5 @@ class SloPolicy:
         if self.scale is not None:
             base = f"{self.base_s * 1e3:.4g} ms" if self.base_s is not None else "none (no ok warm-up)"
             parts.append(f"others = base x max(W*H/256,1) x frames x steps x {self.scale:g} (vLLM-Omni's rule; "
-                         f"base {base} per unit, median of the warm-up)")
+                         f"base {base} per unit, median of the last warm-up of each shape)")
         return "; ".join(parts) + "; met = ok and latency from intended arrival <= SLO"

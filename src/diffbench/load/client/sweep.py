@@ -39,7 +39,7 @@ from diffbench.load.client.base import Attempt, Backend
 from diffbench.load.client.control import JsonlSink, RunControl
 from diffbench.load.client.executor import InProcess, LoadExecutor
 from diffbench.load.client.runners import RunResult
-from diffbench.load.client.slo import SloPolicy, base_unit_s
+from diffbench.load.client.slo import SloPolicy, base_unit_s, last_per_shape
 from diffbench.load.client.workload import RequestPlanner, RequestSpec, ShapeMix
 from diffbench.load.goodput import GoodputConstraint, latency_limit
 from diffbench.load.knee import SweepResult, analyze_sweep, merge_probe_capacity
@@ -316,9 +316,9 @@ async def run_sweep(
         raise StoppedBeforeMeasuring("interrupted during the warm-up; nothing was measured or written")
     wu = wu_box[0]
     if slo is not None and slo.scale is not None:
-        slo.base_s = base_unit_s(wu.latencies)
+        slo.base_s = base_unit_s(last_per_shape(wu.latencies))
         if slo.base_s is not None:
-            conditions["slo_base_unit_s"] = f"{slo.base_s:.6g} (median warm-up latency / work units)"
+            conditions["slo_base_unit_s"] = f"{slo.base_s:.12g} (median of the last warm-up latency / work units per shape)"
     if slo is not None and slo.active:
         conditions["slo_per_request"] = slo.describe()
     probe_result: SweepResult | None = None
