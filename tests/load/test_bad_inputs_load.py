@@ -132,6 +132,7 @@ ROWS = [
     (["--trace", "ok.txt", "--rates", "1"], 2, "--trace sets the arrivals; drop --rates / --request-rate"),
     (["--trace", "ok.txt", "--mode", "closed"], 2, "cannot be combined with --mode closed"),
     (["--trace", "ok.txt", "--num-requests", "3"], 2, "--trace replays every row; drop --num-requests"),
+    (["--trace", "ok.txt", "--arrival", "constant"], 2, "--trace sets the arrivals; drop --arrival"),
     (["--rates", "1", "--trace-speed", "2"], 2, "--trace-speed applies to --trace FILE"),
     (["--rates", "1", "--slo-scale", "0"], 2, "--slo-scale must be a finite number > 0"),
     (["--rates", "1", "--slo-scale", "nan"], 2, "--slo-scale must be a finite number > 0"),

@@ -132,3 +132,15 @@ def test_load_against_serve_in_the_chat_dialect(tmp_path):
     assert code == 0 and res["n_ok"] == 4 == len(recs)
     row = res["rates"][0]
     assert row["server_service_time_s"]["n"] == 4 and "denoise" in row["server_stages_s"]
+
+
+@pytest.mark.slow
+def test_load_against_the_tiny_diffusers_service_in_the_chat_dialect(tmp_path):
+    """Without --url: the reference service on the tiny random-weight pipeline (CPU) answers the chat route."""
+    out = tmp_path / "r.json"
+    assert main(["load", "--dialect", "vllm-omni-chat", "--request-rate", "2", "--num-requests", "3",
+                 "--arrival", "constant", "--size", "64x64", "--steps", "2", "--timeout", "120",
+                 "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["n_ok"] == 3 and res["conditions"]["dialect"] == "vllm-omni-chat"
+    assert res["rates"][0]["server_service_time_s"]["n"] == 3

@@ -453,6 +453,8 @@ def _trace(o: LoadOptions, wl: object, *, rates_given: bool, num_requests: objec
                          "compress time)")
     if num_requests is not None:
         raise UsageError("--trace replays every row; drop --num-requests / --num-prompts (cut the file instead)")
+    if o.arrival != "poisson" or o.burstiness is not None:
+        raise UsageError("--trace sets the arrivals; drop --arrival / --burstiness")
     check_speed(o.trace_speed)
     tr = read_trace(o.trace, wl.shapes[0])
     if len(tr.rows) > o.max_requests:
