@@ -22,12 +22,12 @@ DEFAULT = ShapeMix(width=64, height=64, steps=4)
 
 def test_csv_jsonl_and_plain_traces(tmp_path):
     c = tmp_path / "t.csv"
-    c.write_text("timestamp,size,steps,prompt,slo_ms\n10,96x32,2,a fox,1500\n10.5,,3,,\n")
+    c.write_text("\ufefftimestamp,size,steps,prompt,slo_ms\n10,96x32,2,\"a fox, at dusk\",1500\n10.5,,3,,\n")
     tr = read_trace(c, DEFAULT)
     assert tr.format == "csv" and [r.t_s for r in tr.rows] == [0.0, 0.5]  # shifted to start at 0
     assert (tr.rows[0].shape.width, tr.rows[0].shape.height, tr.rows[0].shape.steps) == (96, 32, 2)
     assert (tr.rows[1].shape.width, tr.rows[1].shape.steps) == (64, 3)  # empty size cell: the default
-    assert tr.rows[0].prompt == "a fox" and tr.rows[0].slo_s == 1.5 and tr.rows[1].slo_s is None
+    assert tr.rows[0].prompt == "a fox, at dusk" and tr.rows[0].slo_s == 1.5 and tr.rows[1].slo_s is None
     j = tmp_path / "t.jsonl"
     j.write_text('{"t": 0, "width": 32, "height": 48, "num_inference_steps": 5, "text": "x", "seed": 9}\n'
                  '{"t": 1.25, "width": 32, "height": 48, "num_inference_steps": 5, "num_frames": 9}\n')

@@ -129,7 +129,8 @@ def _number(value: object, name: str, where: str, *, integer: bool = False) -> f
 def _canonical(keys: list[str], where: str) -> list[str]:
     out = []
     for k in keys:
-        name = ALIASES.get(k.strip(), k.strip())
+        key = k.strip().lstrip("\ufeff")  # a spreadsheet's UTF-8 byte-order mark
+        name = ALIASES.get(key, key)
         if name not in COLUMNS:
             raise InputError(f"{where}: unknown column {k!r}; a trace has {', '.join(COLUMNS)} "
                              f"(aliases {', '.join(f'{a}={c}' for a, c in ALIASES.items())})")
