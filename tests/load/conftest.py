@@ -15,6 +15,11 @@ requested size /
 ``mix60`` (cycles through ``MIX60_CYCLE``: 60 % failures), ``vid`` (video jobs finishing after ``video_s``), ``vidstuck`` (jobs that never finish), ``vidmp4`` (a real
 MP4 with the requested frame count, reported in the job), ``vidmp4short`` (one frame missing from the MP4)
 and ``vidjobwrong`` (the job reports 4 frames more than requested).
+
+On ``/v1/chat/completions`` (vLLM-Omni's diffusion chat form; the body is kept in ``chat_bodies``): ``ok``
+(a data-URL PNG of ``extra_body`` width x height per ``num_outputs_per_prompt``), ``chattext`` (200 with
+vLLM-Omni's text answer when no image was produced), ``chatwrong`` (8 px wider), ``chaturl`` (an https URL,
+not a data URL), ``chatbad64`` (a data URL whose base64 is broken).
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ class FakeServer:
         self.last_headers: dict[str, str] = {}
         self.create_headers: dict[str, str] = {}
         self.create_body = b""
+        self.chat_bodies: list[bytes] = []
         self._jobs: dict[str, tuple[float | None, int, int]] = {}
         self._ids = itertools.count()
         self._mix = itertools.count()
@@ -95,6 +101,7 @@ class FakeServer:
     def reset_state(self) -> None:
         self.delay_s, self.video_s, self.pause_window, self._pause_at = 0.0, 0.3, None, None
         self.deleted.clear()
+        self.chat_bodies.clear()
         self.requests = self.polls = 0
         self._mix = itertools.count()
 
@@ -169,6 +176,8 @@ class FakeServer:
             mode = MIX60_CYCLE[next(self._mix) % len(MIX60_CYCLE)]
         if mode.startswith("vid"):
             return await self._video(mode, method, path, writer, body)
+        if path == "/v1/chat/completions" and mode in ("ok", "chattext", "chatwrong", "chaturl", "chatbad64"):
+            return await self._chat(mode, body, writer)
         if mode == "reset":
             writer.transport.abort()
             return False
@@ -213,6 +222,26 @@ class FakeServer:
             import gzip
 
             return await self._send(writer, 200, gzip.compress(json.dumps(out).encode()), "Content-Encoding: gzip\r\n")
+        return await self._send(writer, 200, json.dumps(out).encode())
+
+    async def _chat(self, mode: str, body: bytes, writer: asyncio.StreamWriter) -> bool:
+        self.chat_bodies.append(body)
+        t_in = time.perf_counter()
+        extra = json.loads(body).get("extra_body") or {}
+        w, h = int(extra.get("width", 64)), int(extra.get("height", 64))
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        url = "data:image/png;base64," + self._png_b64(w + (8 if mode == "chatwrong" else 0), h)
+        if mode == "chaturl":
+            url = "https://example.invalid/image.png"
+        elif mode == "chatbad64":
+            url = "data:image/png;base64,@@not-base64@@"
+        parts = [{"type": "image_url", "image_url": {"url": url}}] * int(extra.get("num_outputs_per_prompt", 1))
+        content: object = "Image generation completed but no images were produced." if mode == "chattext" else parts
+        out = {"id": "chatcmpl-0", "object": "chat.completion", "created": 0, "model": "fake",
+               "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+               "metrics": {"stage_durations": {"denoise": 0.25}, "peak_memory_mb": 256.0,
+                           "service_time_s": time.perf_counter() - t_in}}
         return await self._send(writer, 200, json.dumps(out).encode())
 
     async def _video(self, mode: str, method: str, path: str, writer: asyncio.StreamWriter,

@@ -29,7 +29,7 @@ ROWS = [
     (["--rates", "1", "--duration", "-1"], 2, "--duration must be > 0"),
     (["--rates", "x"], 2, "--rates: 'x' is not a number"),
     (["--mode", "sideways"], 2, "--mode must be open or closed"),
-    (["--dialect", "grpc"], 2, "--dialect must be openai, vllm-omni or sglang"),
+    (["--dialect", "grpc"], 2, "--dialect must be one of openai, vllm-omni, vllm-omni-chat, sglang"),
     (["--rates", "1", "--max-inflight", "0"], 2, "--max-inflight must be >= 1"),
     (["--mode", "closed", "--users", "0"], 2, "--users: must be >= 1"),
     (["--rates", "1", "--header", "nocolon"], 2, "--header 'nocolon' must look like 'Name: value'"),
@@ -119,6 +119,26 @@ ROWS = [
                                                         "exist; create it first or pass --mkdir"),
     (["--rates", "1", "--csv", "."], 2, "--csv . is a directory"),
     (["--rates", "1", "--workers", "0"], 2, "--workers must be >= 1 load processes, got 0"),
+    # issue 14: traces, per-request SLOs, AIPerf prompt files
+    (["--trace", "nots.csv"], 2, "nots.csv:1 (header): no timestamp column"),
+    (["--trace", "half.csv"], 2, "half.csv:1 (header): column height is missing"),
+    (["--trace", "unknown.csv"], 2, "unknown column 'widht'"),
+    (["--trace", "desc.csv"], 2, "timestamps must not decrease: row 3 is at 0.5 s, after row 2 at 1 s"),
+    (["--trace", "neg.txt"], 2, "neg.txt:2: timestamp -1 is negative"),
+    (["--trace", "steps0.jsonl"], 2, "steps0.jsonl:1: steps input should be greater than 0"),
+    (["--trace", "cells.csv"], 2, "cells.csv:2: 2 cells, the header has 3 columns"),
+    (["--trace", "nosuch.csv"], 2, "--trace nosuch.csv"),
+    (["--trace", "ok.txt", "--trace-speed", "0"], 2, "--trace-speed must be a finite number > 0"),
+    (["--trace", "ok.txt", "--rates", "1"], 2, "--trace sets the arrivals; drop --rates / --request-rate"),
+    (["--trace", "ok.txt", "--mode", "closed"], 2, "cannot be combined with --mode closed"),
+    (["--trace", "ok.txt", "--num-requests", "3"], 2, "--trace replays every row; drop --num-requests"),
+    (["--trace", "ok.txt", "--arrival", "constant"], 2, "--trace sets the arrivals; drop --arrival"),
+    (["--rates", "1", "--trace-speed", "2"], 2, "--trace-speed applies to --trace FILE"),
+    (["--rates", "1", "--slo-scale", "0"], 2, "--slo-scale must be a finite number > 0"),
+    (["--rates", "1", "--slo-scale", "nan"], 2, "--slo-scale must be a finite number > 0"),
+    (["--rates", "1", "--slo-scale", "3", "--dialect", "openai"], 2, "--dialect openai sends neither steps"),
+    (["--rates", "1", "--slo-scale", "3", "--warmup", "0"], 2, "it needs --warmup >= 1"),
+    (["--rates", "1", "--prompts", "notext.jsonl"], 2, 'notext.jsonl:1: a JSON row needs a string "text" field'),
 ]
 
 
@@ -130,6 +150,15 @@ def _make_files(root) -> None:
     (root / "bad.json").write_text("{")
     (root / "list.yaml").write_text("- 1\n- 2\n")
     (root / "bad.yaml").write_text("shapes: [\n  {size: 64x64\n")
+    (root / "nots.csv").write_text("width,height\n64,64\n")
+    (root / "half.csv").write_text("timestamp,width\n0,64\n")
+    (root / "unknown.csv").write_text("timestamp,widht\n0,64\n")
+    (root / "desc.csv").write_text("timestamp\n0\n1\n0.5\n")
+    (root / "neg.txt").write_text("0\n-1\n")
+    (root / "steps0.jsonl").write_text('{"t": 0, "steps": 0}\n')
+    (root / "cells.csv").write_text("timestamp,width,height\n0,64\n")
+    (root / "ok.txt").write_text("0\n0.5\n")
+    (root / "notext.jsonl").write_text('{"prompt": "x"}\n')
 
 
 @pytest.mark.parametrize("argv, code, fragment", ROWS, ids=[" ".join(r[0]) for r in ROWS])

@@ -29,7 +29,8 @@ def register(app: typer.Typer) -> None:
     def load(
         url: str | None = typer.Option(None, "--url", help="Service base URL (e.g. http://host:8000). "
                                        "Without it the reference service is started on 127.0.0.1."),
-        dialect: str = typer.Option("vllm-omni", "--dialect", help="openai | vllm-omni | sglang."),
+        dialect: str = typer.Option("vllm-omni", "--dialect", help="openai | vllm-omni | vllm-omni-chat | sglang "
+                                     "(routes and fields: README, dialect table)."),
         mode: str = typer.Option("open", "--mode", help="open (arrival schedule) | closed (N users)."),
         rates: str | None = typer.Option(None, "--rates", help="Open loop: req/s list '0.5,1,2', or 'auto' "
                                          "(default: closed-loop capacity probe, then up to 1.2x capacity)."),
@@ -61,7 +62,8 @@ def register(app: typer.Typer) -> None:
         drain: float = typer.Option(10.0, "--drain", help="Seconds in-flight requests get after Ctrl-C."),
         warmup: int = typer.Option(1, "--warmup", help="Unrecorded warm-up requests per distinct shape."),
         workload: Path | None = typer.Option(None, "--workload", help="Workload file (YAML/JSON)."),
-        prompts: Path | None = typer.Option(None, "--prompts", help="Prompt file, one prompt per line."),
+        prompts: Path | None = typer.Option(None, "--prompts", help="Prompt file: one prompt per line, or "
+                                       "AIPerf's JSONL rows {\"text\": ...}."),
         size: str = typer.Option("256x256", "--size", help="WIDTHxHEIGHT when no --workload."),
         steps: int = typer.Option(4, "--steps", help="Steps when no --workload."),
         frames: int | None = typer.Option(None, "--frames", help="Frames (video jobs) when no --workload."),
@@ -89,6 +91,13 @@ def register(app: typer.Typer) -> None:
                                           "scraped during the run, the server-side view is put beside each row."),
         scrape_interval: float = typer.Option(1.0, "--scrape-interval", help="Seconds between scrapes of "
                                               "--scrape (on their own thread)."),
+        trace: Path | None = typer.Option(None, "--trace", help="Replay a trace: CSV/JSONL rows with timestamp "
+                                          "(s), width/height or size, steps, frames, prompt, seed, slo_s; or one "
+                                          "timestamp per line. Each row is sent at its timestamp with its shape."),
+        trace_speed: float = typer.Option(1.0, "--trace-speed", help="Replay the trace this many times faster."),
+        slo_scale: float | None = typer.Option(None, "--slo-scale", help="Per-request SLOs for requests without "
+                                               "an slo_s: warm-up latency scaled by area x frames x steps, times "
+                                               "this factor (vLLM-Omni's rule; its default is 3)."),
     ) -> None:
         """Load-test a diffusion service: latency from intended arrival, goodput, knee."""
         opts = LoadOptions(
@@ -105,6 +114,7 @@ def register(app: typer.Typer) -> None:
             jsonl=str(jsonl) if jsonl else None, json_out=str(json_out) if json_out else None,
             serve_engine=serve_engine, serve_model=serve_model, mkdir=mkdir, max_requests=max_requests,
             scrape=scrape, scrape_interval=scrape_interval,
+            trace=str(trace) if trace else None, trace_speed=trace_speed, slo_scale=slo_scale,
         )
         run_load_command(opts)
 
@@ -155,6 +165,9 @@ class LoadOptions:
     quiet: bool = False
     scrape: str | None = None
     scrape_interval: float = 1.0
+    trace: str | None = None
+    trace_speed: float = 1.0
+    slo_scale: float | None = None
 
 
 def _seconds(name: str, value: float | None, *, zero_ok: bool = False) -> None:
@@ -308,8 +321,10 @@ def run_load_command(o: LoadOptions) -> None:
 
     if o.mode not in ("open", "closed"):
         raise UsageError(f"--mode must be open or closed, got {o.mode!r}")
-    if o.dialect not in ("openai", "vllm-omni", "sglang"):
-        raise UsageError(f"--dialect must be openai, vllm-omni or sglang, got {o.dialect!r}")
+    from diffbench.load.client.dialects import DIALECTS
+
+    if o.dialect not in DIALECTS:
+        raise UsageError(f"--dialect must be one of {', '.join(DIALECTS)}, got {o.dialect!r}")
     for name, value in (("--duration", o.duration), ("--timeout", o.timeout), ("--slo", o.slo),
                         ("--poll-interval", o.poll_interval)):
         _seconds(name, value)
@@ -347,6 +362,8 @@ def run_load_command(o: LoadOptions) -> None:
             check_request_count(min(rate * o.duration, num_requests),  # type: ignore[type-var]
                                 f"{count_opt} {num_requests}", o.max_requests)
     wl = load_workload(o.workload) if o.workload else _cli_workload(o.size, o.steps, o.frames)
+    trace, wl = _trace(o, wl, rates_given=o.rates is not None or o.request_rate is not None,
+                       num_requests=num_requests)
     from diffbench.core.outpath import check_output_file
 
     if o.json_out:
@@ -386,7 +403,7 @@ def run_load_command(o: LoadOptions) -> None:
         raise UsageError("--url is empty; give the service's base URL (e.g. http://host:8000) or leave --url out "
                          "to start the reference service")
     if o.url:
-        _execute(o, cfg, wl, target_for(o.url), console, local=False, scraper=scraper)
+        _execute(o, cfg, wl, target_for(o.url), console, local=False, scraper=scraper, trace=trace)
         return
     from diffbench.engines.registry import EngineConfig
     from diffbench.server.background import run_in_background
@@ -398,10 +415,55 @@ def run_load_command(o: LoadOptions) -> None:
         console.print(f"reference service at {base_url}")
         if o.scrape is not None and o.scrape.strip().lower() == LOCAL_SCRAPE:
             scraper = _scraper(o, base_url)
-        _execute(o, cfg, wl, target_for(base_url), console, local=True, scraper=scraper)
+        _execute(o, cfg, wl, target_for(base_url), console, local=True, scraper=scraper, trace=trace)
 
 
 LOCAL_SCRAPE = "local"
+
+
+def _trace(o: LoadOptions, wl: object, *, rates_given: bool, num_requests: object) -> tuple[object | None, object]:
+    """The ``--trace`` (read and checked now, before any request) and the workload the warm-up covers (the
+    trace's distinct shapes); (None, ``wl``) without a trace. Also checks ``--slo-scale``.
+
+    Raises:
+        UsageError: ``--trace`` with the closed loop, ``--rates``/``--request-rate``/``--num-requests``; a bad
+            ``--trace-speed`` or ``--slo-scale``; ``--slo-scale`` with the openai dialect or without warm-up.
+        InputError: a bad trace file (file and line named).
+    """
+    from diffbench.errors import UsageError
+    from diffbench.load.client.slo import check_scale
+    from diffbench.load.client.trace import check_speed, read_trace
+    from diffbench.load.client.workload import Workload
+
+    assert isinstance(wl, Workload)
+    check_scale(o.slo_scale)
+    if o.slo_scale is not None and o.dialect == "openai":
+        raise UsageError("--slo-scale scales by area x frames x steps, and --dialect openai sends neither steps "
+                         "nor frames (the server's defaults apply); use another dialect or SLOs from the trace")
+    if o.slo_scale is not None and o.warmup == 0:
+        raise UsageError("--slo-scale estimates each SLO from the warm-up latency; it needs --warmup >= 1")
+    if o.trace is None:
+        if o.trace_speed != 1.0:
+            raise UsageError("--trace-speed applies to --trace FILE")
+        return None, wl
+    if o.mode == "closed":
+        raise UsageError("--trace replays arrival times (open loop); it cannot be combined with --mode closed")
+    if rates_given:
+        raise UsageError("--trace sets the arrivals; drop --rates / --request-rate (use --trace-speed to "
+                         "compress time)")
+    if num_requests is not None:
+        raise UsageError("--trace replays every row; drop --num-requests / --num-prompts (cut the file instead)")
+    if o.arrival != "poisson" or o.burstiness is not None:
+        raise UsageError("--trace sets the arrivals; drop --arrival / --burstiness")
+    check_speed(o.trace_speed)
+    tr = read_trace(o.trace, wl.shapes[0])
+    if len(tr.rows) > o.max_requests:
+        raise UsageError(f"--trace {o.trace} holds {len(tr.rows):,} rows, above --max-requests {o.max_requests:,}")
+    if o.slo_scale is not None and o.warmup == 0 and tr.slo_count() < len(tr.rows):
+        raise UsageError("--slo-scale needs --warmup >= 1")
+    replay = Workload(kind=tr.kind, model=wl.model, shapes=tr.shapes(), prompts=wl.prompts,  # type: ignore[arg-type]
+                      prompt_file=wl.prompt_file, extra=wl.extra)
+    return tr, replay
 
 
 def _scraper(o: LoadOptions, local_url: str | None = None) -> object | None:
@@ -468,7 +530,7 @@ async def _close(obj: object) -> None:
 
 
 def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: Console, *, local: bool,
-             scraper: object | None = None) -> None:
+             scraper: object | None = None, trace: object | None = None) -> None:
     import asyncio
     import contextlib
     import math
@@ -504,11 +566,34 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
                             f"w={s.weight:g}" for s in wl.shapes),
         "prompts": f"{len(prompts)} from {prompt_source}", "warmup_per_shape": str(cfg.warmup_per_shape),
     }
+    from diffbench.load.client.slo import SloPolicy
+
+    replay = None
+    slo = SloPolicy(scale=o.slo_scale, shapes={
+        shape_label(RequestSpec(index=0, kind=wl.kind, prompt="-", shape=s, seed=0), target.dialect): s
+        for s in wl.shapes})
+    if trace is not None:
+        from diffbench.load.client.trace import Trace, trace_specs
+
+        assert isinstance(trace, Trace)
+        specs = trace_specs(trace, wl, prompts, o.seed)
+        replay = (trace.times(o.trace_speed), specs)
+        slo.explicit = {i: r.slo_s for i, r in enumerate(trace.rows) if r.slo_s is not None}
+        conditions["arrival"] = (f"trace {trace.path} ({trace.format}, {len(specs)} rows, columns "
+                                 f"{', '.join(trace.columns)}; replayed at its timestamps x 1/{o.trace_speed:g})")
+        conditions.pop("duration_s", None)
+        conditions["stop"] = "the trace's last row (every row is sent; --duration does not apply)"
+        if any(r.prompt for r in trace.rows):
+            conditions["prompts"] = f"from the trace rows, else {conditions['prompts']}"
+    if o.slo_scale is not None and o.warmup == 1:
+        console.print("[yellow]--slo-scale fits its base time on the warm-up; with --warmup 1 the one warm-up "
+                      "request of a shape may include compilation (SLOs too loose): --warmup 2 avoids it[/yellow]")
     if not sends_steps_and_frames(target.dialect):
         conditions["not_sent"] = "steps, frames, seed, guidance (openai dialect: the server's defaults apply)"
         console.print("[yellow]--dialect openai sends neither steps nor frames: the server's defaults apply, "
                       "and rows are labelled by size only[/yellow]")
-    conditions.update(_conditions_extra(cfg))
+    conditions.update({k: v for k, v in _conditions_extra(cfg).items()
+                       if not (trace is not None and k == "stop")})
     if wl.kind == "video":
         conditions["poll_interval_s"] = f"{target.poll_interval_s:g} (latency quantized by it)"
         conditions["delete_abandoned"] = str(target.delete_abandoned).lower()
@@ -573,7 +658,8 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
                 await executor.start()  # type: ignore[attr-defined]  # spawn before the warm-up, not in a run
             return await run_sweep(cfg, backend, planner, control=control, sink=sink, conditions=conditions,
                                    progress=_noop if o.quiet else lambda msg: console.print(f"[dim]{msg}[/dim]"),
-                                   monitor=row_monitor, **extra)  # type: ignore[arg-type]
+                                   monitor=row_monitor, replay=replay, slo=slo if slo.active else None,
+                                   **extra)  # type: ignore[arg-type]
         finally:
             if monitor is not None:
                 monitor.end()
@@ -672,3 +758,10 @@ def _render(sweep: SweepRun, console: Console) -> None:
         print_sweep(sweep.probe, console, title="capacity probe (closed loop)")
     if sweep.failed_in is None:
         print_sweep(sweep.result, console, title=f"diffbench load ({sweep.result.mode} loop)")
+        from diffbench.report.load_table import offered_text
+
+        for row in sweep.result.rates:
+            if row.slo_requests is not None:
+                att = "n/a" if row.slo_attainment is None else f"{row.slo_attainment:.1%}"
+                console.print(f"{offered_text(row)}: SLO attainment {att} ({row.slo_met} of {row.slo_requests} "
+                              "requests with an SLO met it)")

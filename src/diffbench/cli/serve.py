@@ -122,7 +122,7 @@ def register(app: typer.Typer) -> None:
             False, "--enable-faults", help="Install POST /admin/faults (fault drills change settings at run time)."
         ),
     ) -> None:
-        """Serve POST /v1/images/generations, /v1/videos jobs, /health, /v1/models and /metrics."""
+        """Serve POST /v1/images/generations, /v1/chat/completions (vLLM-Omni form), /v1/videos jobs, /health, /v1/models and /metrics."""
         from diffbench.engines.registry import EngineConfig, SimParams
         from diffbench.errors import UsageError
         from diffbench.monitor.calibration import read_calibration

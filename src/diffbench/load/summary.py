@@ -168,6 +168,13 @@ class RateSummary(BaseModel):
     saturated: bool = False
     first_error: str | None = None
     warnings: list[str] = []
+    slo_requests: int | None = None
+    """Requests of the row with a per-request SLO (``load --trace`` ``slo_s``/``slo_ms``, ``--slo-scale``);
+    None when per-request SLOs are off."""
+    slo_met: int | None = None
+    """Of those, the ok ones whose latency from intended arrival is within their SLO."""
+    slo_attainment: float | None = None
+    """``slo_met / slo_requests`` (vLLM-Omni's ``slo_attainment_rate``; failures count as not met)."""
     server: ServerSide | None = None
     """The server's own view of the row, scraped from its ``/metrics`` (``load --scrape``; None without)."""
 

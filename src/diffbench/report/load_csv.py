@@ -13,7 +13,8 @@ users, rate or ``inf``), ``schedule``, ``stopped_by`` (``duration`` / ``num_requ
 flags ``knee``, ``unstable``, ``saturated``; ``warnings`` (their count) and ``goodput_definition``; with
 ``--scrape``, the server's view (:data:`SERVER_COLUMNS`: scrapes, queue depth mean/max, running mean/max,
 queue wait / request / service / stage means in seconds, ``server_n`` and one ``server_outcome_<kind>``
-per server outcome), empty cells without it.
+per server outcome), empty cells without it; with per-request SLOs (``load --trace`` ``slo_s`` column,
+``--slo-scale``), ``slo_requests``, ``slo_met`` and ``slo_attainment`` (empty without).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ COLUMNS: tuple[str, ...] = (
     *(f"latency_{k}_s" for k, _ in _LATENCY), "latency_from_send_p50_s", "latency_from_send_p99_s",
     "lag_p50_s", "lag_p99_s", "lag_max_s", "client_queue_p99_s", *(f"outcome_{k}" for k in OUTCOMES),
     "knee", "unstable", "saturated", "warnings", "goodput_definition",
-    *SERVER_COLUMNS,
+    *SERVER_COLUMNS, "slo_requests", "slo_met", "slo_attainment",
 )
 
 
@@ -91,6 +92,7 @@ def row_values(row: RateSummary, *, is_knee: bool) -> dict[str, object]:
     out["server_n"] = sv.n if sv else None
     for k in SERVER_OUTCOMES:
         out[f"server_outcome_{k}"] = sv.outcomes.get(k, 0) if sv else None
+    out.update({"slo_requests": row.slo_requests, "slo_met": row.slo_met, "slo_attainment": row.slo_attainment})
     return out
 
 

@@ -1,4 +1,4 @@
-"""The reference service's FastAPI app: images API, video jobs, /health, /v1/models, /metrics.
+"""The reference service's FastAPI app: images API, chat completions (vLLM-Omni form, :mod:`diffbench.server.chat`), video jobs, /health, /v1/models, /metrics.
 
 ``create_app(config)`` builds the app; the engine loads in the app's lifespan (uvicorn does not accept
 connections before it finished, and ``GET /health`` answers 200 from then on). Status codes and error
@@ -15,6 +15,7 @@ import contextlib
 import io
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -24,6 +25,7 @@ from diffbench.engines.registry import create_engine
 from diffbench.server.config import ServerConfig
 from diffbench.server.http_errors import APIError
 from diffbench.server.schemas import (
+    GenerationStats,
     Health,
     ImageData,
     ImageGenerationRequest,
@@ -36,7 +38,7 @@ from diffbench.server.service import Service, generation_stats, timing_headers
 from diffbench.server.validation import build_request, resolve_size
 
 if TYPE_CHECKING:
-    from fastapi import FastAPI
+    from fastapi import FastAPI, Request
 
 
 def encode_png(image: np.ndarray) -> bytes:
@@ -72,9 +74,8 @@ def create_app(
 
     require("fastapi", "serve")
     from fastapi import FastAPI, Request, Response
-    from fastapi.concurrency import run_in_threadpool
 
-    from diffbench.server.http_errors import TRAFFIC_HEADER, CountOutcomes, install_handlers, traffic_of
+    from diffbench.server.http_errors import CountOutcomes, install_handlers
     from diffbench.server.videos import install_video_routes
 
     if engine is None:
@@ -150,67 +151,120 @@ def create_app(
     @app.post("/v1/images/generations", response_model=ImageResponse)
     async def generate_images(body: ImageGenerationRequest, request: Request, response: Response) -> ImageResponse:
         arrival = time.perf_counter()
-        traffic = traffic_of(request.headers.get(TRAFFIC_HEADER))
         model = service.check_model(body.model)
-        width, height, size_param = resolve_size(body.size, body.width, body.height, config.default_size)
-        steps = body.num_inference_steps or service.default_steps
-        seed = service.pick_seed(body.seed)
-        try:
-            gen = build_request(
-                engine=service.engine,
-                limits=config.limits,
-                prompt=body.prompt,
-                negative_prompt=body.negative_prompt,
-                width=width,
-                height=height,
-                frames=None,
-                steps=steps,
-                guidance=body.guidance_scale,
-                n=body.n,
-                seed=seed,
-                size_param=size_param,
-            )
-        except APIError as exc:
-            if exc.param == "num_frames" and service.info is not None and service.info.is_video:
-                # the engine refuses a frame count of None: this endpoint sends none (num_frames unread)
-                raise APIError(
-                    400,
-                    f"model: {model!r} is a video model and this endpoint makes images without a frame "
-                    "count (num_frames is not read here); create a video with POST /v1/videos",
-                    param="model",
-                    code="invalid_shape",
-                ) from exc
-            raise
-        shape = service.shape_of(gen)
-        request.state.diffbench_shape = shape
-        done = await service.run(gen, traffic=traffic, arrival=arrival, disconnected=request.is_disconnected)
-        images = done.result.images
-        if images is None:  # the worker already fails such requests; kept for the type checker
-            raise APIError(500, "the engine returned no images", code="generation_failed")
-        encode_start = time.perf_counter()
-        pngs = await run_in_threadpool(lambda: [encode_png(img) for img in images])
-        if service.exporter is not None:
-            service.exporter.observe_stage(
-                shape=shape, stage="postprocess", seconds=time.perf_counter() - encode_start, traffic=traffic
-            )
-        stats = generation_stats(done)
-        response.headers.update(timing_headers(stats))
-        request.state.diffbench_duration_s = time.perf_counter() - arrival
+        out = await generate_pngs(
+            service, request, arrival=arrival, size=body.size, width=body.width, height=body.height,
+            steps=body.num_inference_steps, seed=body.seed, prompt=body.prompt,
+            negative_prompt=body.negative_prompt, guidance=body.guidance_scale, n=body.n, model=model,
+        )
+        response.headers.update(timing_headers(out.stats))
         return ImageResponse(
             created=int(time.time()),
-            data=[ImageData(b64_json=base64.b64encode(p).decode("ascii")) for p in pngs],
+            data=[ImageData(b64_json=base64.b64encode(p).decode("ascii")) for p in out.pngs],
             model=model,
-            size=f"{width}x{height}",
-            num_inference_steps=steps,
-            seed=seed,
+            size=f"{out.width}x{out.height}",
+            num_inference_steps=out.steps,
+            seed=out.seed,
             ignored_parameters=ignored_parameters(
                 body, service.ignored(body.guidance_scale, body.negative_prompt)
             ),
-            **stats.model_dump(),
+            **out.stats.model_dump(),
         )
 
+    from diffbench.server.chat import install_chat_route
+
+    install_chat_route(app, service)
     install_video_routes(app, service)
     return app
+
+
+@dataclass
+class ImagesDone:
+    """PNG images of one generation and the parameters used (``width``/``height`` pixels)."""
+
+    pngs: list[bytes]
+    stats: GenerationStats
+    width: int
+    height: int
+    steps: int
+    seed: int
+
+
+async def generate_pngs(
+    service: Service,
+    request: "Request",
+    *,
+    arrival: float,
+    size: str | None,
+    width: int | None,
+    height: int | None,
+    steps: int | None,
+    seed: int | None,
+    prompt: str,
+    negative_prompt: str | None,
+    guidance: float | None,
+    n: int,
+    model: str,
+) -> ImagesDone:
+    """Validate, queue and run one image generation, then PNG-encode its images off the event loop.
+
+    Shared by ``POST /v1/images/generations`` and ``POST /v1/chat/completions``. Leaves the exported
+    shape label and the arrival-to-answer duration in ``request.state`` (counted by ``CountOutcomes``).
+
+    Raises:
+        APIError: 400 for a bad shape or parameter (``param`` names the field), the worker's errors
+            (429, 500, 503, 504, 507; see :mod:`diffbench.server.http_errors`).
+    """
+    from fastapi.concurrency import run_in_threadpool
+
+    from diffbench.server.http_errors import TRAFFIC_HEADER, traffic_of
+
+    config = service.config
+    traffic = traffic_of(request.headers.get(TRAFFIC_HEADER))
+    w, h, size_param = resolve_size(size, width, height, config.default_size)
+    steps_used = steps or service.default_steps
+    seed_used = service.pick_seed(seed)
+    try:
+        gen = build_request(
+            engine=service.engine,
+            limits=config.limits,
+            prompt=prompt,
+            negative_prompt=negative_prompt,
+            width=w,
+            height=h,
+            frames=None,
+            steps=steps_used,
+            guidance=guidance,
+            n=n,
+            seed=seed_used,
+            size_param=size_param,
+        )
+    except APIError as exc:
+        if exc.param == "num_frames" and service.info is not None and service.info.is_video:
+            # the engine refuses a frame count of None: this endpoint sends none (num_frames unread)
+            raise APIError(
+                400,
+                f"model: {model!r} is a video model and this endpoint makes images without a frame "
+                "count (num_frames is not read here); create a video with POST /v1/videos",
+                param="model",
+                code="invalid_shape",
+            ) from exc
+        raise
+    shape = service.shape_of(gen)
+    request.state.diffbench_shape = shape
+    done = await service.run(gen, traffic=traffic, arrival=arrival, disconnected=request.is_disconnected)
+    images = done.result.images
+    if images is None:  # the worker already fails such requests; kept for the type checker
+        raise APIError(500, "the engine returned no images", code="generation_failed")
+    encode_start = time.perf_counter()
+    pngs = await run_in_threadpool(lambda: [encode_png(img) for img in images])
+    if service.exporter is not None:
+        service.exporter.observe_stage(
+            shape=shape, stage="postprocess", seconds=time.perf_counter() - encode_start, traffic=traffic
+        )
+    stats = generation_stats(done)
+    request.state.diffbench_duration_s = time.perf_counter() - arrival
+    return ImagesDone(pngs=pngs, stats=stats, width=w, height=h, steps=steps_used, seed=seed_used)
 
 
 def _install_faults(app: "FastAPI", service: Service) -> None:

@@ -175,7 +175,7 @@ def install_handlers(app: object) -> None:
             err = APIError(
                 404,
                 f"{request.method} {request.url.path}: no such route; see /v1/images/generations, "
-                "/v1/videos, /v1/models, /health, /metrics",
+                "/v1/chat/completions, /v1/videos, /v1/models, /health, /metrics",
                 code="not_found",
             )
         elif status == 405:
@@ -203,7 +203,7 @@ class CountOutcomes:
     ``diffbench_shape`` (the exported shape label) and ``diffbench_duration_s`` (arrival → response
     ready, seconds; set for successful generations) in the request state; they are passed on.
 
-    Counted: every image generation (any status), every refused video job creation (an accepted job is
+    Counted: every image generation (images or chat route, any status), every refused video job creation (an accepted job is
     counted when it finishes, see :mod:`diffbench.server.videos`) and every other error answer (404 on
     an unknown path or video id, 405, 400, 5xx). ``/health`` and ``/metrics`` are never counted, nor are
     successful reads (job polls, model list).
@@ -237,7 +237,7 @@ class CountOutcomes:
         finally:
             if status is not None:
                 path, method = scope.get("path"), scope.get("method")
-                generation = method == "POST" and path == "/v1/images/generations"
+                generation = method == "POST" and path in ("/v1/images/generations", "/v1/chat/completions")
                 job_created = method == "POST" and path == "/v1/videos" and status < 400
                 if (generation or status >= 400) and not job_created:
                     self.count(  # type: ignore[operator]

@@ -10,6 +10,15 @@ Dialects:
   height, num_frames`` (always sent: the server defaults ``num_frames`` to 1), ``fps``, steps and seed.
 - ``sglang``: the same extension fields merged into the JSON object (SGLang Diffusion OpenAI API docs);
   video jobs as JSON.
+- ``vllm-omni-chat``: ``POST /v1/chat/completions`` as vLLM-Omni's own diffusion benchmark sends it (its
+  default ``vllm-omni`` backend, ``benchmarks/diffusion/backends.py`` ``async_request_chat_completions``):
+  ``{model, messages: [{role: "user", content: prompt}], extra_body: {height, width, num_inference_steps,
+  seed}}``, plus ``num_frames``/``fps`` when the shape has them, ``negative_prompt``/``guidance_scale`` when
+  given and ``num_outputs_per_prompt`` when ``n`` > 1 (vLLM-Omni's name for it); the workload's ``extra``
+  goes into ``extra_body`` too. ``extra_body`` is a nested JSON key (as curl/requests send it), not flattened
+  as the OpenAI SDK does; vLLM-Omni reads both. The images come back as data URLs in
+  ``choices[0].message.content[*].image_url.url``. Video jobs go to ``/v1/videos`` as in ``vllm-omni`` (its
+  benchmark sends video to that route, not to chat).
 
 Server-reported timings read when present (any dialect): ``stage_durations`` (a mapping of stage name to
 seconds; keys ending in ``_ms`` and a ``stage_durations_ms`` mapping are milliseconds), ``stages`` as a
@@ -27,10 +36,11 @@ from typing import Literal
 
 from diffbench.load.client.workload import RequestSpec
 
-Dialect = Literal["openai", "vllm-omni", "sglang"]
-DIALECTS: tuple[str, ...] = ("openai", "vllm-omni", "sglang")
+Dialect = Literal["openai", "vllm-omni", "vllm-omni-chat", "sglang"]
+DIALECTS: tuple[str, ...] = ("openai", "vllm-omni", "vllm-omni-chat", "sglang")
 
 IMAGES_PATH = "/v1/images/generations"
+CHAT_PATH = "/v1/chat/completions"
 VIDEOS_PATH = "/v1/videos"
 
 JsonScalar = str | int | float | bool
@@ -47,7 +57,7 @@ def image_body(spec: RequestSpec, dialect: Dialect) -> dict[str, JsonScalar]:
     }
     if spec.model:
         body["model"] = spec.model
-    if dialect in ("vllm-omni", "sglang"):
+    if dialect != "openai":
         body["num_inference_steps"] = s.steps
         body["seed"] = spec.seed
         if s.guidance is not None:
@@ -58,13 +68,40 @@ def image_body(spec: RequestSpec, dialect: Dialect) -> dict[str, JsonScalar]:
     return body
 
 
+def chat_body(spec: RequestSpec) -> dict[str, object]:
+    """JSON body of ``POST /v1/chat/completions`` (``vllm-omni-chat``) for one image request."""
+    s = spec.shape
+    extra: dict[str, JsonScalar] = {"height": s.height, "width": s.width, "num_inference_steps": s.steps,
+                                    "seed": spec.seed}
+    if s.frames is not None:
+        extra["num_frames"] = s.frames
+    if s.fps is not None:
+        extra["fps"] = s.fps
+    if s.guidance is not None:
+        extra["guidance_scale"] = s.guidance
+    if s.negative_prompt is not None:
+        extra["negative_prompt"] = s.negative_prompt
+    if s.n != 1:
+        extra["num_outputs_per_prompt"] = s.n
+    extra.update(spec.extra)
+    body: dict[str, object] = {"messages": [{"role": "user", "content": spec.prompt}], "extra_body": extra}
+    if spec.model:
+        body = {"model": spec.model, **body}
+    return body
+
+
+def image_path(dialect: Dialect) -> str:
+    """The route image requests of ``dialect`` go to."""
+    return CHAT_PATH if dialect == "vllm-omni-chat" else IMAGES_PATH
+
+
 def video_fields(spec: RequestSpec, dialect: Dialect) -> dict[str, JsonScalar]:
     """Fields of ``POST /v1/videos`` (sent as a form for openai/vllm-omni, JSON for sglang)."""
     s = spec.shape
     fields: dict[str, JsonScalar] = {"prompt": spec.prompt, "size": s.size}
     if spec.model:
         fields["model"] = spec.model
-    if dialect in ("vllm-omni", "sglang"):
+    if dialect != "openai":
         fields.update({"width": s.width, "height": s.height, "num_inference_steps": s.steps,
                        "seed": spec.seed})
         if s.frames is not None:

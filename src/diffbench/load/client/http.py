@@ -34,10 +34,11 @@ from diffbench.errors import UsageError, require
 from diffbench.load.client.base import Attempt, Now
 from diffbench.load.client.checker import PayloadChecker, default_workers
 from diffbench.load.client.dialects import (
-    IMAGES_PATH,
     VIDEOS_PATH,
     Dialect,
+    chat_body,
     image_body,
+    image_path,
     sends_steps_and_frames,
     server_timings,
     shape_label,
@@ -45,7 +46,14 @@ from diffbench.load.client.dialects import (
     video_uses_form,
 )
 from diffbench.load.client.outcomes import classify_exception, classify_status
-from diffbench.load.client.payload import Verdict, check_images, check_video, decode_body, parse_json
+from diffbench.load.client.payload import (
+    Verdict,
+    check_chat,
+    check_images,
+    check_video,
+    decode_body,
+    parse_json,
+)
 from diffbench.load.client.workload import RequestSpec
 
 if TYPE_CHECKING:
@@ -174,7 +182,7 @@ class HttpBackend:
         self._session: aiohttp.ClientSession | None = None
         self._checker: PayloadChecker | None = None
         self._check_workers = default_workers() if check_workers is None else check_workers
-        self._images_url = target.base_url + IMAGES_PATH
+        self._images_url = target.base_url + image_path(target.dialect)
         self._videos_url = target.base_url + VIDEOS_PATH
         self.deleted_jobs: list[str] = []
         self.abandoned_jobs: list[str] = []
@@ -268,7 +276,8 @@ class HttpBackend:
                 await self._abandon(session, attempt)
 
     async def _image(self, session: aiohttp.ClientSession, spec: RequestSpec, a: Attempt, now: Now) -> None:
-        data = json.dumps(image_body(spec, self.target.dialect)).encode()
+        chat = self.target.dialect == "vllm-omni-chat"
+        data = json.dumps(chat_body(spec) if chat else image_body(spec, self.target.dialect)).encode()
         a.sent_s = now()
         async with session.post(self._images_url, data=data, headers=JSON_HEADERS,
                                 allow_redirects=False) as resp:
@@ -392,12 +401,13 @@ class HttpBackend:
         try:
             if spec.kind == "image":
                 args = (body, s.width, s.height, s.n, self.target.decode_payload, encoding)
+                fn = check_chat if self.target.dialect == "vllm-omni-chat" else check_images
                 if not self.target.decode_payload and encoding is None and len(body) <= NO_DECODE_INLINE_BYTES:
-                    verdict = check_images(*args)  # JSON only, small: cheaper here than the hand-off
+                    verdict = fn(*args)  # JSON only, small: cheaper here than the hand-off
                 elif self._checker is None:
                     raise RuntimeError("HttpBackend.start() was not called")
                 else:
-                    verdict = await self._checker.run(check_images, *args, size=len(body))
+                    verdict = await self._checker.run(fn, *args, size=len(body))
                 attempt.stages_s, attempt.peak_memory_bytes = verdict.stages_s, verdict.peak_memory_bytes
             else:
                 frames = s.frames if sends_steps_and_frames(self.target.dialect) else None

@@ -1,6 +1,7 @@
 """Payload checks, run after the request's done time is taken (outside the timed region).
 
-An image response is valid when it is JSON with ``data`` holding ``n`` items whose ``b64_json`` decodes
+A chat-completions answer (:func:`check_chat`) is valid when ``choices[0].message.content`` holds ``n``
+``image_url`` parts whose data URLs pass the same checks. An image response is valid when it is JSON with ``data`` holding ``n`` items whose ``b64_json`` decodes
 (strict base64) to an image Pillow can fully decode, of the requested width and height. A video download
 is valid when it is non-empty, starts like an ISO-BMFF/MP4 file (an ``ftyp`` box at byte 4) and holds the
 requested number of frames (read from the MP4 sample table and from the job's ``num_frames``; the client
@@ -74,13 +75,13 @@ def parse_json(body: bytes) -> tuple[dict[str, object] | None, str | None]:
     return obj, None
 
 
-def _check_image(b64: object, width: int, height: int) -> str | None:
+def _check_image(b64: object, width: int, height: int, what: str = "b64_json") -> str | None:
     if not isinstance(b64, str) or not b64:
         return "data[].b64_json missing or not a string (the server may not support response_format=b64_json)"
     try:
         raw = base64.b64decode(b64, validate=True)
     except (binascii.Error, ValueError) as exc:
-        return f"b64_json is not valid base64: {exc}"
+        return f"{what} is not valid base64: {exc}"
     require("PIL", "serve")
     from PIL import Image, UnidentifiedImageError
 
@@ -128,6 +129,81 @@ def check_images(body: bytes, width: int, height: int, n: int, decode: bool = Tr
             reason = _check_image(item.get("b64_json"), width, height)
             if reason is not None:
                 return Verdict(False, f"data[{i}]: {reason}", stages, peak)
+    return Verdict(True, None, stages, peak)
+
+
+def chat_timings(obj: dict[str, object]) -> tuple[dict[str, float], int | None]:
+    """Server timings of a chat answer: the top level, else its ``metrics`` object, else the first content
+    part (where vLLM-Omni's benchmark looks for ``stage_durations`` and ``peak_memory_mb``)."""
+    stages, peak = server_timings(obj)
+    sources: list[object] = [obj.get("metrics")]
+    choices = obj.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        msg = choices[0].get("message")
+        content = msg.get("content") if isinstance(msg, dict) else None
+        if isinstance(content, list) and content:
+            sources.append(content[0])
+    for src in sources:
+        if isinstance(src, dict):
+            more, more_peak = server_timings(src)
+            stages = stages or more
+            peak = peak if peak is not None else more_peak
+    return stages, peak
+
+
+def _data_url_b64(url: object) -> tuple[str | None, str | None]:
+    """(base64 payload, None) of an image data URL ``data:image/<type>;base64,<payload>``, else (None, reason)."""
+    if not isinstance(url, str) or not url:
+        return None, "image_url.url missing or not a string"
+    head, sep, payload = url.partition(",")
+    if not sep or not head.startswith("data:"):
+        return None, f"image_url.url is not a data URL (starts {url[:24]!r}); expected data:image/png;base64,..."
+    if not head.startswith("data:image/") or not head.endswith(";base64"):
+        return None, f"image_url.url header {head[:40]!r} is not data:image/<type>;base64"
+    return payload, None
+
+
+def check_chat(body: bytes, width: int, height: int, n: int, decode: bool = True,
+               encoding: str | None = None) -> Verdict:
+    """Check a chat-completions answer (``vllm-omni-chat``): the images are data URLs in
+    ``choices[0].message.content[*].image_url.url``.
+
+    Not ok: no ``choices``, an assistant message whose content is text (vLLM-Omni answers 200 with "Image
+    generation completed but no images were produced." when the pipeline gave none), a number of image parts
+    other than ``n``, a URL that is not an image data URL, base64 that does not decode, an image Pillow
+    cannot decode, or one of another size than ``width`` x ``height`` (pixels).
+    """
+    try:
+        body = decode_body(body, encoding)
+    except ValueError as exc:
+        return Verdict(False, str(exc))
+    obj, err = parse_json(body)
+    if obj is None:
+        return Verdict(False, err)
+    stages, peak = chat_timings(obj)
+    choices = obj.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return Verdict(False, "chat answer has no choices[0]", stages, peak)
+    msg = choices[0].get("message")
+    content = msg.get("content") if isinstance(msg, dict) else None
+    if isinstance(content, str):
+        return Verdict(False, f"choices[0].message.content is text, not images: {' '.join(content.split())[:120]!r}",
+                       stages, peak)
+    if not isinstance(content, list):
+        return Verdict(False, "choices[0].message.content is missing (expected a list of image_url parts)",
+                       stages, peak)
+    parts = [p for p in content if isinstance(p, dict) and p.get("type") == "image_url"]
+    if len(parts) != n:
+        return Verdict(False, f"choices[0].message.content holds {len(parts)} image_url parts, requested n={n}",
+                       stages, peak)
+    if decode:
+        for i, part in enumerate(parts):
+            iu = part.get("image_url")
+            b64, reason = _data_url_b64(iu.get("url") if isinstance(iu, dict) else None)
+            if reason is None:
+                reason = _check_image(b64, width, height, "the data URL's base64")
+            if reason is not None:
+                return Verdict(False, f"content[{i}]: {reason}", stages, peak)
     return Verdict(True, None, stages, peak)
 
 

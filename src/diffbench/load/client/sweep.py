@@ -26,9 +26,11 @@ requests each, not recorded) so compilation and first-shape costs do not land in
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from typing import Literal, Protocol
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from diffbench.core.records import RequestRecord
@@ -37,7 +39,8 @@ from diffbench.load.client.base import Attempt, Backend
 from diffbench.load.client.control import JsonlSink, RunControl
 from diffbench.load.client.executor import InProcess, LoadExecutor
 from diffbench.load.client.runners import RunResult
-from diffbench.load.client.workload import RequestPlanner
+from diffbench.load.client.slo import SloPolicy, base_unit_s, last_per_shape
+from diffbench.load.client.workload import RequestPlanner, RequestSpec, ShapeMix
 from diffbench.load.goodput import GoodputConstraint, latency_limit
 from diffbench.load.knee import SweepResult, analyze_sweep, merge_probe_capacity
 from diffbench.load.stops import plan_arrivals
@@ -117,11 +120,13 @@ class SweepConfig(BaseModel):
 
 
 class WarmupReport(BaseModel):
-    """Outcomes of the (unrecorded) warm-up requests, by outcome kind; ``errors`` holds distinct texts."""
+    """Outcomes of the (unrecorded) warm-up requests, by outcome kind; ``errors`` holds distinct texts;
+    ``latencies`` the send-to-done seconds of the ok ones with their shape (for the SLO estimate)."""
 
     n: int = 0
     outcomes: dict[str, int] = {}
     errors: list[str] = []
+    latencies: list[tuple[ShapeMix, float]] = []
 
 
 class SweepRun(BaseModel):
@@ -183,8 +188,10 @@ async def warmup(backend: Backend, planner: RequestPlanner, per_shape: int) -> W
         for _ in range(per_shape):
             spec = planner.next().model_copy(update={"shape": shape})
             a = Attempt()
-            await backend.execute(spec, a, lambda: 0.0)
+            await backend.execute(spec, a, time.perf_counter)
             await backend.check(spec, a)
+            if a.outcome == "ok" and a.sent_s is not None and a.done_s is not None:
+                rep.latencies.append((shape, a.done_s - a.sent_s))
             rep.n += 1
             rep.outcomes[a.outcome] = rep.outcomes.get(a.outcome, 0) + 1
             if a.error and a.error not in rep.errors and len(rep.errors) < 5:
@@ -215,7 +222,8 @@ def auto_rates(capacity_rps: float) -> list[float]:
 
 
 def _summarize(run: RunResult, cfg: SweepConfig, *, schedule: str | None = None,
-               stopped_by: Literal["duration", "num_requests", "interrupted"] | None = None) -> RateSummary:
+               stopped_by: Literal["duration", "num_requests", "interrupted"] | None = None,
+               slo: SloPolicy | None = None) -> RateSummary:
     """One row over the runner's window (the count stop's window is passed to the runner as its duration);
     a burst (``schedule="burst"``) is counted over the time to its last event."""
     duration = run.duration_s
@@ -225,12 +233,17 @@ def _summarize(run: RunResult, cfg: SweepConfig, *, schedule: str | None = None,
     row = summarize_rate(run.records, offered_rate=run.offered_rate, duration_s=duration,
                          slo_s=cfg.knee_slo_s, mode=run.mode, users=run.users, goodput=cfg.goodput or None,
                          schedule=schedule)
-    return row.model_copy(update={"stopped_by": stopped_by}) if stopped_by else row
+    update: dict[str, object] = {"stopped_by": stopped_by} if stopped_by else {}
+    if slo is not None and slo.active:
+        defined, met, rate = slo.attainment(run.records)
+        update.update(slo_requests=defined, slo_met=met, slo_attainment=rate)
+    return row.model_copy(update=update) if update else row
 
 
 async def _closed_rows(cfg: SweepConfig, users_list: list[int], executor: LoadExecutor, planner: RequestPlanner,
                        control: RunControl, sink: JsonlSink | None, progress: Progress,
-                       probe: bool, monitor: RowMonitor | None = None) -> list[RateSummary]:
+                       probe: bool, monitor: RowMonitor | None = None,
+                       slo: SloPolicy | None = None) -> list[RateSummary]:
     rows: list[RateSummary] = []
     best = 0.0
     for users in users_list:
@@ -250,7 +263,7 @@ async def _closed_rows(cfg: SweepConfig, users_list: list[int], executor: LoadEx
                 monitor.end()
         if not run.records:
             break
-        row = _summarize(run, cfg)
+        row = _summarize(run, cfg, slo=None if probe else slo)
         rows.append(row)
         if probe:
             if row.ok_rate <= 0 or row.ok_rate < PROBE_GAIN * best:
@@ -270,8 +283,17 @@ async def run_sweep(
     progress: Progress = _noop,
     monitor: RowMonitor | None = None,
     executor: LoadExecutor | None = None,
+    replay: tuple[np.ndarray, Sequence[RequestSpec]] | None = None,
+    slo: SloPolicy | None = None,
 ) -> SweepRun:
     """Warm up, run every rate (or user count), summarize each and analyse the sweep.
+
+    ``replay`` (open loop, ``load --trace``): instead of the rates, one run sending ``specs[i]`` at
+    ``times[i]`` seconds; its row (``schedule`` ``"trace"``, no offered rate) counts rates over the arrival
+    span extended by one mean gap (``span x n / (n - 1)``: an evenly spaced trace reads its own rate), or,
+    for a trace of one instant, over the time to its last event. ``slo``: per-request objectives; its base
+    unit time is fitted here on the warm-up (:mod:`diffbench.load.client.slo`), and each row gets
+    ``slo_requests``, ``slo_met`` and ``slo_attainment``.
 
     A stop (Ctrl-C) ends the current run after its drain; the rows measured so far (the interrupted one
     included, over its shortened window) are summarized and returned with ``interrupted=True``.
@@ -293,12 +315,37 @@ async def run_sweep(
     if not await control.interruptible(_warm()):
         raise StoppedBeforeMeasuring("interrupted during the warm-up; nothing was measured or written")
     wu = wu_box[0]
+    if slo is not None and slo.scale is not None:
+        slo.base_s = base_unit_s(last_per_shape(wu.latencies))
+        if slo.base_s is not None:
+            conditions["slo_base_unit_s"] = f"{slo.base_s:.12g} (median of the last warm-up latency / work units per shape)"
+    if slo is not None and slo.active:
+        conditions["slo_per_request"] = slo.describe()
     probe_result: SweepResult | None = None
     rows: list[RateSummary] = []
     skipped: list[str] = []
     if cfg.mode == "closed":
         rows = await _closed_rows(cfg, cfg.users, executor, planner, control, sink, progress, probe=False,
-                                  monitor=monitor)
+                                  monitor=monitor, slo=slo)
+    elif replay is not None:
+        times, specs = replay
+        n = len(times)
+        span = float(times[-1]) if n else 0.0
+        window = span * n / (n - 1) if n > 1 and span > 0 else 1e-9
+        progress(f"trace replay: {n} requests over {span:g} s")
+        hooks = _hooks(monitor)
+        if monitor is not None:
+            monitor.begin(f"trace of {n}", n, span)
+        try:
+            run = await executor.open_loop(times, specs, offered_rate=None, duration_s=window,
+                                           max_inflight=cfg.max_inflight, drain_s=cfg.drain_s, control=control,
+                                           sink=sink, run_label="trace", **hooks)
+        finally:
+            if monitor is not None:
+                monitor.end()
+        if run.records:
+            rows.append(_summarize(run, cfg, schedule="trace" if window > 1e-9 else "burst",
+                                   stopped_by="interrupted" if run.interrupted else "duration", slo=slo))
     else:
         rates = cfg.rates
         if rates is None:
@@ -355,7 +402,7 @@ async def run_sweep(
                     monitor.end()
             if run.records:
                 rows.append(_summarize(run, cfg, schedule="burst" if burst else cfg.schedule.kind,
-                                       stopped_by="interrupted" if run.interrupted else arrivals.stop))
+                                       stopped_by="interrupted" if run.interrupted else arrivals.stop, slo=slo))
             elif not control.stopped:
                 skipped.append(f"{rate:g} req/s: the schedule drew no arrival in {cfg.duration_s:g} s "
                                "(no row); use a longer --duration")

@@ -167,19 +167,44 @@ def load_workload(path: str | Path) -> Workload:
     return wl
 
 
+def _jsonl_prompt(text: str, where: str, option: str) -> str:
+    """The ``text`` of one AIPerf ``single_turn`` JSONL row (``{"text": ...}``; other keys are not read)."""
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:
+        raise InputError(f"{option} {where}: not valid JSON ({exc}); AIPerf prompt rows look like "
+                         '{"text": "a prompt"}') from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+        got = sorted(obj) if isinstance(obj, dict) else type(obj).__name__
+        raise InputError(f"{option} {where}: a JSON row needs a string \"text\" field (AIPerf prompt format "
+                         f'{{"text": "a prompt"}}), got {got}')
+    return str(obj["text"]).strip()
+
+
 def load_prompts(path: str | Path, option: str = "--prompts") -> list[str]:
-    """One prompt per line; blank lines are skipped (``option`` names the file's source in messages).
+    """Prompts from a file (``option`` names the file's source in messages).
+
+    Formats: one prompt per line (blank lines skipped), or AIPerf's prompt file (``--custom-dataset-type
+    single_turn``): JSONL rows ``{"text": "a prompt"}``, chosen when the file ends in ``.jsonl`` or its first
+    non-blank line starts with ``{``. Only ``text`` is read from a JSON row.
 
     Raises:
-        InputError: unreadable file or no prompt in it (never silently replaced by a dummy prompt).
+        InputError: unreadable file, a JSON row without a string ``text`` (file and line named), or no prompt
+            in it (never silently replaced by a dummy prompt).
     """
     from diffbench.core.textfile import read_text_input
 
     p = Path(path)
-    lines = read_text_input(p, option, "one prompt per line").splitlines()
-    prompts = [ln.strip() for ln in lines if ln.strip()]
+    lines = read_text_input(p, option, "one prompt per line, or JSONL rows {\"text\": ...}").splitlines()
+    first = next((ln.strip() for ln in lines if ln.strip()), "")
+    if p.suffix.lower() == ".jsonl" or first.startswith("{"):
+        prompts = [_jsonl_prompt(ln.strip(), f"{p}:{i}", option) for i, ln in enumerate(lines, start=1)
+                   if ln.strip()]
+        prompts = [t for t in prompts if t]
+    else:
+        prompts = [ln.strip() for ln in lines if ln.strip()]
     if not prompts:
-        raise InputError(f"{option} {p} holds no prompt (one prompt per line expected)")
+        raise InputError(f"{option} {p} holds no prompt (one prompt per line, or JSONL rows {{\"text\": ...}})")
     return prompts
 
 
