@@ -1,0 +1,283 @@
+"""Joint fit of the time model's efficiencies over the catalog's published anchors.
+
+Free parameters (all positive; every η in (0, 1]):
+
+* ``eta_gemm``: compute-bound GEMM efficiency (unless the catalog fixes it for both modes);
+* ``eta_attn[backend@arch]``: attention efficiency of each (backend, architecture) pair the anchors ran,
+  with a log-normal prior around the sourced value (σ = ``efficiency.prior_sigma``), so a pair few anchors
+  constrain stays near its source; ``eta_gemm`` has the same kind of prior around ``efficiency.eta_gemm_prior``
+  (GEMM FLOPs and elementwise bytes both grow with tokens × blocks, so only the GPUs' different
+  FLOPs-to-bandwidth ratios tell them apart);
+* ``passes_eager`` / ``passes_compiled``: elementwise activation passes per block (see
+  :mod:`diffbench.ledger.timing`);
+* ``launch_eager_s``: launch overhead per forward in eager mode (compiled: 0, CUDA graphs).
+
+A parameter no anchor depends on is not fitted (it keeps its default). The objective is the sum of squared
+``log(predicted / measured)`` over the anchors not marked ``outlier`` plus the prior terms; it is minimised by
+a projected Levenberg-Marquardt iteration on the log-parameters with an analytic Jacobian (numpy only, so
+``ledger``/``plan`` keep their cold start; scipy.optimize alone takes ≈0.4 s to import).
+
+Each anchor's prediction is linear in the inverse efficiencies: ``max(a_g/η_g, b_w) + a_a/η_a + passes·c_e
++ launch·n + serial`` with coefficients from :func:`diffbench.ledger.timing.denoise_work`, the GPU's peaks
+and bandwidth, and the fixed text-encoder/VAE time for end-to-end anchors, so a fitted prediction is exactly
+what :func:`diffbench.ledger.account.evaluate` returns for the anchor's configuration.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from diffbench.errors import UsageError
+from diffbench.ledger.schema import Anchor, Catalog
+
+ETA_MIN = 1e-3
+# starting values (near the built-in fit); a parameter no anchor depends on keeps its starting value
+DEFAULTS = {"eta_gemm": 0.7, "passes_eager": 150.0, "passes_compiled": 40.0, "launch_eager_s": 1e-4}
+BOUNDS = {"eta_gemm": (ETA_MIN, 1.0), "passes_eager": (1e-3, 1e3), "passes_compiled": (1e-3, 1e3),
+          "launch_eager_s": (1e-6, 1.0)}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One anchor as the coefficients of its predicted seconds (see the module docstring)."""
+
+    anchor: Anchor
+    a_gemm: float       # linear FLOPs ÷ effective peak (s at η_gemm = 1)
+    b_weights: float    # weight bytes ÷ (bandwidth × η_mem) (s)
+    a_attn: float       # attention FLOPs ÷ BF16 peak (s at η_attn = 1)
+    c_elem: float       # activation bytes ÷ (bandwidth × η_mem) (s per pass)
+    launches: float
+    serial_s: float     # text encode + VAE decode for end-to-end anchors, else 0
+    pair: str           # "backend@arch"
+    compiled: bool
+    gemm_fixed: float | None
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """Fitted parameters. ``eta_attn`` maps (backend, arch) → η; ``passes``/``launch`` map compiled → value."""
+
+    eta_gemm: float
+    eta_attn: dict[tuple[str, str], float]
+    passes: dict[bool, float]
+    launch: dict[bool, float]
+    n_anchors: int
+    free: list[str] = field(default_factory=list)
+    rms_log_residual: float = 0.0
+    iterations: int = 0
+
+
+def anchor_case(catalog: Catalog, a: Anchor) -> Case:
+    """Coefficients of one anchor's predicted time (bf16, single GPU, no cache)."""
+    from diffbench.ledger import timing as tm
+    from diffbench.ledger.flops import forwards_per_step, text_encode_flops, vae_decode_flops
+    from diffbench.ledger.tokens import check_shape, count_tokens
+
+    model, gpu = catalog.models[a.model], catalog.gpus[a.gpu]
+    frames = check_shape(model, a.width, a.height, a.frames)
+    tokens = count_tokens(model, a.width, a.height, frames)
+    fps = forwards_per_step(model, a.cfg)
+    work = tm.denoise_work(catalog, model, tokens, a.width, a.height, a.steps, fps, "bf16")
+    peak = gpu.bf16_tflops * tm.TERA
+    bw = gpu.mem_bw_gbps * 1e9 * catalog.efficiency.eta_mem
+    serial = 0.0
+    if a.covers == "end_to_end":
+        fixed = tm.Etas(gemm=1, attention=1, vae=catalog.efficiency.eta_vae, text=catalog.efficiency.eta_text,
+                        fp8_gemm_retention=1)
+        serial = (tm.text_time(text_encode_flops(model, fps), gpu, fixed)
+                  + tm.vae_time(catalog, model, vae_decode_flops(model, a.width, a.height, tokens.latent_frames),
+                                gpu, fixed))
+    eff = catalog.efficiency
+    return Case(anchor=a, a_gemm=work.linear_flops / peak, b_weights=work.weight_bytes / bw,
+                a_attn=work.attention_flops / peak, c_elem=work.activation_bytes / bw,
+                launches=float(work.launches), serial_s=serial, pair=f"{a.attention}@{gpu.arch}",
+                compiled=a.compile, gemm_fixed=eff.eta_gemm_compiled if a.compile else eff.eta_gemm_eager)
+
+
+def predict(case: Case, fr: FitResult) -> float:
+    """Predicted seconds of an anchor under fitted parameters."""
+    backend, arch = case.pair.split("@")
+    eta_g = case.gemm_fixed if case.gemm_fixed is not None else fr.eta_gemm
+    eta_a = fr.eta_attn[(backend, arch)]
+    return (max(case.a_gemm / eta_g, case.b_weights) + case.a_attn / eta_a
+            + fr.passes[case.compiled] * case.c_elem + fr.launch[case.compiled] * case.launches + case.serial_s)
+
+
+def _priors(catalog: Catalog, cases: list[Case]) -> dict[str, float]:
+    from diffbench.ledger.timing import attention_eta_prior
+
+    out: dict[str, float] = {}
+    for c in cases:
+        b, a = c.pair.split("@")
+        out[c.pair] = attention_eta_prior(catalog, b, a)
+    return out
+
+
+def fit_cases(catalog: Catalog, cases: list[Case], priors: dict[str, float] | None = None,
+              max_iter: int = 200) -> FitResult:
+    """Least squares on log(predicted/measured) over ``cases`` (plus the attention priors).
+
+    Raises:
+        UsageError: no case to fit.
+    """
+    import numpy as np
+
+    if not cases:
+        raise UsageError("the time-model fit needs at least one anchor that is not an outlier")
+    priors = priors if priors is not None else _priors(catalog, cases)
+    pairs = sorted({c.pair for c in cases} | set(priors))
+    names = ["eta_gemm", "passes_eager", "passes_compiled", "launch_eager_s"] + [f"eta_attn[{p}]" for p in pairs]
+    init = dict(DEFAULTS)
+    init.update({f"eta_attn[{p}]": priors.get(p, 0.35) for p in pairs})
+    lo = {n: BOUNDS.get(n, (ETA_MIN, 1.0))[0] for n in names}
+    hi = {n: BOUNDS.get(n, (ETA_MIN, 1.0))[1] for n in names}
+    used = {"eta_gemm": any(c.gemm_fixed is None for c in cases),
+            "passes_eager": any(not c.compiled for c in cases),
+            "passes_compiled": any(c.compiled for c in cases),
+            "launch_eager_s": any(not c.compiled for c in cases)}
+    used.update({f"eta_attn[{p}]": True for p in pairs})
+    free = [n for n in names if used[n]]
+    idx = {n: i for i, n in enumerate(free)}
+    z = np.array([math.log(init[n]) for n in free])
+    zlo = np.array([math.log(lo[n]) for n in free])
+    zhi = np.array([math.log(hi[n]) for n in free])
+    meas = np.array([c.anchor.measured_s for c in cases])
+    sigma = catalog.efficiency.prior_sigma
+    prior_rows = [(idx[f"eta_attn[{p}]"], math.log(v)) for p, v in priors.items()]
+    if "eta_gemm" in idx and catalog.efficiency.eta_gemm_prior is not None:
+        init["eta_gemm"] = catalog.efficiency.eta_gemm_prior
+        z[idx["eta_gemm"]] = math.log(init["eta_gemm"])
+        prior_rows.append((idx["eta_gemm"], math.log(catalog.efficiency.eta_gemm_prior)))
+
+    def unpack(zv: np.ndarray) -> dict[str, float]:
+        vals = dict(init)
+        vals.update({n: float(math.exp(zv[i])) for n, i in idx.items()})
+        return vals
+
+    n_c, n_p = len(cases), len(prior_rows)
+    fixed_g = np.array([c.gemm_fixed if c.gemm_fixed is not None else np.nan for c in cases])
+    a_g = np.array([c.a_gemm for c in cases])
+    b_w = np.array([c.b_weights for c in cases])
+    a_a = np.array([c.a_attn for c in cases])
+    c_e = np.array([c.c_elem for c in cases])
+    n_l = np.array([c.launches for c in cases])
+    serial = np.array([c.serial_s for c in cases])
+    comp = np.array([c.compiled for c in cases])
+    j_att = np.array([idx[f"eta_attn[{c.pair}]"] for c in cases])
+    j_pas = np.array([idx["passes_compiled" if c.compiled else "passes_eager"] for c in cases])
+    j_g = idx.get("eta_gemm", -1)
+    j_l = idx.get("launch_eager_s", -1)
+    rows = np.arange(n_c)
+
+    def residuals(zv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        p = np.exp(zv)
+        eta_g = np.where(np.isnan(fixed_g), p[j_g] if j_g >= 0 else 1.0, fixed_g)
+        gemm_t = a_g / eta_g
+        att_t = a_a / p[j_att]
+        elem_t = p[j_pas] * c_e
+        lau_t = np.where(comp, 0.0, (p[j_l] if j_l >= 0 else 0.0) * n_l)
+        t = np.maximum(gemm_t, b_w) + att_t + elem_t + lau_t + serial
+        r = np.empty(n_c + n_p)
+        r[:n_c] = np.log(t / meas)
+        jac = np.zeros((n_c + n_p, len(free)))
+        if j_g >= 0:
+            jac[:n_c, j_g] = np.where(np.isnan(fixed_g) & (gemm_t >= b_w), -gemm_t / t, 0.0)
+        jac[rows, j_att] = -att_t / t
+        jac[rows, j_pas] = elem_t / t
+        if j_l >= 0:
+            jac[:n_c, j_l] = lau_t / t
+        for k, (j, mu) in enumerate(prior_rows):
+            r[n_c + k] = (zv[j] - mu) / sigma
+            jac[n_c + k, j] = 1.0 / sigma
+        return r, jac
+
+    r, jac = residuals(z)
+    cost = float(r @ r)
+    lam = 1e-3
+    it = 0
+    for it in range(1, max_iter + 1):  # noqa: B007 - the count is reported
+        g = jac.T @ r
+        # a parameter at a bound whose gradient pushes it outward stays there (projected step)
+        pinned = ((z <= zlo + 1e-12) & (g > 0)) | ((z >= zhi - 1e-12) & (g < 0))
+        h = jac.T @ jac
+        h[pinned, :] = 0.0
+        h[:, pinned] = 0.0
+        g = np.where(pinned, 0.0, g)
+        if float(np.max(np.abs(g), initial=0.0)) < 1e-14:
+            break
+        damp = lam * np.diag(h) + 1e-12 + pinned * 1.0
+        step = np.linalg.solve(h + np.diag(damp), -g)
+        z_new = np.clip(z + step, zlo, zhi)
+        r_new, jac_new = residuals(z_new)
+        cost_new = float(r_new @ r_new)
+        if cost_new <= cost:
+            small = cost - cost_new <= 1e-13 * cost + 1e-30
+            z, r, jac, cost = z_new, r_new, jac_new, cost_new
+            lam = max(lam / 3, 1e-12)
+            if small:
+                break
+        else:
+            lam *= 4
+            if lam > 1e12:
+                break
+    v = unpack(z)
+    fr = FitResult(
+        eta_gemm=v["eta_gemm"],
+        eta_attn={tuple(p.split("@")): v[f"eta_attn[{p}]"] for p in pairs},  # type: ignore[misc]
+        passes={False: v["passes_eager"], True: v["passes_compiled"]},
+        launch={False: v["launch_eager_s"], True: 0.0},
+        n_anchors=len(cases), free=free, iterations=it)
+    logs = [math.log(predict(c, fr) / c.anchor.measured_s) for c in cases]
+    return FitResult(**{**fr.__dict__, "rms_log_residual": math.sqrt(sum(x * x for x in logs) / len(logs))})
+
+
+def catalog_cases(catalog: Catalog) -> list[Case]:
+    """Every anchor of the catalog as a :class:`Case` (outliers included)."""
+    return [anchor_case(catalog, a) for a in catalog.anchors]
+
+
+_FIT_CACHE: dict[int, tuple[Catalog, FitResult]] = {}
+
+
+def fitted_params(catalog: Catalog) -> FitResult:
+    """The fit over the catalog's non-outlier anchors, cached per catalog object."""
+    hit = _FIT_CACHE.get(id(catalog))
+    if hit is not None and hit[0] is catalog:
+        return hit[1]
+    cases = [c for c in catalog_cases(catalog) if c.anchor.outlier is None]
+    fr = fit_cases(catalog, cases, _priors(catalog, catalog_cases(catalog)))
+    _FIT_CACHE[id(catalog)] = (catalog, fr)
+    return fr
+
+
+@dataclass(frozen=True)
+class ValidationRow:
+    """One anchor of ``ledger --validate``: published, leave-one-out and in-sample predictions (seconds)."""
+
+    anchor: Anchor
+    loo_s: float
+    in_sample_s: float
+
+    @property
+    def ratio(self) -> float:
+        """Leave-one-out predicted ÷ published."""
+        return self.loo_s / self.anchor.measured_s
+
+
+def validate(catalog: Catalog) -> list[ValidationRow]:
+    """Leave-one-out table: each anchor predicted by a fit over the other non-outlier anchors (an outlier
+    by the fit over all non-outliers, which already leaves it out)."""
+    cases = catalog_cases(catalog)
+    priors = _priors(catalog, cases)
+    fit_set = [c for c in cases if c.anchor.outlier is None]
+    full = fit_cases(catalog, fit_set, priors)
+    rows = []
+    for c in cases:
+        if c.anchor.outlier is not None:
+            loo = full
+        else:
+            rest = [o for o in fit_set if o is not c]
+            loo = fit_cases(catalog, rest, priors) if rest else full
+        rows.append(ValidationRow(anchor=c.anchor, loo_s=predict(c, loo), in_sample_s=predict(c, full)))
+    return rows
