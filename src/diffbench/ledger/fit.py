@@ -32,6 +32,7 @@ from diffbench.errors import UsageError
 from diffbench.ledger.schema import Anchor, Catalog
 
 ETA_MIN = 1e-3
+TARGET = (0.8, 1.25)  # ledger --validate: leave-one-out predicted ÷ published must lie inside
 # starting values (near the built-in fit); a parameter no anchor depends on keeps its starting value
 DEFAULTS = {"eta_gemm": 0.7, "passes_eager": 150.0, "passes_compiled": 40.0, "launch_eager_s": 1e-4}
 BOUNDS = {"eta_gemm": (ETA_MIN, 1.0), "passes_eager": (1e-3, 1e3), "passes_compiled": (1e-3, 1e3),
@@ -115,8 +116,11 @@ def _priors(catalog: Catalog, cases: list[Case]) -> dict[str, float]:
 
 
 def fit_cases(catalog: Catalog, cases: list[Case], priors: dict[str, float] | None = None,
-              max_iter: int = 200) -> FitResult:
-    """Least squares on log(predicted/measured) over ``cases`` (plus the attention priors).
+              max_iter: int = 200, free_only: set[str] | None = None, base: FitResult | None = None) -> FitResult:
+    """Least squares on log(predicted/measured) over ``cases`` (plus the priors).
+
+    ``free_only``: fit only these parameter names (``eta_gemm``, ``eta_attn[backend@arch]``, ...), the others
+    keep their values in ``base``, and no prior applies (a calibration against one GPU's measurements).
 
     Raises:
         UsageError: no case to fit.
@@ -130,6 +134,10 @@ def fit_cases(catalog: Catalog, cases: list[Case], priors: dict[str, float] | No
     names = ["eta_gemm", "passes_eager", "passes_compiled", "launch_eager_s"] + [f"eta_attn[{p}]" for p in pairs]
     init = dict(DEFAULTS)
     init.update({f"eta_attn[{p}]": priors.get(p, 0.35) for p in pairs})
+    if base is not None:
+        init.update({"eta_gemm": base.eta_gemm, "passes_eager": base.passes[False],
+                     "passes_compiled": base.passes[True], "launch_eager_s": base.launch[False]})
+        init.update({f"eta_attn[{b}@{a}]": v for (b, a), v in base.eta_attn.items() if f"{b}@{a}" in pairs})
     lo = {n: BOUNDS.get(n, (ETA_MIN, 1.0))[0] for n in names}
     hi = {n: BOUNDS.get(n, (ETA_MIN, 1.0))[1] for n in names}
     used = {"eta_gemm": any(c.gemm_fixed is None for c in cases),
@@ -137,15 +145,20 @@ def fit_cases(catalog: Catalog, cases: list[Case], priors: dict[str, float] | No
             "passes_compiled": any(c.compiled for c in cases),
             "launch_eager_s": any(not c.compiled for c in cases)}
     used.update({f"eta_attn[{p}]": True for p in pairs})
+    if free_only is not None:
+        used = {n: n in free_only for n in names}
+        priors = {}
     free = [n for n in names if used[n]]
     idx = {n: i for i, n in enumerate(free)}
     z = np.array([math.log(init[n]) for n in free])
     zlo = np.array([math.log(lo[n]) for n in free])
     zhi = np.array([math.log(hi[n]) for n in free])
     meas = np.array([c.anchor.measured_s for c in cases])
+    if not free:
+        raise UsageError("nothing to fit: every parameter is fixed")
     sigma = catalog.efficiency.prior_sigma
-    prior_rows = [(idx[f"eta_attn[{p}]"], math.log(v)) for p, v in priors.items()]
-    if "eta_gemm" in idx and catalog.efficiency.eta_gemm_prior is not None:
+    prior_rows = [(idx[f"eta_attn[{p}]"], math.log(v)) for p, v in priors.items() if f"eta_attn[{p}]" in idx]
+    if "eta_gemm" in idx and catalog.efficiency.eta_gemm_prior is not None and free_only is None:
         init["eta_gemm"] = catalog.efficiency.eta_gemm_prior
         z[idx["eta_gemm"]] = math.log(init["eta_gemm"])
         prior_rows.append((idx["eta_gemm"], math.log(catalog.efficiency.eta_gemm_prior)))
@@ -164,33 +177,35 @@ def fit_cases(catalog: Catalog, cases: list[Case], priors: dict[str, float] | No
     n_l = np.array([c.launches for c in cases])
     serial = np.array([c.serial_s for c in cases])
     comp = np.array([c.compiled for c in cases])
-    j_att = np.array([idx[f"eta_attn[{c.pair}]"] for c in cases])
-    j_pas = np.array([idx["passes_compiled" if c.compiled else "passes_eager"] for c in cases])
-    j_g = idx.get("eta_gemm", -1)
-    j_l = idx.get("launch_eager_s", -1)
+    # every parameter lives in one vector: the free ones (first) and the fixed ones after them
+    fixed_names = [n for n in names if n not in idx]
+    pos = {**idx, **{n: len(free) + k for k, n in enumerate(fixed_names)}}
+    fixed_vals = np.array([init[n] for n in fixed_names])
+    j_att = np.array([pos[f"eta_attn[{c.pair}]"] for c in cases])
+    j_pas = np.array([pos["passes_compiled" if c.compiled else "passes_eager"] for c in cases])
+    j_g, j_l = pos["eta_gemm"], pos["launch_eager_s"]
     rows = np.arange(n_c)
+    n_free = len(free)
 
     def residuals(zv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        p = np.exp(zv)
-        eta_g = np.where(np.isnan(fixed_g), p[j_g] if j_g >= 0 else 1.0, fixed_g)
+        p = np.concatenate([np.exp(zv), fixed_vals])
+        eta_g = np.where(np.isnan(fixed_g), p[j_g], fixed_g)
         gemm_t = a_g / eta_g
         att_t = a_a / p[j_att]
         elem_t = p[j_pas] * c_e
-        lau_t = np.where(comp, 0.0, (p[j_l] if j_l >= 0 else 0.0) * n_l)
+        lau_t = np.where(comp, 0.0, p[j_l] * n_l)
         t = np.maximum(gemm_t, b_w) + att_t + elem_t + lau_t + serial
         r = np.empty(n_c + n_p)
         r[:n_c] = np.log(t / meas)
-        jac = np.zeros((n_c + n_p, len(free)))
-        if j_g >= 0:
-            jac[:n_c, j_g] = np.where(np.isnan(fixed_g) & (gemm_t >= b_w), -gemm_t / t, 0.0)
+        jac = np.zeros((n_c + n_p, len(names)))
+        jac[:n_c, j_g] = np.where(np.isnan(fixed_g) & (gemm_t >= b_w), -gemm_t / t, 0.0)
         jac[rows, j_att] = -att_t / t
         jac[rows, j_pas] = elem_t / t
-        if j_l >= 0:
-            jac[:n_c, j_l] = lau_t / t
+        jac[:n_c, j_l] = lau_t / t
         for k, (j, mu) in enumerate(prior_rows):
             r[n_c + k] = (zv[j] - mu) / sigma
             jac[n_c + k, j] = 1.0 / sigma
-        return r, jac
+        return r, jac[:, :n_free]
 
     r, jac = residuals(z)
     cost = float(r @ r)
