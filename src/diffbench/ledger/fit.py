@@ -14,8 +14,9 @@ Free parameters (all positive; every η in (0, 1]):
 
 A parameter no anchor depends on is not fitted (it keeps its default). The objective is the sum of squared
 ``log(predicted / measured)`` over the anchors not marked ``outlier`` plus the prior terms; it is minimised by
-a projected Levenberg-Marquardt iteration on the log-parameters with an analytic Jacobian (numpy only, so
-``ledger``/``plan`` keep their cold start; scipy.optimize alone takes ≈0.4 s to import).
+a projected Levenberg-Marquardt iteration on the log-parameters with an analytic Jacobian, in plain Python
+(a handful of parameters and anchors: milliseconds; ``ledger``/``plan`` keep their cold start, where
+importing scipy.optimize alone takes ≈0.4 s and numpy ≈0.1 s).
 
 Each anchor's prediction is linear in the inverse efficiencies: ``max(a_g/η_g, b_w) + a_a/η_a + passes·c_e
 + launch·n + serial`` with coefficients from :func:`diffbench.ledger.timing.denoise_work`, the GPU's peaks
@@ -125,8 +126,6 @@ def fit_cases(catalog: Catalog, cases: list[Case], priors: dict[str, float] | No
     Raises:
         UsageError: no case to fit.
     """
-    import numpy as np
-
     if not cases:
         raise UsageError("the time-model fit needs at least one anchor that is not an outlier")
     priors = priors if priors is not None else _priors(catalog, cases)
@@ -149,83 +148,75 @@ def fit_cases(catalog: Catalog, cases: list[Case], priors: dict[str, float] | No
         used = {n: n in free_only for n in names}
         priors = {}
     free = [n for n in names if used[n]]
-    idx = {n: i for i, n in enumerate(free)}
-    z = np.array([math.log(init[n]) for n in free])
-    zlo = np.array([math.log(lo[n]) for n in free])
-    zhi = np.array([math.log(hi[n]) for n in free])
-    meas = np.array([c.anchor.measured_s for c in cases])
     if not free:
         raise UsageError("nothing to fit: every parameter is fixed")
+    idx = {n: i for i, n in enumerate(free)}
     sigma = catalog.efficiency.prior_sigma
     prior_rows = [(idx[f"eta_attn[{p}]"], math.log(v)) for p, v in priors.items() if f"eta_attn[{p}]" in idx]
     if "eta_gemm" in idx and catalog.efficiency.eta_gemm_prior is not None and free_only is None:
         init["eta_gemm"] = catalog.efficiency.eta_gemm_prior
-        z[idx["eta_gemm"]] = math.log(init["eta_gemm"])
         prior_rows.append((idx["eta_gemm"], math.log(catalog.efficiency.eta_gemm_prior)))
-
-    def unpack(zv: np.ndarray) -> dict[str, float]:
-        vals = dict(init)
-        vals.update({n: float(math.exp(zv[i])) for n, i in idx.items()})
-        return vals
-
-    n_c, n_p = len(cases), len(prior_rows)
-    fixed_g = np.array([c.gemm_fixed if c.gemm_fixed is not None else np.nan for c in cases])
-    a_g = np.array([c.a_gemm for c in cases])
-    b_w = np.array([c.b_weights for c in cases])
-    a_a = np.array([c.a_attn for c in cases])
-    c_e = np.array([c.c_elem for c in cases])
-    n_l = np.array([c.launches for c in cases])
-    serial = np.array([c.serial_s for c in cases])
-    comp = np.array([c.compiled for c in cases])
-    # every parameter lives in one vector: the free ones (first) and the fixed ones after them
-    fixed_names = [n for n in names if n not in idx]
-    pos = {**idx, **{n: len(free) + k for k, n in enumerate(fixed_names)}}
-    fixed_vals = np.array([init[n] for n in fixed_names])
-    j_att = np.array([pos[f"eta_attn[{c.pair}]"] for c in cases])
-    j_pas = np.array([pos["passes_compiled" if c.compiled else "passes_eager"] for c in cases])
-    j_g, j_l = pos["eta_gemm"], pos["launch_eager_s"]
-    rows = np.arange(n_c)
+    z = [math.log(init[n]) for n in free]
+    zlo = [math.log(lo[n]) for n in free]
+    zhi = [math.log(hi[n]) for n in free]
     n_free = len(free)
 
-    def residuals(zv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        p = np.concatenate([np.exp(zv), fixed_vals])
-        eta_g = np.where(np.isnan(fixed_g), p[j_g], fixed_g)
-        gemm_t = a_g / eta_g
-        att_t = a_a / p[j_att]
-        elem_t = p[j_pas] * c_e
-        lau_t = np.where(comp, 0.0, p[j_l] * n_l)
-        t = np.maximum(gemm_t, b_w) + att_t + elem_t + lau_t + serial
-        r = np.empty(n_c + n_p)
-        r[:n_c] = np.log(t / meas)
-        jac = np.zeros((n_c + n_p, len(names)))
-        jac[:n_c, j_g] = np.where(np.isnan(fixed_g) & (gemm_t >= b_w), -gemm_t / t, 0.0)
-        jac[rows, j_att] = -att_t / t
-        jac[rows, j_pas] = elem_t / t
-        jac[:n_c, j_l] = lau_t / t
-        for k, (j, mu) in enumerate(prior_rows):
-            r[n_c + k] = (zv[j] - mu) / sigma
-            jac[n_c + k, j] = 1.0 / sigma
-        return r, jac[:, :n_free]
+    def unpack(zv: list[float]) -> dict[str, float]:
+        vals = dict(init)
+        vals.update({n: math.exp(zv[i]) for n, i in idx.items()})
+        return vals
+
+    def residuals(zv: list[float]) -> tuple[list[float], list[list[float]]]:
+        v = unpack(zv)
+        r: list[float] = []
+        jac: list[list[float]] = []
+        for c in cases:
+            eta_g = c.gemm_fixed if c.gemm_fixed is not None else v["eta_gemm"]
+            gemm_t = c.a_gemm / eta_g
+            att_key = f"eta_attn[{c.pair}]"
+            pas_key = "passes_compiled" if c.compiled else "passes_eager"
+            att_t = c.a_attn / v[att_key]
+            elem_t = v[pas_key] * c.c_elem
+            lau_t = 0.0 if c.compiled else v["launch_eager_s"] * c.launches
+            t = max(gemm_t, c.b_weights) + att_t + elem_t + lau_t + c.serial_s
+            r.append(math.log(t / c.anchor.measured_s))
+            row = [0.0] * n_free
+            if c.gemm_fixed is None and gemm_t >= c.b_weights and "eta_gemm" in idx:
+                row[idx["eta_gemm"]] = -gemm_t / t
+            if att_key in idx:
+                row[idx[att_key]] = -att_t / t
+            if pas_key in idx:
+                row[idx[pas_key]] = elem_t / t
+            if not c.compiled and "launch_eager_s" in idx:
+                row[idx["launch_eager_s"]] = lau_t / t
+            jac.append(row)
+        for j, mu in prior_rows:
+            r.append((zv[j] - mu) / sigma)
+            row = [0.0] * n_free
+            row[j] = 1.0 / sigma
+            jac.append(row)
+        return r, jac
 
     r, jac = residuals(z)
-    cost = float(r @ r)
+    cost = sum(x * x for x in r)
     lam = 1e-3
     it = 0
     for it in range(1, max_iter + 1):  # noqa: B007 - the count is reported
-        g = jac.T @ r
+        g = [sum(jac[k][i] * r[k] for k in range(len(r))) for i in range(n_free)]
         # a parameter at a bound whose gradient pushes it outward stays there (projected step)
-        pinned = ((z <= zlo + 1e-12) & (g > 0)) | ((z >= zhi - 1e-12) & (g < 0))
-        h = jac.T @ jac
-        h[pinned, :] = 0.0
-        h[:, pinned] = 0.0
-        g = np.where(pinned, 0.0, g)
-        if float(np.max(np.abs(g), initial=0.0)) < 1e-14:
+        pinned = [(z[i] <= zlo[i] + 1e-12 and g[i] > 0) or (z[i] >= zhi[i] - 1e-12 and g[i] < 0)
+                  for i in range(n_free)]
+        h = [[0.0 if pinned[i] or pinned[j] else sum(jac[k][i] * jac[k][j] for k in range(len(r)))
+              for j in range(n_free)] for i in range(n_free)]
+        g = [0.0 if pinned[i] else g[i] for i in range(n_free)]
+        if max(abs(x) for x in g) < 1e-14:
             break
-        damp = lam * np.diag(h) + 1e-12 + pinned * 1.0
-        step = np.linalg.solve(h + np.diag(damp), -g)
-        z_new = np.clip(z + step, zlo, zhi)
+        for i in range(n_free):
+            h[i][i] += lam * h[i][i] + 1e-12 + (1.0 if pinned[i] else 0.0)
+        step = _solve(h, [-x for x in g])
+        z_new = [min(max(z[i] + step[i], zlo[i]), zhi[i]) for i in range(n_free)]
         r_new, jac_new = residuals(z_new)
-        cost_new = float(r_new @ r_new)
+        cost_new = sum(x * x for x in r_new)
         if cost_new <= cost:
             small = cost - cost_new <= 1e-13 * cost + 1e-30
             z, r, jac, cost = z_new, r_new, jac_new, cost_new
@@ -245,6 +236,25 @@ def fit_cases(catalog: Catalog, cases: list[Case], priors: dict[str, float] | No
         n_anchors=len(cases), free=free, iterations=it)
     logs = [math.log(predict(c, fr) / c.anchor.measured_s) for c in cases]
     return FitResult(**{**fr.__dict__, "rms_log_residual": math.sqrt(sum(x * x for x in logs) / len(logs))})
+
+
+def _solve(a: list[list[float]], b: list[float]) -> list[float]:
+    """Solve a·x = b by Gaussian elimination with partial pivoting (a is small and positive definite)."""
+    n = len(b)
+    m = [row[:] + [b[i]] for i, row in enumerate(a)]
+    for col in range(n):
+        piv = max(range(col, n), key=lambda i: abs(m[i][col]))
+        m[col], m[piv] = m[piv], m[col]
+        d = m[col][col]
+        for i in range(col + 1, n):
+            f = m[i][col] / d
+            if f:
+                for j in range(col, n + 1):
+                    m[i][j] -= f * m[col][j]
+    x = [0.0] * n
+    for i in range(n - 1, -1, -1):
+        x[i] = (m[i][n] - sum(m[i][j] * x[j] for j in range(i + 1, n))) / m[i][i]
+    return x
 
 
 def catalog_cases(catalog: Catalog) -> list[Case]:
