@@ -134,7 +134,7 @@ def test_fit_prediction_is_what_evaluate_returns(cat):
         a = r.anchor
         res = evaluate(cat, LedgerConfig(model=a.model, width=a.width, height=a.height, frames=a.frames,
                                          steps=a.steps, cfg=a.cfg, gpu=a.gpu, attention=a.attention,
-                                         compile=a.compile))
+                                         compile=a.compile, precision=a.precision))
         got = res.total_time_s if a.covers == "end_to_end" else next(
             s.time_s for s in res.stages if s.name == "denoise")
         assert got == pytest.approx(r.in_sample_s, rel=1e-9), a.id

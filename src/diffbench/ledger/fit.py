@@ -71,7 +71,7 @@ class FitResult:
 
 
 def anchor_case(catalog: Catalog, a: Anchor) -> Case:
-    """Coefficients of one anchor's predicted time (bf16, single GPU, no cache)."""
+    """Coefficients of one anchor's predicted time (its precision, single GPU, no cache)."""
     from diffbench.ledger import timing as tm
     from diffbench.ledger.flops import forwards_per_step, text_encode_flops, vae_decode_flops
     from diffbench.ledger.tokens import check_shape, count_tokens
@@ -80,8 +80,14 @@ def anchor_case(catalog: Catalog, a: Anchor) -> Case:
     frames = check_shape(model, a.width, a.height, a.frames)
     tokens = count_tokens(model, a.width, a.height, frames)
     fps = forwards_per_step(model, a.cfg)
-    work = tm.denoise_work(catalog, model, tokens, a.width, a.height, a.steps, fps, "bf16")
+    work = tm.denoise_work(catalog, model, tokens, a.width, a.height, a.steps, fps, a.precision)
     peak = gpu.bf16_tflops * tm.TERA
+    gemm_peak = peak  # the GEMM rate at η_gemm = 1 for this precision (timing.denoise_time)
+    if tm.fp8_effective(gpu, a.precision):
+        assert gpu.fp8_tflops is not None
+        gemm_peak = gpu.fp8_tflops * tm.TERA * catalog.optimizations.fp8_linear.gemm_retention
+    elif tm.int4_effective(catalog, gpu, a.precision):
+        gemm_peak = peak * catalog.optimizations.int4_linear.gemm_speedup
     bw = gpu.mem_bw_gbps * 1e9 * catalog.efficiency.eta_mem
     serial = 0.0
     if a.covers == "end_to_end":
@@ -91,7 +97,7 @@ def anchor_case(catalog: Catalog, a: Anchor) -> Case:
                   + tm.vae_time(catalog, model, vae_decode_flops(model, a.width, a.height, tokens.latent_frames),
                                 gpu, fixed))
     eff = catalog.efficiency
-    return Case(anchor=a, a_gemm=work.linear_flops / peak, b_weights=work.weight_bytes / bw,
+    return Case(anchor=a, a_gemm=work.linear_flops / gemm_peak, b_weights=work.weight_bytes / bw,
                 a_attn=work.attention_flops / peak, c_elem=work.activation_bytes / bw,
                 launches=float(work.launches), serial_s=serial, pair=f"{a.attention}@{gpu.arch}",
                 compiled=a.compile, gemm_fixed=eff.eta_gemm_compiled if a.compile else eff.eta_gemm_eager)

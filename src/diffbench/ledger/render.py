@@ -89,7 +89,7 @@ def ledger_renderable(r: LedgerResult, suggestions: list[str] | None = None,
 def validate_table(rows: list[ValidationRow], fr: FitResult) -> Group:
     """``ledger --validate``: one row per anchor (published, leave-one-out and in-sample predictions)."""
     t = Table(title=f"time model vs published latencies (leave-one-out; target {TARGET[0]}-{TARGET[1]})")
-    for col in ("anchor", "model", "GPU", "shape", "steps", "backend", "compile", "covers", "published",
+    for col in ("anchor", "model", "GPU", "shape", "steps", "backend", "compile", "prec.", "covers", "published",
                 "LOO pred.", "ratio", "in-sample", "note"):
         t.add_column(col, justify="right" if col in ("steps", "published", "LOO pred.", "ratio", "in-sample")
                      else "left", overflow="fold")
@@ -99,7 +99,7 @@ def validate_table(rows: list[ValidationRow], fr: FitResult) -> Group:
         ok = TARGET[0] <= r.ratio <= TARGET[1]
         note = f"outlier: {a.outlier}" if a.outlier else ("" if ok else "OUTSIDE TARGET")
         t.add_row(a.id, a.model, a.gpu, shape, str(a.steps), a.attention, "yes" if a.compile else "no",
-                  a.covers.replace("_", " "), f"{a.measured_s:,.2f} s", f"{r.loo_s:,.2f} s", f"{r.ratio:.3f}",
+                  a.precision, a.covers.replace("_", " "), f"{a.measured_s:,.2f} s", f"{r.loo_s:,.2f} s", f"{r.ratio:.3f}",
                   f"{r.in_sample_s / a.measured_s:.3f}", note)
     attn = ", ".join(f"{b}@{arch} {v:.3f}" for (b, arch), v in sorted(fr.eta_attn.items()))
     summary = Text(f"fit over {fr.n_anchors} anchors ({len(fr.free)} free parameters): η_gemm {fr.eta_gemm:.3f}; "
