@@ -71,7 +71,12 @@ def ledger_renderable(r: LedgerResult, suggestions: list[str] | None = None,
     eta = Text(f"assumptions: η_gemm {r.etas.gemm:.3f}, η_attention {r.etas.attention:.3f}, η_vae {r.etas.vae:.2f}, "
                f"η_text {r.etas.text:.2f}; attention {r.attention_time_share:.0%} of denoise time; "
                f"single-GPU latency {r.total_time_s:.3f} s; implied MFU {r.assumed_mfu:.2f}")
-    parts = [head, tok, t, w, mem, eta]
+    den = Text(f"denoise by kernel class: GEMM {r.denoise_linear_s:.3f} s"
+               + (f" (of which {r.denoise_memory_bound_s:.3f} s weight-bound)" if r.denoise_memory_bound_s else "")
+               + f", attention {r.denoise_attention_s:.3f} s, elementwise/norm {r.denoise_elementwise_s:.3f} s "
+               f"({r.etas.elementwise_passes:.1f} activation passes/block at η_mem {r.etas.mem:.2f}), launch "
+               f"{r.denoise_overhead_s:.3f} s; η from {r.etas.source or 'the catalog'}")
+    parts = [head, tok, t, w, mem, eta, den]
     if r.measured_mfu is not None:
         parts.append(Text(f"measured: {r.config.measured_s:g} s → MFU {r.measured_mfu:.3f} "
                           f"(predicted {r.total_time_s:.3f} s)", style="bold"))
