@@ -57,6 +57,8 @@ ROWS: list[tuple[list[str], int, list[str]]] = [
     ([*BASE, "--calibrate", "{tmp}/missing.json"], 2, ["--calibrate", "file not found", "bench"]),
     ([*BASE, "--calibrate", "{tmp}/partial_ok.yaml"], 2, ["--calibrate", "not a readable JSON"]),
     ([*BASE, "--calibrate", "{tmp}/not_bench.json"], 2, ["not a diffbench bench result", "diffbench.calibration"]),
+    (["--validate", "--catalog", "{tmp}/all_outliers.yaml"], 2, ["at least one anchor that is not an outlier"]),
+    ([*BASE, "--calibrate", "{tmp}/no_steps.json", "--calibrate-force"], 2, ["no shape with step timings"]),
     ([*BASE, "--calibrate", "{fixture}"], 2, ["ran on 'cpu", "--gpu h100-sxm", "--calibrate-force"]),
     ([*BASE, "--calibrate", "{fixture}", "--calibrate-force"], 2, ["precision 'float32'", "bfloat16"]),
 ]
@@ -74,6 +76,10 @@ CATALOGS = {
                            ("a100-e", "a100-sxm-80gb", "false", 13.6), ("a100-c", "a100-sxm-80gb", "true", 9.8),
                            ("l20-e", "l20", "false", 26.0)]),
     "not_bench.json": '{"kind": "diffbench.calibration"}',
+    "all_outliers.yaml": "anchors:\n  - {id: a, model: flux.1-dev, gpu: h100-sxm, width: 1024, height: 1024, steps: 28, "
+                         "measured_s: 6.71, covers: denoise, outlier: test, source: test}\n",
+    "no_steps.json": '{"kind": "diffbench.bench", "conditions": {"precision": "bfloat16"}, "shapes": '
+                     '[{"shape": "1024x1024", "width": 1024, "height": 1024, "error": "CUDA out of memory"}]}',
 }
 FIXTURE = str(Path(__file__).parents[1] / "monitor" / "data" / "bench_tiny_flux.json")
 
