@@ -254,3 +254,36 @@ def test_calibrate_cli_ledger_and_plan(tmp_path, capsys):
                  "--qps", "1", "--calibrate", str(wrong)]) == 2
     err = capsys.readouterr().err
     assert "stable-diffusion-xl-base-1.0" in err and "flux.1-dev" in err
+
+
+@pytest.mark.parametrize(("model_id", "bench_model", "ok"), [
+    ("flux.1-dev", "black-forest-labs/FLUX.1-dev", True),
+    ("flux.1-dev", "/models/FLUX.1-dev/", True),
+    ("flux.1-dev", "black-forest-labs/FLUX.1-schnell", False),
+    ("sdxl-base", "stabilityai/stable-diffusion-xl-base-1.0", True),
+    ("wan2.1-14b", "Wan-AI/Wan2.1-T2V-14B-Diffusers", True),
+    ("wan2.1-14b", "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", False),
+    ("hunyuanvideo", "hunyuanvideo-community/HunyuanVideo", True),
+    ("flux.1-dev", "tiny-flux", False),
+])
+def test_calibrate_model_match(cat, model_id, bench_model, ok):
+    from diffbench.ledger.calibrate import model_matches
+
+    assert model_matches(model_id, cat.models[model_id].display_name, bench_model) is ok
+
+
+@pytest.mark.parametrize(("gpu_id", "device", "ok"), [
+    ("h100-sxm", "NVIDIA H100 80GB HBM3", True),
+    ("h100-sxm", "NVIDIA H100 PCIe", False),
+    ("h100-pcie", "NVIDIA H100 PCIe", True),
+    ("a100-sxm-80gb", "NVIDIA A100-SXM4-80GB", True),
+    ("l4", "NVIDIA L40S", False),
+    ("l40s", "NVIDIA L40S", True),
+    ("l20", "NVIDIA L20", True),
+    ("rtx-4090", "NVIDIA GeForce RTX 4090", True),
+    ("h100-sxm", "cpu (Intel(R) Xeon(R) Processor)", False),
+])
+def test_calibrate_gpu_match(gpu_id, device, ok):
+    from diffbench.ledger.calibrate import gpu_matches
+
+    assert gpu_matches(gpu_id, device) is ok

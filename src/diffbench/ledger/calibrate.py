@@ -93,17 +93,25 @@ def gpu_matches(gpu_id: str, device: str) -> bool:
     HBM3" is h100-sxm, "NVIDIA H100 PCIe" is h100-pcie)."""
     toks = _tokens(device)
     need = _GPU_TOKENS.get(gpu_id, [gpu_id.split("-")[0]])
-    if not all(any(t == n or t.startswith(n) for t in toks) for n in need):
+    if not all(n in toks for n in need):
         return False
     if gpu_id == "h100-sxm":  # the PCIe and NVL parts also say H100
         return not ({"pcie", "nvl"} & toks)
     return True
 
 
+_MODEL_ALIASES = {  # hub repository names that do not contain the catalog id or display name
+    "sdxl-base": ["stable-diffusion-xl-base"], "sd3.5-large": ["stable-diffusion-3.5-large"],
+    "sd3.5-medium": ["stable-diffusion-3.5-medium"],
+}
+
+
 def model_matches(model_id: str, display: str, bench_model: str) -> bool:
-    """True when the bench's model (a path or hub id) names the catalog model."""
+    """True when the bench's model (a local path or hub id) names the catalog model: its last path part
+    contains the catalog id, the display name (spaces as dashes) or a known hub name."""
     base = bench_model.rstrip("/").split("/")[-1].lower()
-    return base in (model_id.lower(), display.lower()) or model_id.lower() in base
+    names = [model_id.lower(), display.lower().replace(" ", "-"), *_MODEL_ALIASES.get(model_id.lower(), [])]
+    return any(n in base for n in names)
 
 
 def _backend(cond: dict[str, Any]) -> str:
