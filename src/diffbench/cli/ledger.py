@@ -32,7 +32,7 @@ def register(app: typer.Typer) -> None:
         text_tokens: int | None = typer.Option(None, "--text-tokens", help="Text tokens (prompt-dependent models)."),
         precision: str = typer.Option("bf16", "--precision", help="Denoiser weights/linear: bf16, fp8, int4."),
         attention: str = typer.Option("sdpa", "--attention", help="Attention backend: sdpa, fa3, sage8."),
-        compile_: bool = typer.Option(False, "--compile", help="Assume torch.compile (calibrated η)."),
+        compile_: bool = typer.Option(False, "--compile", help="Assume torch.compile (fewer elementwise passes, no launch overhead; fitted)."),
         vae_tiling: bool = typer.Option(False, "--vae-tiling", help="Tiled VAE decode."),
         offload: str = typer.Option("none", "--offload", help="none, model, group, sequential."),
         eta_gemm: float | None = typer.Option(None, "--eta-gemm", help="Override the GEMM efficiency (0-1]."),
