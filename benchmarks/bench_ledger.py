@@ -62,7 +62,21 @@ def main() -> None:
         t1 = time.perf_counter()
         plan(cat, pc)
         plan_times.append(time.perf_counter() - t1)
+    from diffbench.ledger.fit import catalog_cases, fit_cases, validate
+
+    cases = [c for c in catalog_cases(cat) if c.anchor.outlier is None]
+    fit_times, loo_times = [], []
+    for _ in range(max(args.reps, 5)):
+        t1 = time.perf_counter()
+        fit_cases(cat, cases)
+        fit_times.append(time.perf_counter() - t1)
+        t1 = time.perf_counter()
+        validate(cat)
+        loo_times.append(time.perf_counter() - t1)
     print(f"ledger evaluations per second: {rate:,.0f} (n={n})")
+    print(f"time-model fit over {len(cases)} anchors (median of {len(fit_times)}): "
+          f"{statistics.median(fit_times) * 1e3:.2f} ms; --validate (all leave-one-out fits): "
+          f"{statistics.median(loo_times) * 1e3:.1f} ms = {statistics.median(loo_times) / statistics.median(fit_times):.1f}× one fit")
     print(f"plan wall time (median of {len(plan_times)}): {statistics.median(plan_times) * 1e3:.1f} ms")
 
     cli = [sys.executable, "-m", "diffbench.cli.main"]
@@ -71,7 +85,8 @@ def main() -> None:
     pln = _cold([*cli, *PLAN], args.reps)
     print(f"cold `python -c pass`:     {base:.3f} s (median of {args.reps})")
     print(f"cold `diffbench ledger`:   {led:.3f} s = {led / base:.1f}× python -c pass")
-    print(f"cold `diffbench plan`:     {pln:.3f} s = {pln / base:.1f}× python -c pass")
+    print(f"cold `diffbench plan`:     {pln:.3f} s = {pln / base:.1f}× python -c pass "
+          f"(+{pln - base:.3f} s; target ≤ +0.3 s)")
     for name, argv in (("ledger", LEDGER), ("plan", PLAN)):
         heavy = _heavy_modules(argv)
         print(f"heavy modules imported by `diffbench {name}`: {heavy or 'none'}")

@@ -6,6 +6,8 @@ and ``--cfg nan`` were accepted). Each must give one ``error:`` line naming the 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from diffbench.cli.main import main
@@ -47,6 +49,18 @@ ROWS: list[tuple[list[str], int, list[str]]] = [
     # a partial override (denoiser.blocks only) with a bad value: the user's file and line, not the built-in
     ([*BASE, "--catalog", "{tmp}/partial_bad.yaml"], 2, ["partial_bad.yaml:5", "denoiser.blocks.0.count"]),
     ([*BASE, "--catalog", "{tmp}/partial_missing.yaml"], 2, ["partial_missing.yaml:5", "blocks.0.weights_d2"]),
+    # --validate / --calibrate (issue 13)
+    (["--model", "flux.1-dev"], 2, ["missing --size, --gpu", "--validate"]),
+    (["--validate", "--json", "{tmp}/typo/v.json"], 2, ["--json", "does not exist", "--mkdir"]),
+    (["--validate", "--catalog", "{tmp}/off_anchor.yaml"], 1, ["leave-one-out ratio outside 0.8-1.25",
+                                                               "xdit-flux-h100-eager", "outlier"]),
+    ([*BASE, "--calibrate", "{tmp}/missing.json"], 2, ["--calibrate", "file not found", "bench"]),
+    ([*BASE, "--calibrate", "{tmp}/partial_ok.yaml"], 2, ["--calibrate", "not a readable JSON"]),
+    ([*BASE, "--calibrate", "{tmp}/not_bench.json"], 2, ["not a diffbench bench result", "diffbench.calibration"]),
+    (["--validate", "--catalog", "{tmp}/all_outliers.yaml"], 2, ["at least one anchor that is not an outlier"]),
+    ([*BASE, "--calibrate", "{tmp}/no_steps.json", "--calibrate-force"], 2, ["no shape with step timings"]),
+    ([*BASE, "--calibrate", "{fixture}"], 2, ["ran on 'cpu", "--gpu h100-sxm", "--calibrate-force"]),
+    ([*BASE, "--calibrate", "{fixture}", "--calibrate-force"], 2, ["precision 'float32'", "bfloat16"]),
 ]
 
 BLOCKS = "models:\n  flux.1-dev:\n    denoiser:\n      blocks:\n"
@@ -54,14 +68,27 @@ CATALOGS = {
     "partial_bad.yaml": BLOCKS + "        - {name: double-stream, count: -1, tok_params_d2: 12, weights_d2: 36}\n",
     "partial_missing.yaml": BLOCKS + "        - {name: double-stream, count: 19, tok_params_d2: 12}\n",
     "partial_ok.yaml": BLOCKS + "        - {name: double-stream, count: 19, tok_params_d2: 12, weights_d2: 36}\n",
+    # the xDiT H100 eager anchor at twice its published time: its leave-one-out ratio drops to ≈0.5
+    "off_anchor.yaml": "anchors:\n" + "".join(
+        f"  - {{id: {i}, model: flux.1-dev, gpu: {g}, width: 1024, height: 1024, steps: 28, compile: {c}, "
+        f"measured_s: {t}, covers: denoise, source: test}}\n"
+        for i, g, c, t in [("xdit-flux-h100-eager", "h100-sxm", "false", 13.42), ("h100-c", "h100-sxm", "true", 4.30),
+                           ("a100-e", "a100-sxm-80gb", "false", 13.6), ("a100-c", "a100-sxm-80gb", "true", 9.8),
+                           ("l20-e", "l20", "false", 26.0)]),
+    "not_bench.json": '{"kind": "diffbench.calibration"}',
+    "all_outliers.yaml": "anchors:\n  - {id: a, model: flux.1-dev, gpu: h100-sxm, width: 1024, height: 1024, steps: 28, "
+                         "measured_s: 6.71, covers: denoise, outlier: test, source: test}\n",
+    "no_steps.json": '{"kind": "diffbench.bench", "conditions": {"precision": "bfloat16"}, "shapes": '
+                     '[{"shape": "1024x1024", "width": 1024, "height": 1024, "error": "CUDA out of memory"}]}',
 }
+FIXTURE = str(Path(__file__).parents[1] / "monitor" / "data" / "bench_tiny_flux.json")
 
 
-@pytest.mark.parametrize(("args", "code", "fragments"), ROWS, ids=[" ".join(r[0][6:]) or r[0][3] for r in ROWS])
+@pytest.mark.parametrize(("args", "code", "fragments"), ROWS, ids=[" ".join(r[0][6:]) or " ".join(r[0]) for r in ROWS])
 def test_bad_input(args, code, fragments, tmp_path, capsys, one_line_error) -> None:
     for name, text in CATALOGS.items():
         (tmp_path / name).write_text(text)
-    argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    argv = [a.replace("{tmp}", str(tmp_path)).replace("{fixture}", FIXTURE) for a in args]
     rc = main(["ledger", *argv])
     err = capsys.readouterr().err
     one_line_error(rc, err, code, fragments)

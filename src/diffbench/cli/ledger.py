@@ -23,16 +23,16 @@ def _config_error(exc: Exception) -> Exception:
 def register(app: typer.Typer) -> None:
     @app.command("ledger")
     def ledger(
-        model: str = typer.Option(..., "--model", help="Model id, e.g. flux.1-dev (see the catalog)."),
-        size: str = typer.Option(..., "--size", help="WIDTHxHEIGHT in pixels, e.g. 1024x1024."),
-        gpu: str = typer.Option(..., "--gpu", help="GPU id, e.g. h100-sxm."),
+        model: str | None = typer.Option(None, "--model", help="Model id, e.g. flux.1-dev (see the catalog)."),
+        size: str | None = typer.Option(None, "--size", help="WIDTHxHEIGHT in pixels, e.g. 1024x1024."),
+        gpu: str | None = typer.Option(None, "--gpu", help="GPU id, e.g. h100-sxm."),
         steps: int | None = typer.Option(None, "--steps", help="Denoising steps (default: the model's)."),
         frames: int | None = typer.Option(None, "--frames", help="Frames for video models (4k+1)."),
         cfg: float | None = typer.Option(None, "--cfg", help="Guidance scale; > 1 means 2 forwards/step for CFG models."),
         text_tokens: int | None = typer.Option(None, "--text-tokens", help="Text tokens (prompt-dependent models)."),
         precision: str = typer.Option("bf16", "--precision", help="Denoiser weights/linear: bf16, fp8, int4."),
         attention: str = typer.Option("sdpa", "--attention", help="Attention backend: sdpa, fa3, sage8."),
-        compile_: bool = typer.Option(False, "--compile", help="Assume torch.compile (calibrated η)."),
+        compile_: bool = typer.Option(False, "--compile", help="Assume torch.compile (fewer elementwise passes, no launch overhead; fitted)."),
         vae_tiling: bool = typer.Option(False, "--vae-tiling", help="Tiled VAE decode."),
         offload: str = typer.Option("none", "--offload", help="none, model, group, sequential."),
         eta_gemm: float | None = typer.Option(None, "--eta-gemm", help="Override the GEMM efficiency (0-1]."),
@@ -44,8 +44,29 @@ def register(app: typer.Typer) -> None:
         catalog: Path | None = typer.Option(None, "--catalog", help="YAML file extending/overriding the catalog."),
         json_path: Path | None = typer.Option(None, "--json", help="Write the result as JSON to this path."),
         mkdir: bool = typer.Option(False, "--mkdir", help="Create the missing parent directories of --json."),
+        validate: bool = typer.Option(False, "--validate", help="Check the time model against the catalog's "
+                                      "published anchors: each predicted by a fit that leaves it out. Exit 1 "
+                                      "when a leave-one-out ratio of a non-outlier is outside 0.8-1.25."),
+        calibrate: Path | None = typer.Option(None, "--calibrate", help="A diffbench bench --json result of "
+                                              "--model on --gpu: fit this GPU's GEMM (and attention) η to its "
+                                              "per-step times before accounting."),
+        calibrate_force: bool = typer.Option(False, "--calibrate-force", help="Use --calibrate even when the "
+                                             "bench ran another GPU or model."),
     ) -> None:
-        """FLOPs, time and memory per stage (text encode, denoise, VAE decode) on one GPU."""
+        """FLOPs, time and memory per stage (text encode, denoise, VAE decode) on one GPU.
+
+        With --validate (no --model/--size/--gpu needed): the time model's leave-one-out table over the
+        catalog's anchors; exit 1 (gate failed) when a non-outlier ratio is outside 0.8-1.25."""
+        if validate:
+            _validate(catalog, json_path, mkdir)
+            return
+        from diffbench.errors import UsageError
+
+        missing = [f for f, v in (("--model", model), ("--size", size), ("--gpu", gpu)) if v is None]
+        if missing:
+            raise UsageError(f"missing {', '.join(missing)}: ledger needs --model, --size and --gpu "
+                             "(or --validate)")
+        assert model is not None and size is not None and gpu is not None
         from pydantic import ValidationError
         from rich.console import Console
 
@@ -67,6 +88,15 @@ def register(app: typer.Typer) -> None:
         if json_path is not None:
             check_output_file(json_path, "--json", mkdir=mkdir)
         cat = load_catalog(catalog)
+        if calibrate is not None:
+            from diffbench.ledger.calibrate import apply_calibration, describe
+
+            cat, cal = apply_calibration(cat, calibrate, model, gpu, calibrate_force)
+            assert cal is not None
+            typer.echo(describe(cal))
+            for sf in cal.shapes:
+                typer.echo(f"  {sf.shape}: measured {sf.measured_step_s * 1e3:.2f} ms/step, predicted "
+                           f"{sf.predicted_step_s * 1e3:.2f} ms/step ({sf.residual:+.4f} log)")
         try:
             lc = LedgerConfig(model=model, width=width, height=height, frames=frames, steps=steps, cfg=cfg,
                               text_tokens=text_tokens, gpu=gpu, precision=precision, attention=attention,
@@ -94,3 +124,37 @@ def register(app: typer.Typer) -> None:
             data["fit_suggestions"] = suggestions or []
             data["parallel"] = [p.model_dump(mode="json") for p in parallel]
             write_json_atomic(json_path, data)
+
+
+def _validate(catalog: Path | None, json_path: Path | None, mkdir: bool) -> None:
+    """``ledger --validate``: print the leave-one-out table; GateFailed when a non-outlier is off target."""
+    from rich.console import Console
+
+    from diffbench.core.jsonio import write_json_atomic
+    from diffbench.core.outpath import check_output_file
+    from diffbench.errors import GateFailed
+    from diffbench.ledger.catalog import load_catalog
+    from diffbench.ledger.fit import TARGET, fitted_params, validate
+    from diffbench.ledger.render import validate_table
+
+    if json_path is not None:
+        check_output_file(json_path, "--json", mkdir=mkdir)
+    cat = load_catalog(catalog)
+    rows = validate(cat)
+    fr = fitted_params(cat)
+    Console(width=max(Console().width, 150)).print(validate_table(rows, fr))
+    bad = [r for r in rows if r.anchor.outlier is None and not TARGET[0] <= r.ratio <= TARGET[1]]
+    if json_path is not None:
+        write_json_atomic(json_path, {
+            "kind": "diffbench.ledger.validate", "schema_version": 1, "target": list(TARGET),
+            "fit": {"eta_gemm": fr.eta_gemm, "eta_attn": {f"{b}@{a}": v for (b, a), v in fr.eta_attn.items()},
+                    "passes_eager": fr.passes[False], "passes_compiled": fr.passes[True],
+                    "launch_eager_s": fr.launch[False], "free": fr.free, "anchors": fr.n_anchors,
+                    "rms_log_residual": fr.rms_log_residual},
+            "rows": [{**r.anchor.model_dump(mode="json"), "loo_s": r.loo_s, "in_sample_s": r.in_sample_s,
+                      "ratio": r.ratio, "within_target": TARGET[0] <= r.ratio <= TARGET[1]} for r in rows],
+            "passed": not bad})
+    if bad:
+        names = ", ".join(f"{r.anchor.id} ({r.ratio:.2f})" for r in bad)
+        raise GateFailed(f"time model: leave-one-out ratio outside {TARGET[0]}-{TARGET[1]} for {names}; fix the "
+                         "anchor, or mark it outlier: \"reason\" in the catalog")

@@ -28,6 +28,10 @@ def register(app: typer.Typer) -> None:
         catalog: Path | None = typer.Option(None, "--catalog", help="YAML file extending/overriding the catalog."),
         json_path: Path | None = typer.Option(None, "--json", help="Write the plan as JSON to this path."),
         mkdir: bool = typer.Option(False, "--mkdir", help="Create the missing parent directories of --json."),
+        calibrate: Path | None = typer.Option(None, "--calibrate", help="A diffbench bench --json result of "
+                                              "--model on --gpu: fit this GPU's η to its per-step times first "
+                                              "(--calibrate-force: even for another GPU or model)."),
+        calibrate_force: bool = typer.Option(False, "--calibrate-force", help="Use --calibrate even for another GPU or model."),
     ) -> None:
         """Derive a serving configuration: lossless, lossy, multi-GPU, few-step, capacity, signals."""
         from pydantic import ValidationError
@@ -51,6 +55,11 @@ def register(app: typer.Typer) -> None:
         if json_path is not None:
             check_output_file(json_path, "--json", mkdir=mkdir)
         cat = load_catalog(catalog)
+        if calibrate is not None:
+            from diffbench.ledger.calibrate import apply_calibration, describe
+
+            cat, cal = apply_calibration(cat, calibrate, model, gpu, calibrate_force)
+            typer.echo(describe(cal))  # type: ignore[arg-type]
         try:
             pc = PlanConfig(model=model, width=width, height=height, frames=frames, steps=steps, cfg=cfg,
                             text_tokens=text_tokens, gpu=gpu, gpus_per_node=gpus_per_node, slo_p99_s=slo_p99,

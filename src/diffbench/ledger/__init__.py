@@ -15,7 +15,7 @@ from diffbench.ledger.flops import (
 )
 from diffbench.ledger.multigpu import ParallelPlan, evaluate_parallel
 from diffbench.ledger.schema import Catalog, GpuSpec, ModelSpec
-from diffbench.ledger.timing import calibrated_eta_gemm, mfu
+from diffbench.ledger.timing import mfu
 from diffbench.ledger.tokens import Tokens, check_shape, count_tokens, parse_size
 
 __all__ = [
@@ -28,7 +28,6 @@ __all__ = [
     "ParallelPlan",
     "Stage",
     "Tokens",
-    "calibrated_eta_gemm",
     "check_shape",
     "count_tokens",
     "derived_params",

@@ -90,6 +90,9 @@ class LedgerResult(BaseModel):
     denoise_linear_s: float
     denoise_attention_s: float
     attention_time_share: float
+    denoise_elementwise_s: float = 0.0
+    denoise_overhead_s: float = 0.0
+    denoise_memory_bound_s: float = 0.0
     assumed_mfu: float
     measured_mfu: float | None = None
     notes: list[str] = Field(default_factory=list)
@@ -111,24 +114,31 @@ def evaluate(catalog: Catalog, cfg: LedgerConfig) -> LedgerResult:
     tokens = count_tokens(model, cfg.width, cfg.height, frames, cfg.text_tokens)
     fps = forwards_per_step(model, cfg.cfg)
     fwd = forward_flops(model, tokens, cfg.width, cfg.height)
-    etas = tm.resolve_etas(catalog, gpu, cfg.attention, cfg.compile, cfg.eta_gemm, cfg.eta_attn, cfg.eta_vae)
+    etas = tm.resolve_etas(catalog, gpu, cfg.attention, cfg.compile, cfg.eta_gemm, cfg.eta_attn, cfg.eta_vae,
+                           gpu_id=cfg.gpu.strip().lower())
     notes: list[str] = []
     if cfg.precision == "fp8" and not tm.fp8_effective(gpu, "fp8"):
         notes.append(f"{gpu.display_name} has no FP8 tensor cores: fp8 saves memory only (no speed-up)")
     if cfg.precision == "int4":
-        notes.append("int4 weights: weight-only, compute stays 16-bit (no speed-up assumed)")
+        i4 = catalog.optimizations.int4_linear
+        if tm.int4_effective(catalog, gpu, "int4"):
+            notes.append(f"int4 ({i4.method}): denoiser GEMMs {i4.gemm_speedup:g}× faster than bf16 on {gpu.arch}")
+        else:
+            notes.append(f"int4 on {gpu.arch}: no 4-bit kernels for this architecture ({'/'.join(i4.requires_arch)} "
+                         "only); weight-only storage, compute stays 16-bit (no speed-up)")
     if gpu.provisional:
         notes.append(f"{gpu.display_name} peak figures are provisional (see its catalog source)")
 
     # Text encode
     te_flops = text_encode_flops(model, fps, cfg.text_tokens)
     te_time = tm.text_time(te_flops, gpu, etas)
-    # Denoise: forwards × steps, the step cache skips a share of the steps
+    # Denoise: forwards × steps, the step cache skips a share of the forwards (timing.py: per kernel class)
     n_fwd = steps * fps
-    lin_s = tm.linear_time(fwd.linear * n_fwd, gpu, etas, cfg.precision) / cfg.cache_speedup
-    att_s = tm.attention_time(fwd.attention * n_fwd, gpu, etas) / cfg.cache_speedup / cfg.attention_speedup
+    work = tm.denoise_work(catalog, model, tokens, cfg.width, cfg.height, steps, fps, cfg.precision)
+    dt = tm.denoise_time(catalog, work, gpu, etas, cfg.precision, cfg.cache_speedup, cfg.attention_speedup)
+    lin_s, att_s = dt.linear_s, dt.attention_s
     den_flops = fwd.total * n_fwd / cfg.cache_speedup
-    den_time = lin_s + att_s
+    den_time = dt.total_s
     # VAE decode
     vae_flops = vae_decode_flops(model, cfg.width, cfg.height, tokens.latent_frames)
     vae_s = tm.vae_time(catalog, model, vae_flops, gpu, etas)
@@ -181,6 +191,8 @@ def evaluate(catalog: Catalog, cfg: LedgerConfig) -> LedgerResult:
         vae_decode_peak_bytes=vae_peak, peak_memory_bytes=peak, capacity_bytes=gpu.memory_bytes,
         usable_bytes=usable, fits=fits, offload_time_s=offload_s, total_flops=total_flops,
         total_time_s=total_time, denoise_linear_s=lin_s, denoise_attention_s=att_s,
+        denoise_elementwise_s=dt.elementwise_s, denoise_overhead_s=dt.overhead_s,
+        denoise_memory_bound_s=dt.memory_bound_s,
         attention_time_share=att_s / den_time if den_time else 0.0,
         assumed_mfu=tm.mfu(total_flops, total_time, gpu) if total_time > 0 else 0.0,
         measured_mfu=measured, notes=notes,

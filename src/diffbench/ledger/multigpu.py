@@ -94,21 +94,21 @@ _ALPHA: dict[int, tuple[Catalog, float]] = {}
 def sp_alpha(catalog: Catalog) -> float:
     """Parallel inefficiency per extra rank, solved from the catalog's sequence-parallel anchor.
 
-    T_N = T_1/N·(1 + α(N−1)) + comm_N with T_1 the compiled single-GPU anchor (gpus.md §5.1)."""
+    T_N = T_1/N·(1 + α(N−1)) + comm_N with T_1 the same source's compiled single-GPU time (gpus.md §5.1)."""
     hit = _ALPHA.get(id(catalog))
     if hit is not None and hit[0] is catalog:
         return hit[1]
-    cal = catalog.calibration
-    model = catalog.models[cal.model]
-    gpu = catalog.gpus[cal.gpu]
+    sp = catalog.sp_anchor
+    model = catalog.models[sp.model]
+    gpu = catalog.gpus[sp.gpu]
     from diffbench.ledger.tokens import count_tokens
 
-    tok = count_tokens(model, cal.width, cal.height, 1)
-    n = cal.sp_anchor.degree
+    tok = count_tokens(model, sp.width, sp.height, 1)
+    n = sp.degree
     _, bw = link_of(gpu)
-    comm = ulysses_bytes(tok.seq, model.denoiser.hidden, n, layers(model)) * cal.steps / (
+    comm = ulysses_bytes(tok.seq, model.denoiser.hidden, n, layers(model)) * sp.steps / (
         bw * catalog.efficiency.comm_efficiency)
-    alpha = ((cal.sp_anchor.compiled_s - comm) * n / cal.compiled_s - 1) / (n - 1)
+    alpha = ((sp.compiled_s - comm) * n / sp.single_gpu_s - 1) / (n - 1)
     alpha = max(alpha, 0.0)
     _ALPHA[id(catalog)] = (catalog, alpha)
     return alpha

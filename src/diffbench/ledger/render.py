@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from diffbench.ledger.account import LedgerResult
+from diffbench.ledger.fit import TARGET, FitResult, ValidationRow
 from diffbench.ledger.multigpu import ParallelPlan
 
 GIB = 2**30
@@ -70,7 +71,12 @@ def ledger_renderable(r: LedgerResult, suggestions: list[str] | None = None,
     eta = Text(f"assumptions: η_gemm {r.etas.gemm:.3f}, η_attention {r.etas.attention:.3f}, η_vae {r.etas.vae:.2f}, "
                f"η_text {r.etas.text:.2f}; attention {r.attention_time_share:.0%} of denoise time; "
                f"single-GPU latency {r.total_time_s:.3f} s; implied MFU {r.assumed_mfu:.2f}")
-    parts = [head, tok, t, w, mem, eta]
+    den = Text(f"denoise by kernel class: GEMM {r.denoise_linear_s:.3f} s"
+               + (f" (of which {r.denoise_memory_bound_s:.3f} s weight-bound)" if r.denoise_memory_bound_s else "")
+               + f", attention {r.denoise_attention_s:.3f} s, elementwise/norm {r.denoise_elementwise_s:.3f} s "
+               f"({r.etas.elementwise_passes:.1f} activation passes/block at η_mem {r.etas.mem:.2f}), launch "
+               f"{r.denoise_overhead_s:.3f} s; η from {r.etas.source or 'the catalog'}")
+    parts = [head, tok, t, w, mem, eta, den]
     if r.measured_mfu is not None:
         parts.append(Text(f"measured: {r.config.measured_s:g} s → MFU {r.measured_mfu:.3f} "
                           f"(predicted {r.total_time_s:.3f} s)", style="bold"))
@@ -83,3 +89,26 @@ def ledger_renderable(r: LedgerResult, suggestions: list[str] | None = None,
         parts.append(Text("would fit with: " + "; ".join(suggestions), style="yellow"))
     parts.extend(Text(f"note: {n}", style="dim") for n in r.notes)
     return Group(*parts)
+
+
+def validate_table(rows: list[ValidationRow], fr: FitResult) -> Group:
+    """``ledger --validate``: one row per anchor (published, leave-one-out and in-sample predictions)."""
+    t = Table(title=f"time model vs published latencies (leave-one-out; target {TARGET[0]}-{TARGET[1]})")
+    for col in ("anchor", "model", "GPU", "shape", "steps", "backend", "compile", "prec.", "covers", "published",
+                "LOO pred.", "ratio", "in-sample", "note"):
+        t.add_column(col, justify="right" if col in ("steps", "published", "LOO pred.", "ratio", "in-sample")
+                     else "left", overflow="fold")
+    for r in rows:
+        a = r.anchor
+        shape = f"{a.width}x{a.height}" + (f"x{a.frames}f" if a.frames else "")
+        ok = TARGET[0] <= r.ratio <= TARGET[1]
+        note = f"outlier: {a.outlier}" if a.outlier else ("" if ok else "OUTSIDE TARGET")
+        t.add_row(a.id, a.model, a.gpu, shape, str(a.steps), a.attention, "yes" if a.compile else "no",
+                  a.precision, a.covers.replace("_", " "), f"{a.measured_s:,.2f} s", f"{r.loo_s:,.2f} s", f"{r.ratio:.3f}",
+                  f"{r.in_sample_s / a.measured_s:.3f}", note)
+    attn = ", ".join(f"{b}@{arch} {v:.3f}" for (b, arch), v in sorted(fr.eta_attn.items()))
+    summary = Text(f"fit over {fr.n_anchors} anchors ({len(fr.free)} free parameters): η_gemm {fr.eta_gemm:.3f}; "
+                   f"η_attn {attn}; elementwise passes/block eager {fr.passes[False]:.1f}, compiled "
+                   f"{fr.passes[True]:.1f}; launch {fr.launch[False] * 1e3:.3f} ms/forward eager; "
+                   f"RMS log residual {fr.rms_log_residual:.3f}")
+    return Group(t, summary)

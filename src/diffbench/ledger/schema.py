@@ -1,4 +1,4 @@
-"""Typed schema of the ledger catalog (models, GPUs, optimization factors, calibration anchors).
+"""Typed schema of the ledger catalog (models, GPUs, optimization factors, timing anchors).
 
 Every model is frozen and forbids unknown fields, so a typo in a user ``--catalog`` file is an error that
 names the field (see :mod:`diffbench.ledger.catalog` for the line number).
@@ -157,38 +157,85 @@ class MemoryFacts(_Strict):
     source: str = Field(min_length=1)
 
 
+class GpuEfficiency(_Strict):
+    """A per-GPU override of fitted efficiencies, written by ``--calibrate BENCH.json`` (or by hand).
+
+    ``gemm``: fraction of the BF16 dense peak the denoiser GEMMs reach; ``attention``: fraction reached
+    by the attention core of ``attention_backend`` (the backend the bench ran)."""
+
+    gemm: float | None = Field(default=None, gt=0, le=1)
+    attention: float | None = Field(default=None, gt=0, le=1)
+    attention_backend: str = "sdpa"
+    source: str = Field(min_length=1)
+
+
 class Efficiency(_Strict):
+    """Fixed efficiencies and settings of the fitted ones (:mod:`diffbench.ledger.fit`).
+
+    ``eta_mem``: achieved fraction of the memory bandwidth for memory-bound kernels (weights read by
+    small-token GEMMs, elementwise/norm kernels); ``eta_gemm_eager`` / ``eta_gemm_compiled``: fix the
+    GEMM η instead of fitting it; ``prior_sigma``: spread (natural log) of the priors that pull a fitted
+    attention η toward its sourced value and the GEMM η toward ``eta_gemm_prior`` (None: no GEMM prior);
+    ``per_gpu``: calibrated overrides by GPU id."""
+
     eta_vae: float = Field(gt=0, le=1)
     eta_text: float = Field(gt=0, le=1)
+    eta_mem: float = Field(default=0.8, gt=0, le=1)
     fp32_vae_peak_fraction: float = Field(gt=0, le=1)
     comm_efficiency: float = Field(gt=0, le=1)
     eta_gemm_eager: float | None = Field(default=None, gt=0, le=1)
     eta_gemm_compiled: float | None = Field(default=None, gt=0, le=1)
+    prior_sigma: float = Field(default=0.5, gt=0)
+    eta_gemm_prior: float | None = Field(default=0.7, gt=0, le=1)
+    per_gpu: dict[str, GpuEfficiency] = Field(default_factory=dict)
     source: str = Field(min_length=1)
 
 
 class SpAnchor(_Strict):
+    """A published sequence-parallel latency with its single-GPU twin from the same source (solves the
+    parallel inefficiency α of :func:`diffbench.ledger.multigpu.sp_alpha`)."""
+
+    model: str = "flux.1-dev"
+    gpu: str = "h100-sxm"
+    width: int = Field(default=1024, gt=0)
+    height: int = Field(default=1024, gt=0)
+    steps: int = Field(default=28, gt=0)
     strategy: Literal["ulysses"]
     degree: int = Field(gt=1)
     compiled_s: float = Field(gt=0)
+    single_gpu_s: float = Field(gt=0, description="the same source's single-GPU compiled time")
+    source: str = Field(min_length=1)
 
 
-class Calibration(_Strict):
+class Anchor(_Strict):
+    """One published single-GPU latency the time model is fitted to (seconds per request).
+
+    ``covers``: ``denoise`` (the loop only, e.g. latent output) or ``end_to_end`` (text encode + denoise +
+    VAE decode); ``outlier``: a reason to keep it out of the fit (``--validate`` still shows it)."""
+
+    id: str = Field(min_length=1)
     model: str
+    gpu: str
     width: int = Field(gt=0)
     height: int = Field(gt=0)
+    frames: int | None = Field(default=None, ge=1)
     steps: int = Field(gt=0)
-    gpu: str
-    attention: str
-    eager_s: float = Field(gt=0)
-    compiled_s: float = Field(gt=0)
-    includes_vae_decode: bool
-    sp_anchor: SpAnchor
+    cfg: float | None = Field(default=None, ge=0)
+    attention: str = "sdpa"
+    compile: bool = False
+    precision: Literal["bf16", "fp8", "int4"] = "bf16"
+    measured_s: float = Field(gt=0)
+    covers: Literal["denoise", "end_to_end"]
+    outlier: str | None = None
     source: str = Field(min_length=1)
 
 
 class AttentionBackend(_Strict):
+    """``eta``: fraction of the BF16 dense peak the attention core reaches; ``eta_by_arch``: per-architecture
+    values where they differ (sourced; the fit starts from and is pulled toward them)."""
+
     eta: float = Field(gt=0, le=1)
+    eta_by_arch: dict[str, float] = Field(default_factory=dict)
     lossless: bool
     psnr_db: float | None = Field(default=None, gt=0)
     requires_arch: list[str] = Field(default_factory=list)
@@ -267,15 +314,29 @@ class Catalog(_Strict):
     gpus: dict[str, GpuSpec]
     memory: MemoryFacts
     efficiency: Efficiency
-    calibration: Calibration
+    anchors: list[Anchor] = Field(min_length=1)
+    sp_anchor: SpAnchor
     optimizations: Optimizations
 
     @model_validator(mode="after")
     def _references(self) -> Catalog:
-        if self.calibration.model not in self.models:
-            raise ValueError(f"calibration.model {self.calibration.model!r} is not a model in the catalog")
-        if self.calibration.gpu not in self.gpus:
-            raise ValueError(f"calibration.gpu {self.calibration.gpu!r} is not a GPU in the catalog")
-        if self.calibration.attention not in self.optimizations.attention_backends:
-            raise ValueError(f"calibration.attention {self.calibration.attention!r} is not an attention backend")
+        backends = self.optimizations.attention_backends
+        seen: set[str] = set()
+        for i, a in enumerate(self.anchors):
+            where = f"anchors[{i}] ({a.id})"
+            if a.id in seen:
+                raise ValueError(f"{where}: duplicate anchor id {a.id!r}")
+            seen.add(a.id)
+            if a.model not in self.models:
+                raise ValueError(f"{where}: model {a.model!r} is not a model in the catalog")
+            if a.gpu not in self.gpus:
+                raise ValueError(f"{where}: gpu {a.gpu!r} is not a GPU in the catalog")
+            if a.attention not in backends:
+                raise ValueError(f"{where}: attention {a.attention!r} is not an attention backend")
+        sp = self.sp_anchor
+        if sp.model not in self.models or sp.gpu not in self.gpus:
+            raise ValueError(f"sp_anchor: model {sp.model!r} / gpu {sp.gpu!r} must be in the catalog")
+        for gid in self.efficiency.per_gpu:
+            if gid not in self.gpus:
+                raise ValueError(f"efficiency.per_gpu: {gid!r} is not a GPU in the catalog")
         return self

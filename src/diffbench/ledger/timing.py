@@ -1,8 +1,19 @@
-"""Time = FLOPs / (peak × η), with separate η for GEMM-bound work, attention, VAE convolutions and text
-encoders (gpus.md §6). MFU = FLOPs / (time × GPUs × BF16 dense peak) (gpus.md §5.1).
+"""Time per kernel class: a roofline per class plus the per-forward overhead that compile removes.
 
-GEMM η is solved from the FLUX.1-dev H100 anchors in the catalog (eager and compiled) given the attention
-η of the backend those runs used, unless the catalog or the caller sets it.
+Denoise time of one request (gpus.md §6; the LLM-Viewer roofline pattern, gpus.md §6):
+
+* GEMM (linear layers, UNet convolutions): ``max(FLOPs ÷ (peak × η_gemm), weight bytes ÷ (bandwidth × η_mem))``
+  per forward; the weights are read once per forward, so small-token shapes and FP8/INT4 weights show up.
+  FP8 runs on the FP8 peak × ``fp8_linear.gemm_retention`` on GPUs with FP8 tensor cores; INT4 divides the
+  BF16 GEMM time by ``int4_linear.gemm_speedup`` on the architectures that have the 4-bit kernels.
+* attention core: ``FLOPs ÷ (peak × η_attn)`` with η of the backend on this architecture.
+* elementwise/norm work: ``passes × activation bytes ÷ (bandwidth × η_mem)``; the activation bytes are
+  the hidden state (2·d bytes per token, model-catalog.md §8) of every block, ``passes`` the number of
+  activation-sized reads/writes the unfused (eager) or fused (compiled) kernels make per block.
+* launch overhead: seconds per forward launch (eager; compile with CUDA graphs removes it).
+
+η_gemm, η_attn per (backend, architecture), the passes and the launch overhead are fitted jointly over the
+catalog's anchors (:mod:`diffbench.ledger.fit`). MFU = FLOPs / (time × GPUs × BF16 dense peak) (gpus.md §5.1).
 """
 
 from __future__ import annotations
@@ -10,26 +21,64 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from diffbench.errors import UsageError
-from diffbench.ledger.flops import forward_flops, forwards_per_step, vae_decode_flops
 from diffbench.ledger.schema import Catalog, GpuSpec, ModelSpec
-from diffbench.ledger.tokens import count_tokens
+from diffbench.ledger.tokens import Tokens
 
 TERA = 1e12
+ACT_BYTES = 2  # bf16 activations
 
 
 class Etas(BaseModel):
-    """Efficiencies in use (fractions of the BF16 dense peak unless noted)."""
+    """Efficiencies in use (fractions of the BF16 dense peak unless noted).
+
+    ``mem``: fraction of the memory bandwidth reached by memory-bound kernels; ``elementwise_passes``:
+    activation-sized reads+writes per block and token (eager or compiled, fitted); ``launch_s``: seconds
+    of launch overhead per denoiser forward (fitted, eager only); ``source``: where gemm/attention came
+    from (the anchor fit, a ``per_gpu`` calibration, or a command-line override)."""
 
     model_config = ConfigDict(frozen=True)
 
-    gemm: float        # linear layers (and, in eager mode, the unfused elementwise work around them)
-    attention: float   # attention core (QKᵀ, PV) for the chosen backend
+    gemm: float        # denoiser linear layers / convolutions, compute-bound
+    attention: float   # attention core (QKᵀ, PV) for the chosen backend on this architecture
     vae: float
     text: float
     fp8_gemm_retention: float  # FP8 GEMMs: fraction of `gemm` reached on the FP8 peak
+    mem: float = 0.8
+    elementwise_passes: float = 0.0
+    launch_s: float = 0.0
+    source: str = ""
 
 
-_ETA_CACHE: dict[tuple[int, bool], tuple[Catalog, float]] = {}
+class DenoiseWork(BaseModel):
+    """What one request's denoise loop moves and computes, before any step cache.
+
+    FLOPs and bytes are totals over all forwards (``forwards`` batch-1 equivalents, ``launches`` forward
+    launches: a batched CFG pair is one launch of batch 2)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    linear_flops: float
+    attention_flops: float
+    weight_bytes: float
+    activation_bytes: float
+    forwards: int
+    launches: int
+
+
+class DenoiseTime(BaseModel):
+    """Seconds per kernel class for one request (after the step cache and sparse attention)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    linear_s: float           # GEMM time = max(compute, weight bytes)
+    memory_bound_s: float     # the part of linear_s above its compute time (weight-bound shapes)
+    attention_s: float
+    elementwise_s: float
+    overhead_s: float         # launch overhead
+
+    @property
+    def total_s(self) -> float:
+        return self.linear_s + self.attention_s + self.elementwise_s + self.overhead_s
 
 
 def mfu(flops: float, time_s: float, gpu: GpuSpec, n_gpus: int = 1) -> float:
@@ -39,70 +88,42 @@ def mfu(flops: float, time_s: float, gpu: GpuSpec, n_gpus: int = 1) -> float:
     return flops / (time_s * n_gpus * gpu.bf16_tflops * TERA)
 
 
-def anchor_flops(catalog: Catalog) -> tuple[float, float, float]:
-    """(linear, attention, other) FLOPs of the calibration anchor request."""
-    cal = catalog.calibration
-    model = catalog.models[cal.model]
-    tokens = count_tokens(model, cal.width, cal.height, 1)
-    fwd = forward_flops(model, tokens, cal.width, cal.height)
-    n = cal.steps * forwards_per_step(model, None)
-    other = 0.0
-    if cal.includes_vae_decode:
-        other = vae_decode_flops(model, cal.width, cal.height, 1)
-    return fwd.linear * n, fwd.attention * n, other
+def activation_elements(model: ModelSpec, tokens: Tokens, width: int, height: int) -> float:
+    """Hidden-state elements written per forward summed over blocks (batch 1): Σ count · tokens · d for a
+    DiT; Σ layers · (H/ds)(W/ds) · channels over the transformer levels of a UNet."""
+    den = model.denoiser
+    if den.arch == "unet" and den.unet is not None:
+        return float(sum(lvl.layers * (width // lvl.downsample) * (height // lvl.downsample) * lvl.channels
+                         for lvl in den.unet.attention_levels))
+    return float(sum(g.count * (tokens.seq if g.seq == "joint" else tokens.visual) * den.hidden
+                     for g in den.blocks))
 
 
-def calibrated_eta_gemm(catalog: Catalog, compiled: bool) -> float:
-    """GEMM η that reproduces the anchor time (eager or compiled) with the anchor's attention backend.
-
-    Solves T = L/(P·η_g) + A/(P·η_a) [+ VAE/(P·η_vae)] for η_g. A catalog value overrides it.
-    """
-    override = catalog.efficiency.eta_gemm_compiled if compiled else catalog.efficiency.eta_gemm_eager
-    if override is not None:
-        return override
-    key = (id(catalog), compiled)
-    hit = _ETA_CACHE.get(key)
-    if hit is not None and hit[0] is catalog:
-        return hit[1]
-    cal = catalog.calibration
-    peak = catalog.gpus[cal.gpu].bf16_tflops * TERA
-    eta_a = catalog.optimizations.attention_backends[cal.attention].eta
-    lin, att, other = anchor_flops(catalog)
-    t = cal.compiled_s if compiled else cal.eager_s
-    rest = t - att / (peak * eta_a) - other / (peak * catalog.efficiency.eta_vae)
-    if rest <= 0:
-        raise UsageError("catalog calibration: the anchor time is shorter than its attention time; "
-                         "raise the attention backend's eta or the anchor time")
-    eta = min(lin / (peak * rest), 1.0)
-    _ETA_CACHE[key] = (catalog, eta)
-    return eta
+def weight_bytes_per_param(catalog: Catalog, precision: str) -> float:
+    bpp = catalog.memory.bytes_per_param
+    return bpp.get(precision, bpp["bf16"])
 
 
-def resolve_etas(catalog: Catalog, gpu: GpuSpec, attention: str, compiled: bool,
-                 eta_gemm: float | None = None, eta_attn: float | None = None,
-                 eta_vae: float | None = None) -> Etas:
-    """Efficiencies for a configuration; explicit arguments override catalog and calibration.
+def denoise_work(catalog: Catalog, model: ModelSpec, tokens: Tokens, width: int, height: int, steps: int,
+                 forwards_per_step: int, precision: str) -> DenoiseWork:
+    """FLOPs and bytes of one request's denoise loop (forward FLOPs from :mod:`diffbench.ledger.flops`;
+    weight bytes = denoiser parameters × bytes per parameter of ``precision``, read once per launch)."""
+    from diffbench.ledger.flops import forward_flops
 
-    Raises:
-        UsageError: unknown attention backend or one this GPU cannot run (e.g. fa3 off Hopper).
-    """
-    backends = catalog.optimizations.attention_backends
-    if attention not in backends:
-        raise UsageError(f"--attention {attention!r}: unknown; valid values: {', '.join(sorted(backends))}")
-    be = backends[attention]
-    if be.requires_arch and gpu.arch not in be.requires_arch:
-        raise UsageError(f"--attention {attention}: needs a {'/'.join(be.requires_arch)} GPU, "
-                         f"{gpu.display_name} is {gpu.arch}; use sdpa")
-    for name, v in (("--eta-gemm", eta_gemm), ("--eta-attn", eta_attn), ("--eta-vae", eta_vae)):
-        if v is not None and not 0 < v <= 1:
-            raise UsageError(f"{name} {v}: must be in (0, 1]")
-    return Etas(
-        gemm=eta_gemm if eta_gemm is not None else calibrated_eta_gemm(catalog, compiled),
-        attention=eta_attn if eta_attn is not None else be.eta,
-        vae=eta_vae if eta_vae is not None else catalog.efficiency.eta_vae,
-        text=catalog.efficiency.eta_text,
-        fp8_gemm_retention=catalog.optimizations.fp8_linear.gemm_retention,
-    )
+    fwd = forward_flops(model, tokens, width, height)
+    n_fwd = steps * forwards_per_step
+    batched = forwards_per_step == 2 and not model.cfg_sequential
+    launches = steps if batched else n_fwd
+    return DenoiseWork(
+        linear_flops=fwd.linear * n_fwd, attention_flops=fwd.attention * n_fwd,
+        weight_bytes=model.denoiser.params * weight_bytes_per_param(catalog, precision) * launches,
+        activation_bytes=activation_elements(model, tokens, width, height) * ACT_BYTES * n_fwd,
+        forwards=n_fwd, launches=launches)
+
+
+def int4_effective(catalog: Catalog, gpu: GpuSpec, precision: str) -> bool:
+    """INT4 (W4A4 + low-rank) speeds GEMMs only on the architectures with the 4-bit kernels."""
+    return precision == "int4" and gpu.arch in catalog.optimizations.int4_linear.requires_arch
 
 
 def fp8_effective(gpu: GpuSpec, precision: str) -> bool:
@@ -110,15 +131,88 @@ def fp8_effective(gpu: GpuSpec, precision: str) -> bool:
     return precision == "fp8" and gpu.fp8_tflops is not None
 
 
-def linear_time(flops: float, gpu: GpuSpec, etas: Etas, precision: str) -> float:
+def denoise_time(catalog: Catalog, work: DenoiseWork, gpu: GpuSpec, etas: Etas, precision: str,
+                 cache_speedup: float = 1.0, attention_speedup: float = 1.0) -> DenoiseTime:
+    """Seconds per kernel class of one request's denoise loop (see the module docstring).
+
+    ``cache_speedup`` divides every class (skipped forwards); ``attention_speedup`` the attention core."""
+    bw = gpu.mem_bw_gbps * 1e9 * etas.mem
     if fp8_effective(gpu, precision):
         assert gpu.fp8_tflops is not None
-        return flops / (gpu.fp8_tflops * TERA * etas.gemm * etas.fp8_gemm_retention)
-    return flops / (gpu.bf16_tflops * TERA * etas.gemm)
+        compute = work.linear_flops / (gpu.fp8_tflops * TERA * etas.gemm * etas.fp8_gemm_retention)
+    else:
+        compute = work.linear_flops / (gpu.bf16_tflops * TERA * etas.gemm)
+        if int4_effective(catalog, gpu, precision):
+            compute /= catalog.optimizations.int4_linear.gemm_speedup
+    weights = work.weight_bytes / bw
+    lin = max(compute, weights)
+    att = work.attention_flops / (gpu.bf16_tflops * TERA * etas.attention) / attention_speedup
+    elem = etas.elementwise_passes * work.activation_bytes / bw
+    over = etas.launch_s * work.launches
+    c = cache_speedup
+    return DenoiseTime(linear_s=lin / c, memory_bound_s=(lin - compute) / c, attention_s=att / c,
+                       elementwise_s=elem / c, overhead_s=over / c)
 
 
-def attention_time(flops: float, gpu: GpuSpec, etas: Etas) -> float:
-    return flops / (gpu.bf16_tflops * TERA * etas.attention)
+def attention_eta_prior(catalog: Catalog, backend: str, arch: str) -> float:
+    """The sourced attention η of a backend on an architecture (``eta_by_arch``, else ``eta``)."""
+    be = catalog.optimizations.attention_backends[backend]
+    return be.eta_by_arch.get(arch, be.eta)
+
+
+def check_backend(catalog: Catalog, gpu: GpuSpec, attention: str) -> None:
+    """Raises UsageError for an unknown backend or one this GPU cannot run (e.g. fa3 off Hopper)."""
+    backends = catalog.optimizations.attention_backends
+    if attention not in backends:
+        raise UsageError(f"--attention {attention!r}: unknown; valid values: {', '.join(sorted(backends))}")
+    be = backends[attention]
+    if be.requires_arch and gpu.arch not in be.requires_arch:
+        raise UsageError(f"--attention {attention}: needs a {'/'.join(be.requires_arch)} GPU, "
+                         f"{gpu.display_name} is {gpu.arch}; use sdpa")
+
+
+def resolve_etas(catalog: Catalog, gpu: GpuSpec, attention: str, compiled: bool,
+                 eta_gemm: float | None = None, eta_attn: float | None = None,
+                 eta_vae: float | None = None, gpu_id: str | None = None) -> Etas:
+    """Efficiencies for a configuration: the anchor fit, then a ``per_gpu`` calibration of ``gpu_id``,
+    then the catalog's fixed GEMM η, then explicit arguments (each overrides the previous).
+
+    Raises:
+        UsageError: unknown attention backend, one this GPU cannot run, or an η outside (0, 1].
+    """
+    from diffbench.ledger.fit import fitted_params
+
+    check_backend(catalog, gpu, attention)
+    for name, v in (("--eta-gemm", eta_gemm), ("--eta-attn", eta_attn), ("--eta-vae", eta_vae)):
+        if v is not None and not 0 < v <= 1:
+            raise UsageError(f"{name} {v}: must be in (0, 1]")
+    fp = fitted_params(catalog)
+    gemm = fp.eta_gemm
+    attn = fp.eta_attn.get((attention, gpu.arch), attention_eta_prior(catalog, attention, gpu.arch))
+    source = f"fit over {fp.n_anchors} anchors"
+    cal = catalog.efficiency.per_gpu.get(gpu_id or "")
+    if cal is not None:
+        if cal.gemm is not None:
+            gemm = cal.gemm
+        if cal.attention is not None and cal.attention_backend == attention:
+            attn = cal.attention
+        source = f"calibrated: {cal.source}"
+    fixed = catalog.efficiency.eta_gemm_compiled if compiled else catalog.efficiency.eta_gemm_eager
+    if fixed is not None:
+        gemm = fixed
+    if eta_gemm is not None or eta_attn is not None:
+        source += "; overridden on the command line"
+    return Etas(
+        gemm=eta_gemm if eta_gemm is not None else gemm,
+        attention=eta_attn if eta_attn is not None else attn,
+        vae=eta_vae if eta_vae is not None else catalog.efficiency.eta_vae,
+        text=catalog.efficiency.eta_text,
+        fp8_gemm_retention=catalog.optimizations.fp8_linear.gemm_retention,
+        mem=catalog.efficiency.eta_mem,
+        elementwise_passes=fp.passes[compiled],
+        launch_s=fp.launch[compiled],
+        source=source,
+    )
 
 
 def text_time(flops: float, gpu: GpuSpec, etas: Etas) -> float:

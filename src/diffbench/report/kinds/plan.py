@@ -66,9 +66,14 @@ def _ledger_stages(results: list[LoadedResult]) -> Plot:
             ax_m.bar([x], [s.memory_bytes / GIB], w, color=color, gid=f"ledger-{i}-memory-{name}")
             if name == "denoise":
                 lin, att = m.denoise_linear_s, m.denoise_attention_s
+                other = m.denoise_elementwise_s + m.denoise_overhead_s  # elementwise/norm kernels + launches
                 ax_t.bar([x], [lin], w, color=color, gid=f"ledger-{i}-time-{name}",
                          label="denoise: linear layers" if i == 0 else None)
-                ax_t.bar([x], [att], w, bottom=[lin], color=color, alpha=0.45, hatch="//", edgecolor="white",
+                if other:
+                    ax_t.bar([x], [other], w, bottom=[lin], color=color, alpha=0.7, hatch="..", edgecolor="white",
+                             gid=f"ledger-{i}-time-denoise-elementwise",
+                             label="denoise: elementwise/norm + launch" if i == 0 else None)
+                ax_t.bar([x], [att], w, bottom=[lin + other], color=color, alpha=0.45, hatch="//", edgecolor="white",
                          gid=f"ledger-{i}-time-denoise-attention",
                          label=f"denoise: attention ({m.attention_time_share:.0%} of denoise time)" if i == 0
                          else None)
@@ -92,7 +97,8 @@ def _ledger_stages(results: list[LoadedResult]) -> Plot:
                      + f", {r.model.steps} steps on {r.model.gpu_name}" + _tag(r, multi) for r in results)
     return Plot(id="ledger-stages", title="Stage breakdown", figure=fig, caption=(
         f"{desc}. Predicted from the catalog (time = FLOPs ÷ (peak × η), per stage; the denoise bar splits "
-        "into linear layers and the attention core). Memory = the stage's resident weights + its activations "
+        "into linear layers, elementwise/norm work with launch overhead, and the attention core). "
+        "Memory = the stage's resident weights + its activations "
         "+ the runtime overhead. Numbers in the stages table."))
 
 
@@ -152,7 +158,9 @@ def _ledger_tables(i: int, r: LoadedResult, multi: bool) -> Section:
                  f"{m.peak_memory_bytes / GIB:.2f} (peak)"])
     blocks.append(Table(id=f"ledger-{i}-stages", title="Stages", headers=[
         "stage", "FLOPs (TFLOP)", "time (ms)", "memory (GiB)"], rows=rows,
-        caption=f"denoise = linear {m.denoise_linear_s * 1e3:,.1f} ms + attention {m.denoise_attention_s * 1e3:,.1f} ms "
+        caption=f"denoise = linear {m.denoise_linear_s * 1e3:,.1f} ms + elementwise/norm "
+                f"{m.denoise_elementwise_s * 1e3:,.1f} ms + launch {m.denoise_overhead_s * 1e3:,.1f} ms + attention "
+                f"{m.denoise_attention_s * 1e3:,.1f} ms "
                 f"(attention {m.attention_time_share:.1%} of denoise time); per forward {m.forward.linear / 1e12:,.2f} "
                 f"TFLOP linear + {m.forward.attention / 1e12:,.2f} TFLOP attention"))
     blocks.append(Table(id=f"ledger-{i}-memory", title="Memory", headers=["item", "GiB"], rows=[

@@ -1,0 +1,314 @@
+"""Joint fit of the time model's efficiencies over the catalog's published anchors.
+
+Free parameters (all positive; every η in (0, 1]):
+
+* ``eta_gemm``: compute-bound GEMM efficiency (unless the catalog fixes it for both modes);
+* ``eta_attn[backend@arch]``: attention efficiency of each (backend, architecture) pair the anchors ran,
+  with a log-normal prior around the sourced value (σ = ``efficiency.prior_sigma``), so a pair few anchors
+  constrain stays near its source; ``eta_gemm`` has the same kind of prior around ``efficiency.eta_gemm_prior``
+  (GEMM FLOPs and elementwise bytes both grow with tokens × blocks, so only the GPUs' different
+  FLOPs-to-bandwidth ratios tell them apart);
+* ``passes_eager`` / ``passes_compiled``: elementwise activation passes per block (see
+  :mod:`diffbench.ledger.timing`);
+* ``launch_eager_s``: launch overhead per forward in eager mode (compiled: 0, CUDA graphs).
+
+A parameter no anchor depends on is not fitted (it keeps its default). The objective is the sum of squared
+``log(predicted / measured)`` over the anchors not marked ``outlier`` plus the prior terms; it is minimised by
+a projected Levenberg-Marquardt iteration on the log-parameters with an analytic Jacobian, in plain Python
+(a handful of parameters and anchors: milliseconds; ``ledger``/``plan`` keep their cold start, where
+importing scipy.optimize alone takes ≈0.4 s and numpy ≈0.1 s).
+
+Each anchor's prediction is linear in the inverse efficiencies: ``max(a_g/η_g, b_w) + a_a/η_a + passes·c_e
++ launch·n + serial`` with coefficients from :func:`diffbench.ledger.timing.denoise_work`, the GPU's peaks
+and bandwidth, and the fixed text-encoder/VAE time for end-to-end anchors, so a fitted prediction is exactly
+what :func:`diffbench.ledger.account.evaluate` returns for the anchor's configuration.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from diffbench.errors import UsageError
+from diffbench.ledger.schema import Anchor, Catalog
+
+ETA_MIN = 1e-3
+TARGET = (0.8, 1.25)  # ledger --validate: leave-one-out predicted ÷ published must lie inside
+# starting values (near the built-in fit); a parameter no anchor depends on keeps its starting value
+DEFAULTS = {"eta_gemm": 0.7, "passes_eager": 150.0, "passes_compiled": 40.0, "launch_eager_s": 1e-4}
+BOUNDS = {"eta_gemm": (ETA_MIN, 1.0), "passes_eager": (1e-3, 1e3), "passes_compiled": (1e-3, 1e3),
+          "launch_eager_s": (1e-6, 1.0)}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One anchor as the coefficients of its predicted seconds (see the module docstring)."""
+
+    anchor: Anchor
+    a_gemm: float       # linear FLOPs ÷ effective peak (s at η_gemm = 1)
+    b_weights: float    # weight bytes ÷ (bandwidth × η_mem) (s)
+    a_attn: float       # attention FLOPs ÷ BF16 peak (s at η_attn = 1)
+    c_elem: float       # activation bytes ÷ (bandwidth × η_mem) (s per pass)
+    launches: float
+    serial_s: float     # text encode + VAE decode for end-to-end anchors, else 0
+    pair: str           # "backend@arch"
+    compiled: bool
+    gemm_fixed: float | None
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """Fitted parameters. ``eta_attn`` maps (backend, arch) → η; ``passes``/``launch`` map compiled → value."""
+
+    eta_gemm: float
+    eta_attn: dict[tuple[str, str], float]
+    passes: dict[bool, float]
+    launch: dict[bool, float]
+    n_anchors: int
+    free: list[str] = field(default_factory=list)
+    rms_log_residual: float = 0.0
+    iterations: int = 0
+
+
+def anchor_case(catalog: Catalog, a: Anchor) -> Case:
+    """Coefficients of one anchor's predicted time (its precision, single GPU, no cache)."""
+    from diffbench.ledger import timing as tm
+    from diffbench.ledger.flops import forwards_per_step, text_encode_flops, vae_decode_flops
+    from diffbench.ledger.tokens import check_shape, count_tokens
+
+    model, gpu = catalog.models[a.model], catalog.gpus[a.gpu]
+    frames = check_shape(model, a.width, a.height, a.frames)
+    tokens = count_tokens(model, a.width, a.height, frames)
+    fps = forwards_per_step(model, a.cfg)
+    work = tm.denoise_work(catalog, model, tokens, a.width, a.height, a.steps, fps, a.precision)
+    peak = gpu.bf16_tflops * tm.TERA
+    gemm_peak = peak  # the GEMM rate at η_gemm = 1 for this precision (timing.denoise_time)
+    if tm.fp8_effective(gpu, a.precision):
+        assert gpu.fp8_tflops is not None
+        gemm_peak = gpu.fp8_tflops * tm.TERA * catalog.optimizations.fp8_linear.gemm_retention
+    elif tm.int4_effective(catalog, gpu, a.precision):
+        gemm_peak = peak * catalog.optimizations.int4_linear.gemm_speedup
+    bw = gpu.mem_bw_gbps * 1e9 * catalog.efficiency.eta_mem
+    serial = 0.0
+    if a.covers == "end_to_end":
+        fixed = tm.Etas(gemm=1, attention=1, vae=catalog.efficiency.eta_vae, text=catalog.efficiency.eta_text,
+                        fp8_gemm_retention=1)
+        serial = (tm.text_time(text_encode_flops(model, fps), gpu, fixed)
+                  + tm.vae_time(catalog, model, vae_decode_flops(model, a.width, a.height, tokens.latent_frames),
+                                gpu, fixed))
+    eff = catalog.efficiency
+    return Case(anchor=a, a_gemm=work.linear_flops / gemm_peak, b_weights=work.weight_bytes / bw,
+                a_attn=work.attention_flops / peak, c_elem=work.activation_bytes / bw,
+                launches=float(work.launches), serial_s=serial, pair=f"{a.attention}@{gpu.arch}",
+                compiled=a.compile, gemm_fixed=eff.eta_gemm_compiled if a.compile else eff.eta_gemm_eager)
+
+
+def predict(case: Case, fr: FitResult) -> float:
+    """Predicted seconds of an anchor under fitted parameters."""
+    backend, arch = case.pair.split("@")
+    eta_g = case.gemm_fixed if case.gemm_fixed is not None else fr.eta_gemm
+    eta_a = fr.eta_attn[(backend, arch)]
+    return (max(case.a_gemm / eta_g, case.b_weights) + case.a_attn / eta_a
+            + fr.passes[case.compiled] * case.c_elem + fr.launch[case.compiled] * case.launches + case.serial_s)
+
+
+def _priors(catalog: Catalog, cases: list[Case]) -> dict[str, float]:
+    from diffbench.ledger.timing import attention_eta_prior
+
+    out: dict[str, float] = {}
+    for c in cases:
+        b, a = c.pair.split("@")
+        out[c.pair] = attention_eta_prior(catalog, b, a)
+    return out
+
+
+def fit_cases(catalog: Catalog, cases: list[Case], priors: dict[str, float] | None = None,
+              max_iter: int = 200, free_only: set[str] | None = None, base: FitResult | None = None) -> FitResult:
+    """Least squares on log(predicted/measured) over ``cases`` (plus the priors).
+
+    ``free_only``: fit only these parameter names (``eta_gemm``, ``eta_attn[backend@arch]``, ...), the others
+    keep their values in ``base``, and no prior applies (a calibration against one GPU's measurements).
+
+    Raises:
+        UsageError: no case to fit.
+    """
+    if not cases:
+        raise UsageError("the time-model fit needs at least one anchor that is not an outlier")
+    priors = priors if priors is not None else _priors(catalog, cases)
+    pairs = sorted({c.pair for c in cases} | set(priors))
+    names = ["eta_gemm", "passes_eager", "passes_compiled", "launch_eager_s"] + [f"eta_attn[{p}]" for p in pairs]
+    init = dict(DEFAULTS)
+    init.update({f"eta_attn[{p}]": priors.get(p, 0.35) for p in pairs})
+    if base is not None:
+        init.update({"eta_gemm": base.eta_gemm, "passes_eager": base.passes[False],
+                     "passes_compiled": base.passes[True], "launch_eager_s": base.launch[False]})
+        init.update({f"eta_attn[{b}@{a}]": v for (b, a), v in base.eta_attn.items() if f"{b}@{a}" in pairs})
+    lo = {n: BOUNDS.get(n, (ETA_MIN, 1.0))[0] for n in names}
+    hi = {n: BOUNDS.get(n, (ETA_MIN, 1.0))[1] for n in names}
+    used = {"eta_gemm": any(c.gemm_fixed is None for c in cases),
+            "passes_eager": any(not c.compiled for c in cases),
+            "passes_compiled": any(c.compiled for c in cases),
+            "launch_eager_s": any(not c.compiled for c in cases)}
+    used.update({f"eta_attn[{p}]": True for p in pairs})
+    if free_only is not None:
+        used = {n: n in free_only for n in names}
+        priors = {}
+    free = [n for n in names if used[n]]
+    if not free:
+        raise UsageError("nothing to fit: every parameter is fixed")
+    idx = {n: i for i, n in enumerate(free)}
+    sigma = catalog.efficiency.prior_sigma
+    prior_rows = [(idx[f"eta_attn[{p}]"], math.log(v)) for p, v in priors.items() if f"eta_attn[{p}]" in idx]
+    if "eta_gemm" in idx and catalog.efficiency.eta_gemm_prior is not None and free_only is None:
+        init["eta_gemm"] = catalog.efficiency.eta_gemm_prior
+        prior_rows.append((idx["eta_gemm"], math.log(catalog.efficiency.eta_gemm_prior)))
+    z = [math.log(init[n]) for n in free]
+    zlo = [math.log(lo[n]) for n in free]
+    zhi = [math.log(hi[n]) for n in free]
+    n_free = len(free)
+
+    def unpack(zv: list[float]) -> dict[str, float]:
+        vals = dict(init)
+        vals.update({n: math.exp(zv[i]) for n, i in idx.items()})
+        return vals
+
+    def residuals(zv: list[float]) -> tuple[list[float], list[list[float]]]:
+        v = unpack(zv)
+        r: list[float] = []
+        jac: list[list[float]] = []
+        for c in cases:
+            eta_g = c.gemm_fixed if c.gemm_fixed is not None else v["eta_gemm"]
+            gemm_t = c.a_gemm / eta_g
+            att_key = f"eta_attn[{c.pair}]"
+            pas_key = "passes_compiled" if c.compiled else "passes_eager"
+            att_t = c.a_attn / v[att_key]
+            elem_t = v[pas_key] * c.c_elem
+            lau_t = 0.0 if c.compiled else v["launch_eager_s"] * c.launches
+            t = max(gemm_t, c.b_weights) + att_t + elem_t + lau_t + c.serial_s
+            r.append(math.log(t / c.anchor.measured_s))
+            row = [0.0] * n_free
+            if c.gemm_fixed is None and gemm_t >= c.b_weights and "eta_gemm" in idx:
+                row[idx["eta_gemm"]] = -gemm_t / t
+            if att_key in idx:
+                row[idx[att_key]] = -att_t / t
+            if pas_key in idx:
+                row[idx[pas_key]] = elem_t / t
+            if not c.compiled and "launch_eager_s" in idx:
+                row[idx["launch_eager_s"]] = lau_t / t
+            jac.append(row)
+        for j, mu in prior_rows:
+            r.append((zv[j] - mu) / sigma)
+            row = [0.0] * n_free
+            row[j] = 1.0 / sigma
+            jac.append(row)
+        return r, jac
+
+    r, jac = residuals(z)
+    cost = sum(x * x for x in r)
+    lam = 1e-3
+    it = 0
+    for it in range(1, max_iter + 1):  # noqa: B007 - the count is reported
+        g = [sum(jac[k][i] * r[k] for k in range(len(r))) for i in range(n_free)]
+        # a parameter at a bound whose gradient pushes it outward stays there (projected step)
+        pinned = [(z[i] <= zlo[i] + 1e-12 and g[i] > 0) or (z[i] >= zhi[i] - 1e-12 and g[i] < 0)
+                  for i in range(n_free)]
+        h = [[0.0 if pinned[i] or pinned[j] else sum(jac[k][i] * jac[k][j] for k in range(len(r)))
+              for j in range(n_free)] for i in range(n_free)]
+        g = [0.0 if pinned[i] else g[i] for i in range(n_free)]
+        if max(abs(x) for x in g) < 1e-14:
+            break
+        for i in range(n_free):
+            h[i][i] += lam * h[i][i] + 1e-12 + (1.0 if pinned[i] else 0.0)
+        step = _solve(h, [-x for x in g])
+        z_new = [min(max(z[i] + step[i], zlo[i]), zhi[i]) for i in range(n_free)]
+        r_new, jac_new = residuals(z_new)
+        cost_new = sum(x * x for x in r_new)
+        if cost_new <= cost:
+            small = cost - cost_new <= 1e-13 * cost + 1e-30
+            z, r, jac, cost = z_new, r_new, jac_new, cost_new
+            lam = max(lam / 3, 1e-12)
+            if small:
+                break
+        else:
+            lam *= 4
+            if lam > 1e12:
+                break
+    v = unpack(z)
+    fr = FitResult(
+        eta_gemm=v["eta_gemm"],
+        eta_attn={tuple(p.split("@")): v[f"eta_attn[{p}]"] for p in pairs},  # type: ignore[misc]
+        passes={False: v["passes_eager"], True: v["passes_compiled"]},
+        launch={False: v["launch_eager_s"], True: 0.0},
+        n_anchors=len(cases), free=free, iterations=it)
+    logs = [math.log(predict(c, fr) / c.anchor.measured_s) for c in cases]
+    return FitResult(**{**fr.__dict__, "rms_log_residual": math.sqrt(sum(x * x for x in logs) / len(logs))})
+
+
+def _solve(a: list[list[float]], b: list[float]) -> list[float]:
+    """Solve a·x = b by Gaussian elimination with partial pivoting (a is small and positive definite)."""
+    n = len(b)
+    m = [row[:] + [b[i]] for i, row in enumerate(a)]
+    for col in range(n):
+        piv = max(range(col, n), key=lambda i: abs(m[i][col]))
+        m[col], m[piv] = m[piv], m[col]
+        d = m[col][col]
+        for i in range(col + 1, n):
+            f = m[i][col] / d
+            if f:
+                for j in range(col, n + 1):
+                    m[i][j] -= f * m[col][j]
+    x = [0.0] * n
+    for i in range(n - 1, -1, -1):
+        x[i] = (m[i][n] - sum(m[i][j] * x[j] for j in range(i + 1, n))) / m[i][i]
+    return x
+
+
+def catalog_cases(catalog: Catalog) -> list[Case]:
+    """Every anchor of the catalog as a :class:`Case` (outliers included)."""
+    return [anchor_case(catalog, a) for a in catalog.anchors]
+
+
+_FIT_CACHE: dict[int, tuple[Catalog, FitResult]] = {}
+
+
+def fitted_params(catalog: Catalog) -> FitResult:
+    """The fit over the catalog's non-outlier anchors, cached per catalog object."""
+    hit = _FIT_CACHE.get(id(catalog))
+    if hit is not None and hit[0] is catalog:
+        return hit[1]
+    cases = [c for c in catalog_cases(catalog) if c.anchor.outlier is None]
+    fr = fit_cases(catalog, cases, _priors(catalog, catalog_cases(catalog)))
+    _FIT_CACHE[id(catalog)] = (catalog, fr)
+    return fr
+
+
+@dataclass(frozen=True)
+class ValidationRow:
+    """One anchor of ``ledger --validate``: published, leave-one-out and in-sample predictions (seconds)."""
+
+    anchor: Anchor
+    loo_s: float
+    in_sample_s: float
+
+    @property
+    def ratio(self) -> float:
+        """Leave-one-out predicted ÷ published."""
+        return self.loo_s / self.anchor.measured_s
+
+
+def validate(catalog: Catalog) -> list[ValidationRow]:
+    """Leave-one-out table: each anchor predicted by a fit over the other non-outlier anchors (an outlier
+    by the fit over all non-outliers, which already leaves it out)."""
+    cases = catalog_cases(catalog)
+    priors = _priors(catalog, cases)
+    fit_set = [c for c in cases if c.anchor.outlier is None]
+    full = fit_cases(catalog, fit_set, priors)
+    rows = []
+    for c in cases:
+        if c.anchor.outlier is not None:
+            loo = full
+        else:
+            rest = [o for o in fit_set if o is not c]
+            loo = fit_cases(catalog, rest, priors) if rest else full
+        rows.append(ValidationRow(anchor=c.anchor, loo_s=predict(c, loo), in_sample_s=predict(c, full)))
+    return rows

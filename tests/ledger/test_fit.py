@@ -1,0 +1,289 @@
+"""The time model's joint fit, ``ledger --validate`` and ``--calibrate BENCH.json`` (issue 13 item 1).
+
+Synthetic anchors are generated in this file from the published per-forward FLOP formulas (model-catalog.md
+§5.2, §7: linear 2·12·d²·N per block, attention 4·N²·d per block for FLUX) and known efficiencies, so a fit
+that recovers them gives ratios of exactly 1 and a perturbed anchor shows exactly its perturbation.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from diffbench.cli.main import main
+from diffbench.ledger import LedgerConfig, evaluate, load_catalog
+from diffbench.ledger.calibrate import calibrate, with_calibration
+from diffbench.ledger.fit import TARGET, fitted_params, validate
+
+D, BLOCKS, TXT = 3072, 57, 512          # FLUX.1-dev: hidden, 19 + 38 blocks, joint text tokens
+GPUS = {"h100-sxm": (989e12, 3350e9, "hopper"), "a100-sxm-80gb": (312e12, 2039e9, "ampere"),
+        "l20": (237e12, 864e9, "ada")}
+TRUTH = {"eta_gemm": 0.7, "passes": {False: 120.0, True: 30.0}, "launch": 2e-3}
+ETA_MEM = 0.8
+PRIOR_ATTN = {"hopper": 0.35, "ampere": 0.70, "ada": 0.50}  # the catalog's sdpa eta_by_arch
+
+
+def _flux_seconds(gpu: str, side: int, steps: int, compiled: bool, eta_gemm: float, eta_attn: float,
+                  passes: float, launch: float) -> float:
+    """FLUX.1-dev denoise seconds by hand: GEMM + attention + elementwise passes + launch (bf16, batch 1)."""
+    peak, bw, _ = GPUS[gpu]
+    n = (side // 16) ** 2 + TXT
+    lin = 2 * 12 * D * D * n * BLOCKS
+    att = 4 * n * n * D * BLOCKS
+    act = n * D * BLOCKS * 2                              # bytes of the hidden state written per forward
+    weights = 11.905e9 * 2                                # bf16 denoiser weights, read once per forward
+    per_fwd = (max(lin / (peak * eta_gemm), weights / (bw * ETA_MEM)) + att / (peak * eta_attn)
+               + passes * act / (bw * ETA_MEM) + (0.0 if compiled else launch))
+    return steps * per_fwd
+
+
+def _synthetic_yaml(perturb: dict[str, float] | None = None, outlier: str | None = None) -> str:
+    lines = ["anchors:"]
+    for gpu in GPUS:
+        for side in (512, 1024, 1536):
+            for compiled in (False, True):
+                aid = f"{gpu}-{side}-{'c' if compiled else 'e'}"
+                t = _flux_seconds(gpu, side, 28, compiled, TRUTH["eta_gemm"], PRIOR_ATTN[GPUS[gpu][2]],
+                                  TRUTH["passes"][compiled], TRUTH["launch"])
+                t *= (perturb or {}).get(aid, 1.0)
+                extra = f", outlier: \"{outlier}\"" if outlier and aid in (perturb or {}) else ""
+                lines.append(f"  - {{id: {aid}, model: flux.1-dev, gpu: {gpu}, width: {side}, height: {side}, "
+                             f"steps: 28, compile: {str(compiled).lower()}, measured_s: {t!r}, covers: denoise, "
+                             f"source: synthetic{extra}}}")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="module")
+def cat():
+    return load_catalog()
+
+
+def test_synthetic_anchors_give_ratios_of_one(tmp_path):
+    path = tmp_path / "synthetic.yaml"
+    path.write_text(_synthetic_yaml())
+    c = load_catalog(path)
+    rows = validate(c)
+    assert len(rows) == 18
+    for r in rows:
+        assert r.ratio == pytest.approx(1.0, abs=1e-6), r.anchor.id
+        assert r.in_sample_s == pytest.approx(r.anchor.measured_s, rel=1e-6)
+    fr = fitted_params(c)
+    assert fr.eta_gemm == pytest.approx(TRUTH["eta_gemm"], rel=1e-5)
+    assert fr.passes[True] == pytest.approx(TRUTH["passes"][True], rel=1e-5)
+    assert fr.launch[False] == pytest.approx(TRUTH["launch"], rel=1e-5)
+
+
+@pytest.mark.parametrize("factor", [1.3, 0.8])
+def test_a_perturbed_anchor_shows_its_perturbation_in_its_loo_ratio(tmp_path, factor):
+    aid = "a100-sxm-80gb-1024-e"
+    path = tmp_path / "perturbed.yaml"
+    path.write_text(_synthetic_yaml({aid: factor}))
+    rows = {r.anchor.id: r for r in validate(load_catalog(path))}
+    # the fit without it is the exact one, so predicted ÷ published is exactly 1 / factor
+    assert rows[aid].ratio == pytest.approx(1 / factor, rel=1e-6)
+    assert rows["h100-sxm-1024-e"].ratio != pytest.approx(1.0, abs=1e-4)  # the others' fits include it
+
+
+def test_an_outlier_is_left_out_and_named(tmp_path, capsys):
+    aid = "l20-512-c"
+    path = tmp_path / "outlier.yaml"
+    path.write_text(_synthetic_yaml({aid: 3.0}, outlier="measured with offload"))
+    rows = {r.anchor.id: r for r in validate(load_catalog(path))}
+    assert rows[aid].ratio == pytest.approx(1 / 3.0, rel=1e-6)
+    assert all(r.ratio == pytest.approx(1.0, abs=1e-6) for k, r in rows.items() if k != aid)
+    out = tmp_path / "v.json"
+    assert main(["ledger", "--validate", "--catalog", str(path), "--json", str(out)]) == 0  # outside, but named
+    assert "outlier:" in capsys.readouterr().out
+    row = next(r for r in json.loads(out.read_text())["rows"] if r["id"] == aid)
+    assert row["outlier"] == "measured with offload" and not row["within_target"]
+
+
+def test_builtin_anchors_within_target(cat, tmp_path, capsys):
+    rows = validate(cat)
+    assert len(rows) >= 10
+    assert {a.gpu for a in cat.anchors} >= {"h100-sxm", "a100-sxm-80gb", "l20"}
+    for r in rows:
+        assert r.anchor.outlier is not None or TARGET[0] <= r.ratio <= TARGET[1], (r.anchor.id, r.ratio)
+    fr = fitted_params(cat)
+    assert len(fr.free) * 2 <= fr.n_anchors  # well below the number of anchors
+    assert all(0 < v <= 1 for v in [fr.eta_gemm, *fr.eta_attn.values()])
+    out = tmp_path / "v.json"
+    assert main(["ledger", "--validate", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["passed"] and len(data["rows"]) == len(rows)
+    assert data["rows"][0]["ratio"] == pytest.approx(rows[0].ratio)
+
+
+def test_issue_reproductions_fixed(cat):
+    # issue 13 item 1: FLUX on A100 ≈1.5× slower than published, L20 26.36 s predicted at 56 s (2.1×)
+    def total(gpu, steps=28, compile_=False, model="flux.1-dev"):
+        return evaluate(cat, LedgerConfig(model=model, width=1024, height=1024, steps=steps, gpu=gpu,
+                                          compile=compile_)).total_time_s
+    assert total("a100-sxm-80gb") / 13.84 == pytest.approx(1.0, abs=0.25)
+    assert total("a100-sxm-80gb", compile_=True) / 10.00 == pytest.approx(1.0, abs=0.25)
+    assert total("l20") / 26.36 == pytest.approx(1.0, abs=0.25)
+    assert total("a100-sxm-80gb", steps=30, model="sdxl-base") / 3.31 == pytest.approx(1.0, abs=0.25)
+
+
+def test_fit_prediction_is_what_evaluate_returns(cat):
+    """The fit's closed form and the ledger's evaluate agree for every anchor configuration."""
+    rows = validate(cat)
+    for r in rows:
+        a = r.anchor
+        res = evaluate(cat, LedgerConfig(model=a.model, width=a.width, height=a.height, frames=a.frames,
+                                         steps=a.steps, cfg=a.cfg, gpu=a.gpu, attention=a.attention,
+                                         compile=a.compile, precision=a.precision))
+        got = res.total_time_s if a.covers == "end_to_end" else next(
+            s.time_s for s in res.stages if s.name == "denoise")
+        assert got == pytest.approx(r.in_sample_s, rel=1e-9), a.id
+
+
+def test_fit_is_fast(cat):
+    from diffbench.ledger.fit import catalog_cases, fit_cases
+
+    cases = catalog_cases(cat)
+    fit_cases(cat, cases)  # warm (numpy import)
+    t0 = time.perf_counter()
+    for _ in range(5):
+        fit_cases(cat, cases)
+    assert (time.perf_counter() - t0) / 5 < 0.05  # milliseconds in practice; generous for busy CI cores
+
+
+def test_weight_bound_small_shapes_and_fp8_int4_weights(cat):
+    # 128² with 64 text tokens on an H100: 128 tokens × 57 blocks of GEMMs (≈1.65 TF per forward) take less
+    # time than reading the 23.8 GB of bf16 weights once per forward at 3.35 TB/s × η_mem
+    kw = dict(model="flux.1-dev", width=128, height=128, steps=4, gpu="h100-sxm", compile=True, text_tokens=64)
+    small = evaluate(cat, LedgerConfig(**kw))
+    fr = fitted_params(cat)
+    n = 64 + 64
+    lin_compute = 4 * 2 * 12 * D * D * n * BLOCKS / (989e12 * fr.eta_gemm)
+    weights = 4 * 11.905e9 * 2 / (3350e9 * cat.efficiency.eta_mem)
+    assert weights > lin_compute
+    assert small.denoise_linear_s == pytest.approx(weights, rel=1e-9)
+    assert small.denoise_memory_bound_s == pytest.approx(weights - lin_compute, rel=1e-9)
+    # fp8 weights: half the bytes (1 B per parameter), and the FP8 GEMMs are faster still
+    fp8 = evaluate(cat, LedgerConfig(**kw, precision="fp8"))
+    assert fp8.denoise_linear_s == pytest.approx(weights / 2, rel=1e-9)
+    int4 = evaluate(cat, LedgerConfig(**{**kw, "gpu": "rtx-4090"}, precision="int4"))
+    bf_4090 = evaluate(cat, LedgerConfig(**{**kw, "gpu": "rtx-4090"}))
+    assert int4.denoise_linear_s < bf_4090.denoise_linear_s
+
+
+def test_int4_compute_path(cat):
+    i4 = cat.optimizations.int4_linear
+    base = dict(model="flux.1-dev", width=1024, height=1024, steps=28, compile=True)
+    bf = evaluate(cat, LedgerConfig(**base, gpu="rtx-4090"))
+    q = evaluate(cat, LedgerConfig(**base, gpu="rtx-4090", precision="int4"))
+    assert "ada" in i4.requires_arch
+    # compute-bound at 1024²: GEMM time ÷ gemm_speedup, the other classes unchanged
+    assert q.denoise_linear_s == pytest.approx(bf.denoise_linear_s / i4.gemm_speedup, rel=1e-9)
+    assert q.denoise_attention_s == pytest.approx(bf.denoise_attention_s, rel=1e-12)
+    h = evaluate(cat, LedgerConfig(**base, gpu="h100-sxm", precision="int4"))
+    h_bf = evaluate(cat, LedgerConfig(**base, gpu="h100-sxm"))
+    assert "hopper" not in i4.requires_arch
+    assert h.denoise_linear_s == pytest.approx(h_bf.denoise_linear_s, rel=1e-12)
+    assert any("no 4-bit kernels" in n for n in h.notes)
+
+
+# -- --calibrate BENCH.json ----------------------------------------------------------------------------------
+
+def _bench(tmp_path, sides, eta_gemm, eta_attn, device="NVIDIA H100 80GB HBM3", model="black-forest-labs/FLUX.1-dev",
+           compiled=True):
+    fr = fitted_params(load_catalog())
+    shapes = []
+    for side in sides:
+        per_step = _flux_seconds("h100-sxm", side, 1, compiled, eta_gemm, eta_attn, fr.passes[compiled], 0.0)
+        shapes.append({"shape": f"{side}x{side} s8 b1", "width": side, "height": side, "frames": None, "steps": 8,
+                       "step_s": {"median": per_step, "per_step_median": [per_step] * 8,
+                                  "denoiser_calls_per_step": 1.0, "denoiser_batch": 1}})
+    data = {"kind": "diffbench.bench", "conditions": {"model": model, "precision": "bfloat16", "compile": compiled,
+                                                      "attention_backend": "default (torch SDPA)", "device": "cuda",
+                                                      "hardware": device},
+            "env": {"gpus": [{"name": device, "memory_bytes": 80 * 2**30}]}, "shapes": shapes}
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.fixture()
+def flat_cat():
+    return load_catalog()
+
+
+def test_calibrate_recovers_known_etas(tmp_path, flat_cat):
+    path = _bench(tmp_path, (512, 1024, 1536), eta_gemm=0.55, eta_attn=0.42)
+    cal = calibrate(flat_cat, path, "flux.1-dev", "h100-sxm")
+    assert cal.fitted == ["eta_attn[sdpa@hopper]", "eta_gemm"]
+    assert cal.efficiency.gemm == pytest.approx(0.55, abs=1e-6)
+    assert cal.efficiency.attention == pytest.approx(0.42, abs=1e-6)
+    assert cal.rms_residual < 1e-6
+    c2 = with_calibration(flat_cat, cal)
+    r = evaluate(c2, LedgerConfig(model="flux.1-dev", width=1024, height=1024, steps=1, gpu="h100-sxm",
+                                  compile=True))
+    assert r.etas.gemm == pytest.approx(0.55, abs=1e-6) and r.etas.source.startswith("calibrated")
+    assert next(s.time_s for s in r.stages if s.name == "denoise") == pytest.approx(
+        cal.shapes[1].measured_step_s, rel=1e-6)
+
+
+def test_calibrate_one_shape_fits_gemm_only(tmp_path, flat_cat):
+    fr = fitted_params(flat_cat)
+    path = _bench(tmp_path, (1024,), eta_gemm=0.6, eta_attn=fr.eta_attn[("sdpa", "hopper")])
+    cal = calibrate(flat_cat, path, "flux.1-dev", "h100-sxm")
+    assert cal.fitted == ["eta_gemm"] and cal.efficiency.attention is None
+    assert cal.efficiency.gemm == pytest.approx(0.6, abs=1e-6)
+
+
+def test_calibrate_cli_ledger_and_plan(tmp_path, capsys):
+    path = _bench(tmp_path, (512, 1024), eta_gemm=0.5, eta_attn=0.4)
+    assert main(["ledger", "--model", "flux.1-dev", "--size", "1024x1024", "--gpu", "h100-sxm",
+                 "--calibrate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "calibrated h100-sxm" in out and "η_gemm" in out and "residual" in out
+    assert main(["plan", "--model", "flux.1-dev", "--size", "1024x1024", "--gpu", "h100-sxm", "--slo-p99", "3",
+                 "--qps", "1", "--calibrate", str(path)]) == 0
+    # another GPU or model: a clear error naming both
+    other = _bench(tmp_path, (1024,), 0.5, 0.4, device="NVIDIA A100-SXM4-80GB")
+    assert main(["ledger", "--model", "flux.1-dev", "--size", "1024x1024", "--gpu", "h100-sxm",
+                 "--calibrate", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert "NVIDIA A100-SXM4-80GB" in err and "h100-sxm" in err
+    wrong = _bench(tmp_path, (1024,), 0.5, 0.4, model="stabilityai/stable-diffusion-xl-base-1.0")
+    assert main(["plan", "--model", "flux.1-dev", "--size", "1024x1024", "--gpu", "h100-sxm", "--slo-p99", "3",
+                 "--qps", "1", "--calibrate", str(wrong)]) == 2
+    err = capsys.readouterr().err
+    assert "stable-diffusion-xl-base-1.0" in err and "flux.1-dev" in err
+
+
+@pytest.mark.parametrize(("model_id", "bench_model", "ok"), [
+    ("flux.1-dev", "black-forest-labs/FLUX.1-dev", True),
+    ("flux.1-dev", "/models/FLUX.1-dev/", True),
+    ("flux.1-dev", "black-forest-labs/FLUX.1-schnell", False),
+    ("sdxl-base", "stabilityai/stable-diffusion-xl-base-1.0", True),
+    ("wan2.1-14b", "Wan-AI/Wan2.1-T2V-14B-Diffusers", True),
+    ("wan2.1-14b", "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", False),
+    ("hunyuanvideo", "hunyuanvideo-community/HunyuanVideo", True),
+    ("flux.1-dev", "tiny-flux", False),
+])
+def test_calibrate_model_match(cat, model_id, bench_model, ok):
+    from diffbench.ledger.calibrate import model_matches
+
+    assert model_matches(model_id, cat.models[model_id].display_name, bench_model) is ok
+
+
+@pytest.mark.parametrize(("gpu_id", "device", "ok"), [
+    ("h100-sxm", "NVIDIA H100 80GB HBM3", True),
+    ("h100-sxm", "NVIDIA H100 PCIe", False),
+    ("h100-pcie", "NVIDIA H100 PCIe", True),
+    ("a100-sxm-80gb", "NVIDIA A100-SXM4-80GB", True),
+    ("l4", "NVIDIA L40S", False),
+    ("l40s", "NVIDIA L40S", True),
+    ("l20", "NVIDIA L20", True),
+    ("rtx-4090", "NVIDIA GeForce RTX 4090", True),
+    ("h100-sxm", "cpu (Intel(R) Xeon(R) Processor)", False),
+])
+def test_calibrate_gpu_match(gpu_id, device, ok):
+    from diffbench.ledger.calibrate import gpu_matches
+
+    assert gpu_matches(gpu_id, device) is ok
