@@ -92,23 +92,30 @@ def ledger_renderable(r: LedgerResult, suggestions: list[str] | None = None,
 
 
 def validate_table(rows: list[ValidationRow], fr: FitResult) -> Group:
-    """``ledger --validate``: one row per anchor (published, leave-one-out and in-sample predictions)."""
+    """``ledger --validate``: one row per anchor (published, leave-one-out and in-sample predictions); the reasons
+    of outliers are footnotes under the table (a long reason in a column would make it unreadable)."""
     t = Table(title=f"time model vs published latencies (leave-one-out; target {TARGET[0]}-{TARGET[1]})")
-    for col in ("anchor", "model", "GPU", "shape", "steps", "backend", "compile", "prec.", "covers", "published",
-                "LOO pred.", "ratio", "in-sample", "note"):
-        t.add_column(col, justify="right" if col in ("steps", "published", "LOO pred.", "ratio", "in-sample")
-                     else "left", overflow="fold")
+    for col in ("anchor", "model", "GPU", "setting", "published", "LOO pred.", "ratio", "in-sample", "note"):
+        t.add_column(col, justify="right" if col in ("published", "LOO pred.", "ratio", "in-sample") else "left",
+                     overflow="fold", no_wrap=col in ("published", "LOO pred.", "ratio", "in-sample"))
+    footnotes: list[Text] = []
     for r in rows:
         a = r.anchor
         shape = f"{a.width}x{a.height}" + (f"x{a.frames}f" if a.frames else "")
         ok = TARGET[0] <= r.ratio <= TARGET[1]
-        note = f"outlier: {a.outlier}" if a.outlier else ("" if ok else "OUTSIDE TARGET")
-        t.add_row(a.id, a.model, a.gpu, shape, str(a.steps), a.attention, "yes" if a.compile else "no",
-                  a.precision, a.covers.replace("_", " "), f"{a.measured_s:,.2f} s", f"{r.loo_s:,.2f} s", f"{r.ratio:.3f}",
+        note = ""
+        if a.outlier:
+            footnotes.append(Text(f"[{len(footnotes) + 1}] {a.id} (kept out of the fit) — outlier: {a.outlier}"))
+            note = f"outlier [{len(footnotes)}]"
+        elif not ok:
+            note = "OUTSIDE TARGET"
+        setting = (f"{shape}, {a.steps} steps, {a.attention}, {'compiled' if a.compile else 'eager'}, {a.precision}, "
+                   f"{a.covers.replace('_', ' ')}")
+        t.add_row(a.id, a.model, a.gpu, setting, f"{a.measured_s:,.2f} s", f"{r.loo_s:,.2f} s", f"{r.ratio:.3f}",
                   f"{r.in_sample_s / a.measured_s:.3f}", note)
     attn = ", ".join(f"{b}@{arch} {v:.3f}" for (b, arch), v in sorted(fr.eta_attn.items()))
     summary = Text(f"fit over {fr.n_anchors} anchors ({len(fr.free)} free parameters): η_gemm {fr.eta_gemm:.3f}; "
                    f"η_attn {attn}; elementwise passes/block eager {fr.passes[False]:.1f}, compiled "
                    f"{fr.passes[True]:.1f}; launch {fr.launch[False] * 1e3:.3f} ms/forward eager; "
                    f"RMS log residual {fr.rms_log_residual:.3f}")
-    return Group(t, summary)
+    return Group(t, *footnotes, summary)
