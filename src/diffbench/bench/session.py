@@ -17,7 +17,8 @@ from diffbench.core.fingerprint import deployment_fingerprint
 from diffbench.core.jsonio import write_json_atomic
 from diffbench.core.stats import PERCENTILE_METHOD
 from diffbench.engines.base import Engine, EngineInfo, GenerationRequest
-from diffbench.engines.registry import EngineConfig, create_engine
+from diffbench.engines.config import EngineConfig
+from diffbench.engines.registry import create_engine
 from diffbench.errors import InputError, UsageError
 from diffbench.workload.prompts import Prompt, builtin_prompts, load_prompt_file
 
@@ -96,11 +97,16 @@ class BenchOptions(BaseModel):
 
 
 def _defaults(engine: EngineConfig, info: EngineInfo) -> tuple[int, int, int | None, int]:
+    """(height, width, frames, steps) when the options give none. A remote service (``http``) is known by
+    the model it reports: an embedded tiny model's defaults, else the image default with the service's
+    ``default_steps`` when it reports them."""
     if engine.engine == "sim":
         return MODEL_DEFAULTS["sim"]
-    if engine.model in MODEL_DEFAULTS:
-        return MODEL_DEFAULTS[engine.model]
-    return VIDEO_DEFAULT if info.is_video else IMAGE_DEFAULT
+    model = info.model if engine.engine == "http" else engine.model
+    if model in MODEL_DEFAULTS:
+        return MODEL_DEFAULTS[model]
+    h, w, f, steps = VIDEO_DEFAULT if info.is_video else IMAGE_DEFAULT
+    return h, w, f, info.default_steps if engine.engine == "http" and info.default_steps else steps
 
 
 def build_workload(opts: BenchOptions, info: EngineInfo) -> list[GenerationRequest]:
