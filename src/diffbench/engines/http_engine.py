@@ -114,12 +114,13 @@ class HttpEngine:
             headers={"Accept-Encoding": "identity"},
         )
         try:
-            resp = self._client.get(MODELS_PATH, timeout=httpx.Timeout(p.connect_timeout_s))
+            probe_s = min(p.connect_timeout_s, p.timeout_s)
+            resp = self._client.get(MODELS_PATH, timeout=httpx.Timeout(probe_s))
         except httpx.HTTPError as exc:
             self.stop()
             raise InputError(
                 f"--url {self.url}: no service answers ({type(exc).__name__}: {exc or 'no detail'}); start it "
-                f"or check the host and port (GET {MODELS_PATH} within {p.connect_timeout_s:g} s)"
+                f"or check the host and port (GET {MODELS_PATH} within {min(p.connect_timeout_s, p.timeout_s):g} s)"
             ) from None
         cards = []
         if resp.status_code == 200:
@@ -157,6 +158,7 @@ class HttpEngine:
             compile=bool(fp.get("compile", False)),
             cache=str(fp.get("cache") or "unknown"),
             parallelism=str(fp.get("parallelism") or "unknown"),
+            cfg="unknown (set by the service)",
             is_video=bool(card.get("is_video", False)),
             default_steps=steps if isinstance(steps, int) and not isinstance(steps, bool) else None,
             details=details,
