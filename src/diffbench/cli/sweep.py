@@ -113,7 +113,7 @@ def register(app: typer.Typer) -> None:
         from diffbench.bench.session import Shape
         from diffbench.cli.bench import shape_option
         from diffbench.core.outpath import check_output_dir, check_output_file
-        from diffbench.engines.registry import EngineConfig, check_device
+        from diffbench.engines.config import EngineConfig, check_device
         from diffbench.errors import ShapeError
         from diffbench.quality.gates import parse_gate
         from diffbench.report.sweep_report import make_console, print_console, write_csv, write_json

@@ -165,6 +165,14 @@ class HttpEngine:
         )
         return self._info
 
+    def peek_info(self) -> EngineInfo:
+        """What is known before connecting (an image service; the model named by ``--model`` or unknown), so
+        that ``bench``'s preflight refuses a video request before the first connection."""
+        from diffbench import __version__
+
+        return EngineInfo(engine="http", engine_version=__version__, model=self.params.model or "unknown",
+                          device="remote", details={"url": self.url, "dialect": self.params.dialect})
+
     def info(self) -> EngineInfo:
         if self._info is None:
             raise RuntimeError("HttpEngine.start() was not called")

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 from diffbench.bench.result import Conditions
 from diffbench.core.stats import Summary
 from diffbench.core.warmth import DEFAULT_WINDOW
-from diffbench.engines.registry import EngineConfig
+from diffbench.engines.config import EngineConfig
 from diffbench.quality.models import GateResult
 from diffbench.store.models import MetricStats, RunQuality, SkipStats
 from diffbench.sweep.bootstrap import DEFAULT_RESAMPLES, SpeedupCI

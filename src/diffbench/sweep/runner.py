@@ -37,7 +37,8 @@ from diffbench.core.fingerprint import deployment_fingerprint
 from diffbench.core.jsonio import strict_json_value
 from diffbench.core.stats import summarize
 from diffbench.engines.base import Engine, EngineInfo, GenerationRequest, StageTimes
-from diffbench.engines.registry import EngineConfig, create_engine
+from diffbench.engines.config import EngineConfig
+from diffbench.engines.registry import create_engine
 from diffbench.errors import GenerationError, InputError
 from diffbench.store.models import RunQuality, RunRecord, RunTiming, SweepRecord, fingerprint_hash
 from diffbench.store.runs import RunStore, new_run_id
