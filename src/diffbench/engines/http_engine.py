@@ -81,6 +81,23 @@ def _snippet(body: bytes) -> str:
     return " ".join(text.split())
 
 
+def probe(url: str, timeout_s: float = 10.0, option: str = "--url") -> None:
+    """Check that a service answers at ``url`` (``GET /v1/models``, any status) before work starts.
+
+    Raises:
+        InputError: nothing answers within ``timeout_s`` seconds (connection refused, DNS, timeout).
+    """
+    httpx = require("httpx", "serve")
+    try:
+        with httpx.Client(base_url=url, timeout=httpx.Timeout(timeout_s), trust_env=False) as client:
+            client.get(MODELS_PATH)
+    except httpx.HTTPError as exc:
+        raise InputError(
+            f"{option} {url}: no service answers ({type(exc).__name__}: {exc or 'no detail'}); start it "
+            f"or check the host and port (GET {MODELS_PATH} within {timeout_s:g} s)"
+        ) from None
+
+
 class HttpEngine:
     """Sends one image request at a time to ``config.http.url``; see the module docstring."""
 
@@ -164,6 +181,19 @@ class HttpEngine:
             details=details,
         )
         return self._info
+
+    def fingerprint(self, env: Any) -> dict[str, object]:
+        """The deployment fingerprint of the service: the one it reports in ``GET /v1/models``
+        (``diffbench serve`` does: its own torch, diffusers and hardware), else one built from the model card
+        with ``torch``/``diffusers`` None and ``hardware`` ``remote`` (the client's packages say nothing
+        about the server's)."""
+        from diffbench.core.fingerprint import deployment_fingerprint
+
+        reported = self.card.get("fingerprint")
+        if isinstance(reported, dict) and reported:
+            return dict(reported)
+        fp = deployment_fingerprint(self.info(), env)
+        return {**fp, "torch": None, "diffusers": None, "hardware": "remote"}
 
     def peek_info(self) -> EngineInfo:
         """What is known before connecting (an image service; the model named by ``--model`` or unknown), so

@@ -36,6 +36,9 @@ class SweepOptions(BaseModel):
     engine: EngineConfig = EngineConfig()
     axis: str
     values: list[str]
+    url_per_value: list[str] = Field(
+        default=[], description="--engine http: the base URL of the service launched with each value, in the "
+        "order of values (the baseline is engine.http.url)")
     height: int | None = Field(default=None, gt=0)
     width: int | None = Field(default=None, gt=0)
     frames: int | None = Field(default=None, gt=0)
