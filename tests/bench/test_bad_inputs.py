@@ -84,6 +84,8 @@ ROWS: list[tuple[list[str], int, list[str]]] = [
     ([*HTTP, "--url", "http://127.0.0.1:8000", "--dtype", "bfloat16"], 2, ["--dtype", "launch flags"]),
     ([*HTTP, "--url", "http://127.0.0.1:8000", "--frames", "9"], 2, ["--frames", "image services only"]),
     ([*SIM, "--url", "http://127.0.0.1:8000"], 2, ["--url", "add --engine http"]),
+    ([*HTTP, "--url", "http://127.0.0.1:8000", "--dialect", "openai", "--save-outputs", "{tmp}/o"], 2,
+     ["--dialect openai", "sends no seed", "vllm-omni"]),
     ([*HTTP, "--url", "{dead}"], 2, ["--url http://127.0.0.1:", "no service answers", "ConnectError"]),
     ([*HTTP, "--url", "{silent}", "--timeout", "0.5"], 2, ["no service answers", "ReadTimeout", "0.5 s"]),
 ]

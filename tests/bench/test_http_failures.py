@@ -72,6 +72,9 @@ def scripted() -> Iterator[tuple[str, Script]]:
                 self._send(what, {"error": {"message": f"injected {what}", "type": "server_error"}})
                 return
             w, h = (int(x) for x in body["size"].split("x"))
+            if what == "other-seed":  # a service that ignores the seed it was sent, and says so
+                self._send(200, {"data": [{"b64_json": _png(w, h)}], "seed": 12345})
+                return
             self._send(200, {"data": [{"b64_json": _png(w, h)}], "service_time_s": 0.001,
                              "stage_durations": {"denoise": 0.0005}, "peak_memory_mb": 1.5})
 
@@ -104,6 +107,17 @@ def test_one_failed_request_is_a_failed_run(scripted, tmp_path: Path) -> None:
     assert script.bodies[0]["model"] == "scripted"
     assert shape["memory"]["peak_allocated_bytes"] == int(1.5 * 2**20)
     assert shape["server_stages_s"]["service_time"]["median"] == pytest.approx(0.001)
+
+
+def test_a_service_that_ignores_the_seed_fails_the_run(scripted, tmp_path: Path) -> None:
+    url, script = scripted
+    script.plan = ["other-seed"]
+    out = tmp_path / "r.json"
+    assert main([*BENCH, "--url", url, "--warmup", "0", "--runs", "3", "--json", str(out)]) == 0
+    (shape,) = json.loads(out.read_text())["shapes"]
+    assert shape["latency_s"]["n"] == 2
+    (failed,) = shape["failed_runs"]
+    assert "seed=12345, but 0 was sent" in failed["error"]
 
 
 def test_openai_dialect_sends_no_steps_or_seed(scripted, tmp_path: Path) -> None:

@@ -198,6 +198,9 @@ def register(app: typer.Typer) -> None:
                 "--attention-backend": attention_backend is not None, "--cache": cache is not None,
                 "--offload": offload != "none", "--vae-tiling": vae_tiling, "--threads": threads is not None,
                 "--no-sync": no_sync})
+            if save_outputs is not None and dialect == "openai":
+                raise UsageError("--save-outputs with --dialect openai: that dialect sends no seed, so the outputs "
+                                 "cannot be paired by seed in `quality`; use --dialect vllm-omni or sglang")
         elif url is not None:
             raise UsageError(f"--url {url}: only --engine http sends requests to a URL; add --engine http")
         device = check_device(device)

@@ -274,6 +274,7 @@ class HttpEngine:
             raise RequestFailed(f"HTTP {resp.status_code}: the answer is not JSON", status=resp.status_code) from None
         if not isinstance(obj, dict):
             raise RequestFailed("the answer is not a JSON object", status=resp.status_code)
+        self._check_used(obj, request, resp.status_code)
         images = self._decode(obj, request)
         stages, peak = server_timings(obj)
         extra = {"client_latency_s": latency, **{f"server_{k}_s": v for k, v in stages.items()}}
@@ -287,6 +288,19 @@ class HttpEngine:
             kind=kind if kind in _MEMORY_KINDS else "server", peak_allocated_bytes=peak  # type: ignore[arg-type]
         )
         return GenerationResult(images=images, stages=st, memory=mem, extra=extra)
+
+    def _check_used(self, obj: dict[str, Any], request: GenerationRequest, status: int) -> None:
+        """A service that reports the steps or seed it used must have used the ones sent (vLLM-Omni may
+        ignore an unsupported parameter silently; the measurement would then be of another workload)."""
+        from diffbench.load.client.dialects import sends_steps_and_frames
+
+        if not sends_steps_and_frames(self.params.dialect):
+            return
+        for field, sent in (("num_inference_steps", request.steps), ("seed", request.seed)):
+            used = obj.get(field)
+            if isinstance(used, int) and not isinstance(used, bool) and used != sent:
+                raise RequestFailed(f"the service reports {field}={used}, but {sent} was sent: it ignored the "
+                                    f"parameter, so this is not the requested workload", status=status)
 
     @staticmethod
     def _decode(obj: dict[str, Any], request: GenerationRequest) -> np.ndarray:
