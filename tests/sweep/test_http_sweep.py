@@ -18,7 +18,7 @@ import pytest
 
 from diffbench.cli.main import main
 
-pytestmark = pytest.mark.slow
+slow = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +44,7 @@ def _images(directory: str) -> dict[str, np.ndarray]:
     return {p.name: np.asarray(Image.open(p).convert("RGB")) for p in sorted(Path(directory).glob("*.png"))}
 
 
+@slow
 def test_sweep_over_two_services(services: tuple[str, str], tmp_path: Path) -> None:
     from skimage.metrics import peak_signal_noise_ratio
 
@@ -71,6 +72,7 @@ def test_sweep_over_two_services(services: tuple[str, str], tmp_path: Path) -> N
     assert np.isfinite(ref).all()  # bfloat16 changes pixels: a finite PSNR, not the identity
 
 
+@slow
 def test_a_url_mapped_to_the_wrong_service_is_refused(services: tuple[str, str], tmp_path: Path, capsys,
                                                        one_line_error) -> None:
     fp32, _ = services
@@ -79,3 +81,27 @@ def test_a_url_mapped_to_the_wrong_service_is_refused(services: tuple[str, str],
                str(tmp_path / "s.sqlite")])
     one_line_error(rc, capsys.readouterr().err, 2,
                    [f"--url-per-value {other_name}", "reports precision='float32'", "--values bfloat16"])
+
+
+def test_a_free_form_server_option_is_declared_not_verified(tmp_path: Path) -> None:
+    """``--option`` may name any launch flag of the services; one they do not report is taken as declared,
+    and the result says so. Two simulated services in threads (identical outputs: PSNR inf)."""
+    from diffbench.engines.config import EngineConfig, SimParams
+    from diffbench.server.background import run_in_background
+    from diffbench.server.config import ServerConfig
+
+    sim = SimParams(realtime=True, compile_s=0.0, jitter=0.0, tail_prob=0.0, step_s=0.001, text_encode_s=0.001,
+                    vae_decode_s=0.001, other_s=0.001, launch_s=0.0)
+    config = ServerConfig(engine=EngineConfig(engine="sim", sim=sim))
+    out = tmp_path / "c.json"
+    with run_in_background(config, mode="thread") as base, run_in_background(config, mode="thread") as other:
+        rc = main(["sweep", "--engine", "http", "--url", base, "--option", "replicas", "--values", "2",
+                   "--url-per-value", other, "--width", "64", "--height", "64", "--steps", "2", "--num-prompts", "2",
+                   "--runs", "4", "--max-warmup", "6", "-q", "--store", str(tmp_path / "s.sqlite"), "--json", str(out)])
+    assert rc == 0
+    result = json.loads(out.read_text())
+    (point,) = result["points"]
+    assert result["field"] == "replicas" and point["value"] == "2"
+    assert point["quality"]["psnr"]["n_inf"] == 2  # the simulated services give identical pixels
+    assert any("replicas=2" in w and "does not report replicas" in w and "not verified" in w
+               for w in result["warnings"])
