@@ -44,16 +44,13 @@ from diffbench.core.clock import Timer, no_sync
 from diffbench.core.psnr import psnr_uint8
 from diffbench.core.stats import percentile, percentile_warnings, summarize
 from diffbench.core.warmth import DEFAULT_WINDOW, is_warm
-from diffbench.engines.base import Engine, GenerationRequest, GenerationResult, RequestFailed
+from diffbench.engines.base import CLIENT_LATENCY, Engine, GenerationRequest, GenerationResult, RequestFailed
 from diffbench.errors import GenerationError
 
 UNSYNC_TOLERANCE = 0.05  # pending work > 5 % of the measured time at the end read -> unsynchronized
 MAX_CONSECUTIVE_FAILURES = 3
 """A remote engine's shape is abandoned after this many failed requests in a row (a dead service fails fast
 instead of once per planned run); isolated failures are recorded and the runs go on."""
-CLIENT_LATENCY = "client_latency_s"
-"""``GenerationResult.extra`` key of an engine that times the request itself (the HTTP engine: send → last
-response byte, before parsing and decoding, as ``load`` times it); the protocol takes it as the run's time."""
 
 
 class BenchConfig(BaseModel):

@@ -18,6 +18,10 @@ from diffbench.errors import GenerationError
 from diffbench.monitor.signals import RequestSignals
 
 STAGES = ("text_encode", "denoise", "vae_decode", "other")
+CLIENT_LATENCY = "client_latency_s"
+"""``GenerationResult.extra`` key of an engine that times the request itself (the HTTP engine: send → last
+response byte, before parsing and decoding, as ``load`` times it); ``bench`` and ``sweep`` take it as the
+run's time instead of their clock bracket around ``generate``."""
 
 
 class GenerationRequest(BaseModel):

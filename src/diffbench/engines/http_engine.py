@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from diffbench.engines.base import (
+    CLIENT_LATENCY,
     EngineInfo,
     GenerationRequest,
     GenerationResult,
@@ -277,7 +278,7 @@ class HttpEngine:
         self._check_used(obj, request, resp.status_code)
         images = self._decode(obj, request)
         stages, peak = server_timings(obj)
-        extra = {"client_latency_s": latency, **{f"server_{k}_s": v for k, v in stages.items()}}
+        extra = {CLIENT_LATENCY: latency, **{f"server_{k}_s": v for k, v in stages.items()}}
         st = None
         if {"text_encode", "denoise", "vae_decode"} & set(stages):
             enc, den, dec = (stages.get(k, 0.0) for k in ("text_encode", "denoise", "vae_decode"))
