@@ -52,7 +52,8 @@ def test_bench_http_stats_stages_and_quality_pairing(tiny_flux_url: str, tmp_pat
         assert st["denoise"] == pytest.approx(server["denoise"]["mean"], rel=1e-9)
         assert st["text_encode"] + st["denoise"] + st["vae_decode"] + st["other"] == \
             pytest.approx(st["end_to_end"], rel=1e-9)
-        assert shape["memory"]["kind"] == "cpu-rss" and shape["memory"]["peak_allocated_bytes"] > 0
+        # the server's peak (CPU: resident-set growth over the call, which may be 0 once memory is resident)
+        assert shape["memory"]["kind"] == "cpu-rss" and shape["memory"]["peak_allocated_bytes"] >= 0
         assert shape["repro"]["reproducible"] is True  # the same request twice: identical pixels
     manifest = json.loads((tmp_path / "remote" / "manifest.json").read_text())
     assert sorted((e["prompt_id"], e["seed"]) for e in manifest["entries"]) == \
