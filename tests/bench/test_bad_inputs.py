@@ -23,6 +23,7 @@ def _has_cuda() -> bool:
 SIM = ["--engine", "sim", "--runs", "1", "--warmup", "0", "--no-repro"]
 TINY = ["--model", "tiny-flux", "--runs", "1", "--warmup", "0", "--no-repro"]
 WAN = ["--model", "tiny-wan", "--runs", "1", "--warmup", "0", "--no-repro"]
+HTTP = ["--engine", "http", "--runs", "1", "--warmup", "0", "--no-repro"]
 
 # (args, exit code, fragments that must all appear in the one-line error). "{tmp}" is replaced by tmp_path.
 ROWS: list[tuple[list[str], int, list[str]]] = [
@@ -73,6 +74,20 @@ ROWS: list[tuple[list[str], int, list[str]]] = [
     ([*SIM, "--sim-compile-s", "inf"], 2, ["--sim-compile-s inf", "finite"]),
     ([*SIM, "--sim-tail-prob", "nan"], 2, ["--sim-tail-prob nan", "[0, 1]"]),
     ([*SIM, "--sim-tail-s", "-1"], 2, ["--sim-tail-s -1", "[0, 3600]"]),
+    # --engine http (issue 14): refused before anything connects, or one line naming the URL
+    ([*HTTP], 2, ["--engine http needs --url URL", "http://127.0.0.1:8000"]),
+    ([*HTTP, "--url", "localhost:8000"], 2, ["--url 'localhost:8000'", "http://", "base URL"]),
+    ([*HTTP, "--url", "http://127.0.0.1:99999"], 2, ["--url 'http://127.0.0.1:99999'", "invalid port"]),
+    ([*HTTP, "--url", "http://127.0.0.1:8000/v1?x=1"], 2, ["without ?query"]),
+    ([*HTTP, "--url", "http://127.0.0.1:8000", "--dialect", "tgi"], 2, ["--dialect 'tgi'", "vllm-omni"]),
+    ([*HTTP, "--url", "http://127.0.0.1:8000", "--timeout", "0"], 2, ["--timeout 0", "(0, 86400]"]),
+    ([*HTTP, "--url", "http://127.0.0.1:8000", "--dtype", "bfloat16"], 2, ["--dtype", "launch flags"]),
+    ([*HTTP, "--url", "http://127.0.0.1:8000", "--frames", "9"], 2, ["--frames", "image services only"]),
+    ([*SIM, "--url", "http://127.0.0.1:8000"], 2, ["--url", "add --engine http"]),
+    ([*HTTP, "--url", "http://127.0.0.1:8000", "--dialect", "openai", "--save-outputs", "{tmp}/o"], 2,
+     ["--dialect openai", "sends no seed", "vllm-omni"]),
+    ([*HTTP, "--url", "{dead}"], 2, ["--url http://127.0.0.1:", "no service answers", "ConnectError"]),
+    ([*HTTP, "--url", "{silent}", "--timeout", "0.5"], 2, ["no service answers", "ReadTimeout", "0.5 s"]),
 ]
 if not _has_cuda():
     ROWS.append(([*TINY, "--device", "cuda"], 2, ["--device cuda", "CUDA is not available", "cpu"]))
@@ -100,10 +115,29 @@ def no_model_build(monkeypatch):
     monkeypatch.setattr(de.DiffusersEngine, "_load", refuse)
 
 
+@pytest.fixture
+def endpoints():
+    """``{dead}``: a loopback port nothing listens on; ``{silent}``: one that accepts connections (the kernel's
+    backlog) and never answers."""
+    import socket
+
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    dead = probe.getsockname()[1]
+    probe.close()
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    yield {"{dead}": f"http://127.0.0.1:{dead}", "{silent}": f"http://127.0.0.1:{silent.getsockname()[1]}"}
+    silent.close()
+
+
 @pytest.mark.parametrize(("args", "code", "fragments"), ROWS, ids=[" ".join(r[0][7:]) for r in ROWS])
-def test_bad_input(args, code, fragments, tmp_path: Path, capsys, no_model_build, one_line_error) -> None:
+def test_bad_input(args, code, fragments, tmp_path: Path, capsys, no_model_build, one_line_error,
+                   endpoints) -> None:
     (tmp_path / "afile").write_text("x")
     argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    argv = [endpoints.get(a, a) for a in argv]
     rc = main(["bench", *argv])
     err = capsys.readouterr().err
     one_line_error(rc, err, code, fragments)

@@ -286,7 +286,7 @@ def test_oom_in_one_shape_is_recorded_and_the_rest_reported(tmp_path: Path) -> N
 def test_interrupt_leaves_a_valid_partial_json(tmp_path: Path) -> None:
     from diffbench.bench.protocol import BenchConfig
     from diffbench.bench.session import BenchOptions, run_session
-    from diffbench.engines.registry import EngineConfig
+    from diffbench.engines.config import EngineConfig
 
     out = tmp_path / "p.json"
     opts = BenchOptions(

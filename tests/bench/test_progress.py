@@ -15,7 +15,8 @@ import pytest
 from diffbench.bench.progress import RunEvent, fmt_latency, progress_text
 from diffbench.bench.protocol import BenchConfig, run_bench
 from diffbench.engines.base import GenerationRequest
-from diffbench.engines.registry import EngineConfig, SimParams, create_engine
+from diffbench.engines.config import EngineConfig, SimParams
+from diffbench.engines.registry import create_engine
 
 A = GenerationRequest(prompt="a", height=64, width=64, steps=2)
 B = GenerationRequest(prompt="a", height=128, width=128, steps=2)

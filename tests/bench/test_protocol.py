@@ -7,7 +7,8 @@ import pytest
 
 from diffbench.bench.protocol import BenchConfig, run_bench
 from diffbench.engines.base import GenerationRequest
-from diffbench.engines.registry import EngineConfig, SimParams, create_engine
+from diffbench.engines.config import EngineConfig, SimParams
+from diffbench.engines.registry import create_engine
 
 REQ = GenerationRequest(prompt="a", height=1024, width=1024, steps=28)
 

@@ -13,7 +13,7 @@ from diffbench.bench.protocol import BenchConfig, run_bench
 from diffbench.bench.stability import SPREAD_RATIO, timing_notes
 from diffbench.core.warmth import downward_trend_pvalue
 from diffbench.engines.base import GenerationRequest
-from diffbench.engines.registry import EngineConfig, SimParams
+from diffbench.engines.config import EngineConfig, SimParams
 from diffbench.engines.sim import SimEngine
 
 REQ = GenerationRequest(prompt="a", height=64, width=64, steps=4)

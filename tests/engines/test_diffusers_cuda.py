@@ -14,7 +14,8 @@ pytestmark = [
 
 def test_cuda_memory_and_sync() -> None:
     from diffbench.engines.base import GenerationRequest
-    from diffbench.engines.registry import EngineConfig, create_engine
+    from diffbench.engines.config import EngineConfig
+    from diffbench.engines.registry import create_engine
 
     e = create_engine(EngineConfig(model="tiny-flux", device="cuda"))
     info = e.start()
@@ -31,7 +32,8 @@ def test_cuda_events_no_sync_on_the_hot_path(monkeypatch: pytest.MonkeyPatch) ->
     """Step and stage times come from CUDA events read after one final wait: torch.cuda.synchronize is never
     called during the request; the device total is mem_get_info's."""
     from diffbench.engines.base import GenerationRequest
-    from diffbench.engines.registry import EngineConfig, create_engine
+    from diffbench.engines.config import EngineConfig
+    from diffbench.engines.registry import create_engine
 
     e = create_engine(EngineConfig(model="tiny-flux", device="cuda"))
     e.start()

@@ -10,7 +10,8 @@ import pytest
 pytest.importorskip("diffusers")
 
 from diffbench.engines.base import GenerationRequest  # noqa: E402
-from diffbench.engines.registry import EngineConfig, create_engine  # noqa: E402
+from diffbench.engines.config import EngineConfig  # noqa: E402
+from diffbench.engines.registry import create_engine  # noqa: E402
 from diffbench.errors import DeviceOutOfMemory  # noqa: E402
 from diffbench.monitor.memory import hwm_available  # noqa: E402
 

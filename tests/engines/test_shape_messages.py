@@ -49,7 +49,8 @@ def test_peek_pipeline_class_without_loading(tmp_path) -> None:
 
 def test_library_engine_refuses_an_unknown_device() -> None:
     """Not only the CLI: an EngineConfig with device 'tpu' fails at start with the list of devices."""
-    from diffbench.engines.registry import EngineConfig, create_engine
+    from diffbench.engines.config import EngineConfig
+    from diffbench.engines.registry import create_engine
     from diffbench.errors import UsageError
 
     engine = create_engine(EngineConfig(model="tiny-flux", device="tpu"))

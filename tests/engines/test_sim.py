@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from diffbench.engines.base import GenerationRequest
-from diffbench.engines.registry import EngineConfig, SimParams, create_engine
+from diffbench.engines.config import EngineConfig, SimParams
+from diffbench.engines.registry import create_engine
 from diffbench.errors import DeviceOutOfMemory
 
 REQ = GenerationRequest(prompt="a", height=1024, width=1024, steps=28)

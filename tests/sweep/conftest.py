@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from diffbench.engines.base import EngineInfo, GenerationRequest, GenerationResult
-from diffbench.engines.registry import EngineConfig
+from diffbench.engines.config import EngineConfig
 from diffbench.sweep.models import SweepOptions
 
 BASE = EngineConfig(model="tiny-flux")

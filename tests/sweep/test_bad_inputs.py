@@ -13,6 +13,8 @@ from diffbench.cli.main import main
 from diffbench.store.runs import RunStore
 
 SWEEP = ["sweep", "--cache", "first-block", "--values", "0.1", "--store", "{tmp}/s.sqlite"]
+HTTP_SWEEP = ["sweep", "--engine", "http", "--option", "precision", "--values", "bfloat16,float16", "--store",
+              "{tmp}/s.sqlite"]
 
 ROWS = [
     # sweep: axis and values
@@ -27,7 +29,30 @@ ROWS = [
     (["sweep", "--cache", "taylorseer", "--values", "0"], 2, ["cache_interval", ">= 1"]),
     (["sweep", "--option", "precision", "--values", "float8"], 2, ["precision must be one of"]),
     (["sweep", "--option", "compile", "--values", "maybe"], 2, ["compile takes on or off"]),
-    ([*SWEEP, "--engine", "http"], 2, ["--engine 'http'"]),
+    ([*SWEEP, "--engine", "tgi"], 2, ["--engine 'tgi'", "http"]),
+    # --engine http (issue 14): one service per value; refused before anything connects or is stored
+    ([*HTTP_SWEEP], 2, ["--engine http needs --url URL"]),
+    ([*HTTP_SWEEP, "--url", "{dead}"], 2, ["--url-per-value URL_1,...,URL_2", "launch flags"]),
+    ([*HTTP_SWEEP, "--url", "{dead}", "--url-per-value", "http://127.0.0.1:1"], 2,
+     ["--url-per-value gives 1 URL for 2 --values", "one service URL per value"]),
+    ([*HTTP_SWEEP, "--url", "{dead}", "--url-per-value", "http://127.0.0.1:1,http://127.0.0.1:2,http://127.0.0.1:3"], 2,
+     ["--url-per-value gives 3 URLs for 2 --values"]),
+    ([*HTTP_SWEEP, "--url", "{dead}", "--url-per-value", "http://127.0.0.1:1,127.0.0.1:2"], 2,
+     ["--url-per-value '127.0.0.1:2'", "http://"]),
+    ([*HTTP_SWEEP, "--url", "{dead}", "--url-per-value", "http://127.0.0.1:1,http://127.0.0.1:1/"], 2,
+     ["--url-per-value http://127.0.0.1:1: already given"]),
+    ([*HTTP_SWEEP, "--url", "{dead}", "--url-per-value", "{dead},http://127.0.0.1:1"], 2, ["already given as --url"]),
+    ([*HTTP_SWEEP, "--url", "localhost", "--url-per-value", "http://127.0.0.1:1,http://127.0.0.1:2"], 2,
+     ["--url 'localhost'", "http://"]),
+    ([*HTTP_SWEEP, "--url", "{dead}", "--url-per-value", "http://127.0.0.1:1,http://127.0.0.1:2", "--dtype",
+      "float16"], 2, ["--dtype", "launch flags"]),
+    ([*HTTP_SWEEP, "--url", "{dead}", "--url-per-value", "http://127.0.0.1:1,http://127.0.0.1:2", "--dialect",
+      "x"], 2, ["--dialect 'x'"]),
+    (["sweep", "--engine", "http", "--option", "Bad Name", "--values", "a", "--url", "{dead}", "--url-per-value",
+      "http://127.0.0.1:1", "--store", "{tmp}/s.sqlite"], 2, ["--option 'Bad Name'", "lower case"]),
+    ([*SWEEP, "--url-per-value", "http://127.0.0.1:1"], 2, ["--url-per-value", "add --engine http"]),
+    ([*HTTP_SWEEP, "--url", "{dead}", "--url-per-value", "http://127.0.0.1:1,http://127.0.0.1:2"], 2,
+     ["--url http://127.0.0.1:", "no service answers", "ConnectError"]),
     ([*SWEEP, "--gate", "psnr.p10>>30"], 2, ["psnr.p10>>30"]),
     # sweep: every number checked before anything loads (a nan budget once ran the whole sweep first, then
     # failed on a gate the user never typed, and left the sweep 'running' in the store)
@@ -77,7 +102,12 @@ def test_bad_input(tmp_path, capsys, args, code, fragments):
     junk = tmp_path / "junk.sqlite"
     junk.write_bytes(b"not a database " * 64)
     before = set(tmp_path.rglob("*"))
-    argv = [a.format(tmp=tmp_path, store=store, junk=junk) for a in args]
+    import socket
+
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    argv = [a.format(tmp=tmp_path, store=store, junk=junk, dead=dead) for a in args]
     rc = main(argv)
     err = capsys.readouterr().err
     assert rc == code, err

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from diffbench.engines.base import EngineInfo, GenerationRequest, GenerationResult
-from diffbench.engines.registry import EngineConfig
+from diffbench.engines.config import EngineConfig
 from diffbench.engines.sim import SimEngine
 from diffbench.store.runs import RunStore
 from diffbench.sweep.models import SweepOptions

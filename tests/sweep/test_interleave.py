@@ -70,3 +70,22 @@ def test_warmup_runs_until_stable_then_blocks_interleave():
     arms = [Arm("baseline", falling)]  # type: ignore[arg-type]
     run_interleaved(arms, reqs, blocks=2, max_warmup=8, window=5)
     assert not arms[0].stable and len(arms[0].warmup_s) == 8
+
+
+class _Remote(_Clocked):
+    """A remote engine: its call takes 1 s on the clock (decoding included), of which it reports 0.25 s from
+    the send to the last byte of the answer."""
+
+    def generate(self, request: GenerationRequest) -> GenerationResult:
+        from diffbench.engines.base import CLIENT_LATENCY
+
+        _Clocked.ns += 10**9
+        return GenerationResult(images=None, extra={CLIENT_LATENCY: 0.25})
+
+
+def test_a_remote_engines_own_latency_is_the_sample():
+    _Clocked.calls = _Clocked.ns = 0
+    reqs = [GenerationRequest(prompt="p", height=8, width=8, steps=1)]
+    arms = [Arm("baseline", _Remote(None))]  # type: ignore[arg-type]
+    run_interleaved(arms, reqs, blocks=3, min_warmup=1, max_warmup=5, window=5)
+    assert arms[0].samples_s == [0.25] * 3 and set(arms[0].warmup_s) == {0.25}

@@ -30,9 +30,11 @@ from diffbench.bench.progress import RunEvent
 from diffbench.bench.result import (
     REPRO_THRESHOLD_DB,
     CacheDecisions,
+    FailedRun,
     MemoryResult,
     Note,
     ReproResult,
+    ServerStage,
     ShapeResult,
     StagesSummary,
     StepSummary,
@@ -42,10 +44,13 @@ from diffbench.core.clock import Timer, no_sync
 from diffbench.core.psnr import psnr_uint8
 from diffbench.core.stats import percentile, percentile_warnings, summarize
 from diffbench.core.warmth import DEFAULT_WINDOW, is_warm
-from diffbench.engines.base import Engine, GenerationRequest, GenerationResult
+from diffbench.engines.base import CLIENT_LATENCY, Engine, GenerationRequest, GenerationResult, RequestFailed
 from diffbench.errors import GenerationError
 
 UNSYNC_TOLERANCE = 0.05  # pending work > 5 % of the measured time at the end read -> unsynchronized
+MAX_CONSECUTIVE_FAILURES = 3
+"""A remote engine's shape is abandoned after this many failed requests in a row (a dead service fails fast
+instead of once per planned run); isolated failures are recorded and the runs go on."""
 
 
 class BenchConfig(BaseModel):
@@ -107,6 +112,8 @@ class _ShapeRun:
         self.mem_by_stage: dict[str, int] = {}  # stage -> peak bytes over the timed runs (RequestSignals)
         self.pending: list[float] = []
         self.cache: tuple[str, int, int] | None = None  # (name, lookups, hits) over the timed runs
+        self.server: dict[str, list[float]] = {}  # server-reported stage -> seconds per timed run
+        self.overhead: list[float] = []  # client latency - server service_time, per timed run
 
     def add(self, e2e: float, res: GenerationResult, pending: float) -> None:
         self.result.samples_s.append(e2e)
@@ -117,6 +124,11 @@ class _ShapeRun:
             if st.step_s:
                 self.steps.append(list(st.step_s))
             self.calls.append(st.denoiser_calls)
+        for key, value in res.extra.items():
+            if key.startswith("server_") and key.endswith("_s"):
+                self.server.setdefault(key[7:-2], []).append(float(value))
+        if "server_service_time_s" in res.extra:
+            self.overhead.append(e2e - float(res.extra["server_service_time_s"]))
         if "denoiser_batch" in res.extra:
             self.denoiser_batch = int(res.extra["denoiser_batch"])
         c = res.signals.cache if res.signals is not None else None
@@ -182,6 +194,9 @@ class _ShapeRun:
         if self.cache is not None and self.cache[1] > 0:
             name, lookups, hits = self.cache
             r.cache = CacheDecisions(cache=name, lookups=lookups, hits=hits, hit_ratio=hits / lookups)
+        r.server_stages_s = {k: ServerStage(median=_median(v), mean=float(np.mean(v)), n=len(v))
+                             for k, v in self.server.items()}
+        r.client_overhead_s = _median(self.overhead) if self.overhead else None
         r.memory = MemoryResult(
             kind=self.mem_kind,
             peak_allocated_bytes=self.mem_alloc,
@@ -221,6 +236,11 @@ class _ShapeRun:
                     )
                 )
         notes += timing_notes(r.shape, samples, r.warmup_s)
+        timed_failures = [f for f in r.failed_runs if f.phase == "timed"]
+        if timed_failures:
+            notes.append(Note(code="requests_failed", message=(
+                f"{r.shape}: {len(timed_failures)} of {len(timed_failures) + len(samples)} timed requests failed "
+                f"(not in the statistics); first: {timed_failures[0].error}")))
         for msg in percentile_warnings(len(samples), cfg.percentiles):
             notes.append(Note(code="percentile_unsupported", message=f"{r.shape}: {msg}"))
         if r.repro is not None and r.repro.reproducible is False:
@@ -328,13 +348,35 @@ def _run_shape(
     progress: Callable[[], None],
     emit: _Emit,
 ) -> None:
+    failures = [0]  # consecutive failed requests of a remote engine
+
+    def attempt(phase: str, index: int, req: GenerationRequest) -> GenerationResult | None:
+        """``engine.generate``; a remote engine's failed request is recorded and gives None."""
+        try:
+            res = engine.generate(req)
+        except RequestFailed as exc:
+            run.result.failed_runs.append(FailedRun(phase=phase, index=index, status=exc.status, error=str(exc)))
+            failures[0] += 1
+            if failures[0] >= MAX_CONSECUTIVE_FAILURES:
+                raise GenerationError(
+                    f"{failures[0]} requests in a row failed, the shape is abandoned; last: {exc}") from None
+            return None
+        failures[0] = 0
+        return res
+
+    def seconds(res: GenerationResult, t0: int, t1: int) -> float:
+        own = res.extra.get(CLIENT_LATENCY)
+        return float(own) if own is not None else (t1 - t0) / 1e9
+
     i = 0
     while (not is_warm(run.result.warmup_s) and i < cfg.max_warmup) if cfg.warmup_auto else i < cfg.warmup:
         t0 = timer.now_ns()
-        engine.generate(group[i % len(group)])
+        warm = attempt("warmup", i, group[i % len(group)])
         t1 = timer.now_ns()
-        run.result.warmup_s.append((t1 - t0) / 1e9)
         i += 1
+        if warm is None:
+            continue
+        run.result.warmup_s.append(seconds(warm, t0, t1))
         emit("warmup", i, run.result.warmup_s[-1], ())
     if cfg.warmup_auto and not is_warm(run.result.warmup_s):
         w = run.result.warmup_s
@@ -347,11 +389,14 @@ def _run_shape(
     for i in range(cfg.runs):
         req = group[i % len(group)]
         t0 = timer.now_ns()
-        res = engine.generate(req)
+        got = attempt("timed", i, req)
         t1 = timer.now_ns()
+        if got is None:
+            continue
+        res = got
         engine.sync()  # protocol guard: was device work still pending at the end read?
         pending = max(0.0, (engine.clock() - t1) / 1e9)
-        e2e = (t1 - t0) / 1e9
+        e2e = seconds(res, t0, t1)
         run.add(e2e, res, pending)
         if pending > max(UNSYNC_TOLERANCE * e2e, 1e-3) and not any(
             w.code == "unsynchronized" for w in run.result.warnings
@@ -379,16 +424,16 @@ def _run_shape(
         for req in group:
             if (req.prompt_id, req.seed) not in seen:
                 seen.add((req.prompt_id, req.seed))
-                extra = engine.generate(req)
+                extra = attempt("output", 0, req)
                 engine.sync()
-                if extra.images is not None:
+                if extra is not None and extra.images is not None:
                     on_output(req, extra.images)
     if cfg.repro and first_images:
         (pid, seed), ref = next(iter(first_images.items()))
         req = next(r for r in group if (r.prompt_id, r.seed) == (pid, seed))
-        again = engine.generate(req)
+        again = attempt("output", 0, req)
         engine.sync()
-        psnr = psnr_uint8(ref, again.images) if again.images is not None else None
+        psnr = psnr_uint8(ref, again.images) if again is not None and again.images is not None else None
         info = engine.info()
         run.result.repro = ReproResult(
             psnr_db=psnr,

@@ -22,7 +22,7 @@ REPRO_THRESHOLD_DB = 40.0
 
 class Note(BaseModel):
     """A warning with a stable code (``no_warmup``, ``first_run_outlier``, ``percentile_unsupported``,
-    ``unsynchronized``, ``not_reproducible``, ``shape_failed``, ``interrupted``)."""
+    ``unsynchronized``, ``not_reproducible``, ``shape_failed``, ``interrupted``, ``requests_failed``)."""
 
     code: str
     message: str
@@ -100,9 +100,36 @@ class CacheDecisions(BaseModel):
     hit_ratio: float
 
 
+class FailedRun(BaseModel):
+    """One request of a remote engine that failed (``bench --engine http``): it is not in the samples.
+
+    ``phase`` is ``warmup``, ``timed`` or ``output`` (an untimed request for ``--save-outputs`` or the
+    reproducibility check); ``status`` the HTTP status (None for a transport error or a timeout).
+    """
+
+    phase: str
+    index: int
+    status: int | None
+    error: str
+
+
+class ServerStage(BaseModel):
+    """A stage the server reported for every timed run (seconds): ``service_time``, ``queue_wait``,
+    ``denoise``, ... as :func:`diffbench.load.client.dialects.server_timings` reads them."""
+
+    median: float
+    mean: float
+    n: int
+
+
 class ShapeResult(BaseModel):
     """Everything measured at one shape (height, width, frames, steps, batch). ``cache`` holds the step-cache
-    decisions when a cache is enabled and exposes them (``bench --cache``), else None."""
+    decisions when a cache is enabled and exposes them (``bench --cache``), else None.
+
+    Remote engines (``--engine http``): ``failed_runs`` lists the requests that failed (only successes are
+    samples); ``server_stages_s`` the stages the server reported on the timed runs; ``client_overhead_s`` the
+    median of (client latency − the server's ``service_time``) per run: network, queueing, encoding and
+    decoding outside the server's generation time (None when the server reports no ``service_time``)."""
 
     shape: str
     height: int
@@ -126,6 +153,9 @@ class ShapeResult(BaseModel):
     repro: ReproResult | None = None
     sync_pending_s: float = 0.0
     cache: CacheDecisions | None = None
+    failed_runs: list[FailedRun] = []
+    server_stages_s: dict[str, ServerStage] = {}
+    client_overhead_s: float | None = None
     warnings: list[Note] = []
 
 
@@ -144,6 +174,7 @@ class ShapeHeadline(BaseModel):
     fps: float | None = None
     peak_memory_bytes: int | None = None
     error: str | None = None
+    failed: int = 0
 
     @classmethod
     def of(cls, s: ShapeResult) -> ShapeHeadline:
@@ -162,6 +193,7 @@ class ShapeHeadline(BaseModel):
             fps=s.fps,
             peak_memory_bytes=s.memory.peak_allocated_bytes if s.memory else None,
             error=s.error,
+            failed=len([f for f in s.failed_runs if f.phase == "timed"]),
         )
 
 

@@ -12,12 +12,13 @@ from diffbench.bench.limits import ShapeSpec
 from diffbench.bench.outputs import OutputWriter
 from diffbench.bench.protocol import BenchConfig, RunProgress, run_bench
 from diffbench.bench.result import BenchResult, Conditions, Note, Protocol, ShapeResult
-from diffbench.core.env import capture_env
+from diffbench.core.env import EnvInfo, capture_env
 from diffbench.core.fingerprint import deployment_fingerprint
 from diffbench.core.jsonio import write_json_atomic
 from diffbench.core.stats import PERCENTILE_METHOD
 from diffbench.engines.base import Engine, EngineInfo, GenerationRequest
-from diffbench.engines.registry import EngineConfig, create_engine
+from diffbench.engines.config import EngineConfig
+from diffbench.engines.registry import create_engine
 from diffbench.errors import InputError, UsageError
 from diffbench.workload.prompts import Prompt, builtin_prompts, load_prompt_file
 
@@ -96,11 +97,16 @@ class BenchOptions(BaseModel):
 
 
 def _defaults(engine: EngineConfig, info: EngineInfo) -> tuple[int, int, int | None, int]:
+    """(height, width, frames, steps) when the options give none. A remote service (``http``) is known by
+    the model it reports: an embedded tiny model's defaults, else the image default with the service's
+    ``default_steps`` when it reports them."""
     if engine.engine == "sim":
         return MODEL_DEFAULTS["sim"]
-    if engine.model in MODEL_DEFAULTS:
-        return MODEL_DEFAULTS[engine.model]
-    return VIDEO_DEFAULT if info.is_video else IMAGE_DEFAULT
+    model = info.model if engine.engine == "http" else engine.model
+    if model in MODEL_DEFAULTS:
+        return MODEL_DEFAULTS[model]
+    h, w, f, steps = VIDEO_DEFAULT if info.is_video else IMAGE_DEFAULT
+    return h, w, f, info.default_steps if engine.engine == "http" and info.default_steps else steps
 
 
 def build_workload(opts: BenchOptions, info: EngineInfo) -> list[GenerationRequest]:
@@ -162,6 +168,14 @@ def _conditions(
     )
 
 
+def engine_fingerprint(engine: Engine, info: EngineInfo, env: EnvInfo) -> dict[str, object]:
+    """The deployment fingerprint of what generates the outputs: the engine's own when it has one (a remote
+    service reports its own; :meth:`~diffbench.engines.http_engine.HttpEngine.fingerprint`), else
+    :func:`~diffbench.core.fingerprint.deployment_fingerprint` of this process."""
+    own = getattr(engine, "fingerprint", None)
+    return own(env) if callable(own) else deployment_fingerprint(info, env)
+
+
 def preflight(opts: BenchOptions, engine: Engine) -> None:
     """Validate every request of the workload before the model is loaded, when the engine can tell its
     pipeline class without loading (``peek_info``): a bad shape is refused in milliseconds, not after
@@ -214,7 +228,7 @@ def run_session(
         )
         writer = None
         if opts.save_outputs:
-            fp = deployment_fingerprint(info, env)
+            fp = engine_fingerprint(engine, info, env)
             writer = OutputWriter(opts.save_outputs, base.conditions.model_dump(mode="json"), fp)
             base = base.model_copy(update={"outputs_dir": str(opts.save_outputs)})
 

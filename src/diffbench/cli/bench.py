@@ -12,9 +12,11 @@ from diffbench.sweep.axes import parse_cache_spec
 
 if TYPE_CHECKING:
     from diffbench.bench.result import BenchResult
+    from diffbench.engines.config import HttpParams
 from diffbench.workload.prompts import parse_seeds
 
-ENGINE_HELP = "sim (simulated GPU-like device) or diffusers (a real pipeline)."
+ENGINE_HELP = ("sim (simulated GPU-like device), diffusers (a real pipeline) or http (a running image service at "
+               "--url, measured at the client).")
 
 
 def shape_option(message: str, shapes: str | None) -> str:
@@ -31,14 +33,52 @@ def shape_option(message: str, shapes: str | None) -> str:
     return "--height/--width"
 
 
+def _http_params(url: str | None, dialect: str, timeout: float, model: str | None,
+                 locals_given: dict[str, bool]) -> HttpParams:
+    """The http engine's parameters from the CLI, checked before anything connects.
+
+    Raises:
+        UsageError: no ``--url``, a malformed URL, an unknown dialect, a timeout out of range, or an option
+            that configures a local pipeline (it lives in the service's launch flags).
+    """
+    from diffbench.engines.config import HttpParams
+    from diffbench.engines.http_engine import check_url
+    from diffbench.load.client.dialects import DIALECTS
+
+    if url is None:
+        raise UsageError("--engine http needs --url URL: the base URL of the running service, e.g. "
+                         "--url http://127.0.0.1:8000")
+    base = check_url(url)
+    if dialect not in DIALECTS:
+        raise UsageError(f"--dialect {dialect!r}: choose one of {', '.join(DIALECTS)}")
+    if not (0 < timeout <= 86400):
+        raise UsageError(f"--timeout {timeout:g}: must be seconds in (0, 86400]")
+    local = [flag for flag, given in locals_given.items() if given]
+    if local:
+        raise UsageError(f"{', '.join(local)}: configure{'s' if len(local) == 1 else ''} a local pipeline; with "
+                         "--engine http the service's own launch flags decide it (drop the option)")
+    return HttpParams(url=base, dialect=dialect, timeout_s=timeout, model=model)  # type: ignore[arg-type]
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def bench(
         engine: str = typer.Option("diffusers", help=ENGINE_HELP),
-        model: str = typer.Option(
-            "tiny-flux",
-            help="tiny-flux | tiny-sdxl | tiny-wan | PATH to a local "
-            "diffusers pipeline directory (never a hub id: nothing is downloaded).",
+        model: str | None = typer.Option(
+            None,
+            help="tiny-flux (default) | tiny-sdxl | tiny-wan | PATH to a local "
+            "diffusers pipeline directory (never a hub id: nothing is downloaded). With --engine http: the "
+            "model name sent (default: the service's first model in GET /v1/models).",
+        ),
+        url: str | None = typer.Option(
+            None, help="[http] Base URL of the running service, e.g. http://127.0.0.1:8000 (without /v1)."
+        ),
+        dialect: str = typer.Option(
+            "vllm-omni", help="[http] Request dialect: openai | vllm-omni | sglang (as `load --dialect`; openai "
+            "sends no steps or seed, so the service's defaults apply)."
+        ),
+        timeout: float = typer.Option(
+            600.0, help="[http] Seconds one request may take before it counts as a failed run."
         ),
         device: str = typer.Option("cpu", help="cpu, cuda, cuda:N or mps."),
         dtype: str = typer.Option("float32", help="float32 | bfloat16 | float16."),
@@ -142,7 +182,7 @@ def register(app: typer.Typer) -> None:
         from diffbench.bench.protocol import BenchConfig
         from diffbench.bench.session import BenchOptions, Shape, parse_shapes, run_session
         from diffbench.core.outpath import check_output_dir, check_output_file
-        from diffbench.engines.registry import ENGINES, EngineConfig, SimParams, check_device
+        from diffbench.engines.config import ENGINES, EngineConfig, SimParams, check_device
         from diffbench.errors import DiffbenchError, ShapeError
         from diffbench.report.bench_report import print_console
 
@@ -151,6 +191,18 @@ def register(app: typer.Typer) -> None:
             raise UsageError(f"--offload {offload!r}: choose none, model or sequential")
         if engine not in ENGINES:
             raise UsageError(f"--engine {engine!r}: choose one of {', '.join(ENGINES)}")
+        http = None
+        if engine == "http":
+            http = _http_params(url, dialect, timeout, model, locals_given={
+                "--device": device != "cpu", "--dtype": dtype != "float32", "--compile": compile,
+                "--attention-backend": attention_backend is not None, "--cache": cache is not None,
+                "--offload": offload != "none", "--vae-tiling": vae_tiling, "--threads": threads is not None,
+                "--no-sync": no_sync})
+            if save_outputs is not None and dialect == "openai":
+                raise UsageError("--save-outputs with --dialect openai: that dialect sends no seed, so the outputs "
+                                 "cannot be paired by seed in `quality`; use --dialect vllm-omni or sglang")
+        elif url is not None:
+            raise UsageError(f"--url {url}: only --engine http sends requests to a URL; add --engine http")
         device = check_device(device)
         if fps is not None and not (0 < fps <= 1000):
             raise UsageError(f"--fps {fps:g}: must be a playback rate in (0, 1000] frames per second")
@@ -185,8 +237,8 @@ def register(app: typer.Typer) -> None:
         )
         opts = BenchOptions(
             engine=EngineConfig(
-                engine=engine,
-                model=model,
+                engine=engine,  # type: ignore[arg-type]
+                model=model or "tiny-flux",
                 device=device,
                 dtype=dtype,
                 attention_backend=attention_backend,
@@ -196,6 +248,7 @@ def register(app: typer.Typer) -> None:
                 offload=offload,
                 threads=threads,
                 sim=sim,
+                http=http,
             ),
             shapes=shape_list,
             steps=steps,
@@ -217,7 +270,7 @@ def register(app: typer.Typer) -> None:
         latest: dict[str, BenchResult] = {}  # the newest (partial) result, for the Ctrl-C summary
         try:
             with LiveLine.for_cli(quiet) as line:
-                line.update(f"starting {engine} {model} ...")
+                line.update(f"starting {engine} {url if engine == 'http' else model or 'tiny-flux'} ...")
 
                 def on_run(ev: RunEvent) -> None:
                     line.update(progress_text(ev))

@@ -34,6 +34,33 @@ def _interrupted(exc: Any, json_path: Path | None, console: Any) -> None:
     )
 
 
+def _value_urls(text: str | None, values: str, baseline: str) -> list[str]:
+    """``--url-per-value`` as checked base URLs, one per ``--values`` entry.
+
+    Raises:
+        UsageError: missing, a count that differs from ``--values``, a malformed URL, or a URL given twice
+            (or the baseline's: two configurations cannot share one service).
+    """
+    from diffbench.engines.http_engine import check_url
+
+    n_values = len([v for v in values.split(",") if v.strip()])
+    if text is None:
+        raise UsageError(f"--engine http needs --url-per-value URL_1,...,URL_{n_values}: the service launched "
+                         "with each value of --values (the option lives in the service's launch flags)")
+    raw = [u.strip() for u in text.split(",") if u.strip()]
+    if len(raw) != n_values:
+        raise UsageError(f"--url-per-value gives {len(raw)} URL{'s' if len(raw) != 1 else ''} for {n_values} "
+                         f"--values: give exactly one service URL per value, in the same order")
+    urls = [check_url(u, "--url-per-value") for u in raw]
+    seen = {baseline: "--url"}
+    for u in urls:
+        if u in seen:
+            raise UsageError(f"--url-per-value {u}: already given as {seen[u]}; each value (and the baseline) "
+                             "needs its own service, launched with that value")
+        seen[u] = "another --url-per-value entry"
+    return urls
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def sweep(
@@ -57,8 +84,21 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(
             False, "--force", help="Compare even when the baseline's deployment fingerprint differs (reported)."
         ),
-        engine: str = typer.Option("diffusers", help="diffusers (http: not available yet)."),
-        model: str = typer.Option("tiny-flux", help="tiny-flux | tiny-sdxl | tiny-wan | PATH to a local pipeline."),
+        engine: str = typer.Option(
+            "diffusers", help="diffusers (a pipeline in this process) or http (running services: --url is the "
+            "baseline's, --url-per-value one per value; sweeps --option, any server-side option, or --cache)."
+        ),
+        model: str | None = typer.Option(
+            None, help="tiny-flux (default) | tiny-sdxl | tiny-wan | PATH to a local pipeline. With --engine http: "
+            "the model name sent (default: each service's first model)."
+        ),
+        url: str | None = typer.Option(None, help="[http] Base URL of the baseline's service."),
+        url_per_value: str | None = typer.Option(
+            None, help="[http] Comma-separated base URLs, one per --values entry in the same order: the service "
+            "launched with that value."
+        ),
+        dialect: str = typer.Option("vllm-omni", help="[http] Request dialect: openai | vllm-omni | sglang."),
+        timeout: float = typer.Option(600.0, help="[http] Seconds one request may take."),
         device: str = typer.Option("cpu", help="cpu, cuda or cuda:N."),
         dtype: str = typer.Option("float32", help="Baseline precision: float32 | bfloat16 | float16."),
         attention_backend: str | None = typer.Option(None, help="diffusers attention backend of the baseline."),
@@ -113,7 +153,7 @@ def register(app: typer.Typer) -> None:
         from diffbench.bench.session import Shape
         from diffbench.cli.bench import shape_option
         from diffbench.core.outpath import check_output_dir, check_output_file
-        from diffbench.engines.registry import EngineConfig, check_device
+        from diffbench.engines.config import EngineConfig, check_device
         from diffbench.errors import ShapeError
         from diffbench.quality.gates import parse_gate
         from diffbench.report.sweep_report import make_console, print_console, write_csv, write_json
@@ -124,11 +164,20 @@ def register(app: typer.Typer) -> None:
         from diffbench.sweep.working_point import default_gates
 
         # Every check that needs no model runs here, before anything is loaded or created.
-        if engine != "diffusers":
-            raise UsageError(
-                f"--engine {engine!r}: sweep runs the diffusers engine in-process (cache hooks need the "
-                "pipeline); an http engine is not available yet"
-            )
+        if engine not in ("diffusers", "http"):
+            raise UsageError(f"--engine {engine!r}: choose diffusers (in-process) or http (running services)")
+        http = None
+        urls: list[str] = []
+        if engine == "http":
+            from diffbench.cli.bench import _http_params
+
+            http = _http_params(url, dialect, timeout, model, locals_given={
+                "--device": device != "cpu", "--dtype": dtype != "float32", "--compile": compile,
+                "--attention-backend": attention_backend is not None, "--threads": threads is not None})
+            urls = _value_urls(url_per_value, values, http.url)
+        elif url is not None or url_per_value is not None:
+            raise UsageError(f"{'--url' if url is not None else '--url-per-value'}: only --engine http sends "
+                             "requests to services; add --engine http")
         if not math.isfinite(budget) or not 0 < budget <= 100:
             raise UsageError(f"--budget {budget:g}: must be a finite PSNR budget in (0, 100] dB, e.g. 30")
         check_number("--guidance", guidance, 0, 50, "guidance / CFG scale")
@@ -137,11 +186,11 @@ def register(app: typer.Typer) -> None:
                      allow_large=allow_large)
         for g in list(gate) or default_gates(budget):
             parse_gate(g)
-        axis = axis_name(cache, option)
+        axis = axis_name(cache, option, any_option=engine == "http")
         opts = SweepOptions(
-            engine=EngineConfig(engine="diffusers", model=model, device=device, dtype=dtype,
-                                attention_backend=attention_backend, compile=compile, threads=threads),
-            axis=axis, values=parse_values(axis, values), height=height, width=width, frames=frames,
+            engine=EngineConfig(engine=engine, model=model or "tiny-flux", device=device, dtype=dtype,  # type: ignore[arg-type]
+                                attention_backend=attention_backend, compile=compile, threads=threads, http=http),
+            axis=axis, values=parse_values(axis, values), url_per_value=urls, height=height, width=width, frames=frames,
             steps=steps, guidance=guidance, prompts_file=prompts, num_prompts=num_prompts, seeds=parse_seeds(seeds),
             warmup=warmup, max_warmup=max_warmup, stable_window=stable_window, schedule_seed=seed, runs=runs,
             budget_db=budget, gates=list(gate), ssim=ssim, baseline_run=baseline,
@@ -151,6 +200,13 @@ def register(app: typer.Typer) -> None:
             preflight(opts)
         except ShapeError as exc:
             raise ShapeError(f"{shape_option(str(exc), None)}: {exc}") from None
+        if http is not None:  # every service answers before anything is stored
+            from diffbench.engines.http_engine import probe
+
+            wait = min(http.connect_timeout_s, http.timeout_s)
+            probe(http.url, wait, "--url")
+            for u in urls:
+                probe(u, wait, "--url-per-value")
         if json_path is not None:  # before anything runs: a bad path fails now, not after the sweep
             check_output_file(json_path, "--json", mkdir=mkdir)
         if csv_path is not None:

@@ -1,5 +1,6 @@
 """Engines behind one protocol (see :mod:`diffbench.engines.base`).
 
-Concrete engines are imported lazily through :func:`diffbench.engines.registry.create_engine`, so that
+Concrete engines are imported lazily through :func:`diffbench.engines.registry.create_engine` (the one module that knows every engine;
+engines import their configuration from :mod:`diffbench.engines.config`), so that
 importing this package never imports torch or diffusers.
 """

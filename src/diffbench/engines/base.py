@@ -14,9 +14,14 @@ from typing import Literal, Protocol, runtime_checkable
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from diffbench.errors import GenerationError
 from diffbench.monitor.signals import RequestSignals
 
 STAGES = ("text_encode", "denoise", "vae_decode", "other")
+CLIENT_LATENCY = "client_latency_s"
+"""``GenerationResult.extra`` key of an engine that times the request itself (the HTTP engine: send → last
+response byte, before parsing and decoding, as ``load`` times it); ``bench`` and ``sweep`` take it as the
+run's time instead of their clock bracket around ``generate``."""
 
 
 class GenerationRequest(BaseModel):
@@ -76,10 +81,22 @@ class MemoryStats(BaseModel):
     reserved is None) or ``sim``. Bytes.
     """
 
-    kind: Literal["cuda", "cpu-rss", "sim", "none"] = "none"
+    kind: Literal["cuda", "cpu-rss", "sim", "server", "none"] = "none"
     peak_allocated_bytes: int | None = None
     peak_reserved_bytes: int | None = None
     peak_stage: str | None = None
+
+
+class RequestFailed(GenerationError):
+    """One request to a remote engine failed (transport error, timeout, non-2xx status, invalid payload).
+
+    The bench protocol records it as a failed run (``status``: the HTTP status or None, and the message)
+    and goes on; a local engine's :class:`GenerationError` fails the whole shape instead.
+    """
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass

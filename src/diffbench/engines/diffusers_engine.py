@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from diffbench.engines.base import EngineInfo, GenerationRequest, GenerationResult
-from diffbench.engines.registry import EngineConfig
+from diffbench.engines.config import EngineConfig
 from diffbench.errors import DeviceOutOfMemory, GenerationError, ModelError, ShapeError, UsageError, require
 
 # pipeline class -> (spatial multiple, is_video, temporal compression, CFG mode)
@@ -191,7 +191,7 @@ class DiffusersEngine:
         cfg = self.config
         if cfg.dtype not in DTYPES:
             raise UsageError(f"--dtype {cfg.dtype} is not supported; choose one of {', '.join(DTYPES)}")
-        from diffbench.engines.registry import check_device
+        from diffbench.engines.config import check_device
 
         _check_device_available(torch, check_device(cfg.device))
         if cfg.threads:
@@ -447,7 +447,7 @@ def _enable_cache(pipe: Any, spec: str, model: str) -> str:
 
 def _check_device_available(torch: Any, device: str) -> None:
     """Raise :class:`UsageError` when ``device`` (already syntax-checked) is not on this machine."""
-    from diffbench.engines.registry import DEVICES
+    from diffbench.engines.config import DEVICES
 
     if device.startswith("cuda"):
         if not torch.cuda.is_available():

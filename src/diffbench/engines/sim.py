@@ -35,7 +35,7 @@ from diffbench.engines.base import (
     MemoryStats,
     StageTimes,
 )
-from diffbench.engines.registry import EngineConfig
+from diffbench.engines.config import EngineConfig
 from diffbench.errors import DeviceOutOfMemory
 from diffbench.monitor.signals import RequestSignals
 

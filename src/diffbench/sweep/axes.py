@@ -26,6 +26,7 @@ The fingerprint field each axis changes (and that the fingerprint comparison the
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from diffbench.errors import UsageError
@@ -46,8 +47,11 @@ PRECISIONS = ("float32", "bfloat16", "float16")
 _BOOL = {"on": True, "true": True, "1": True, "yes": True, "off": False, "false": False, "0": False, "no": False}
 
 
-def axis_name(cache: str | None, option: str | None) -> str:
+def axis_name(cache: str | None, option: str | None, any_option: bool = False) -> str:
     """The single axis of a sweep from ``--cache`` / ``--option``.
+
+    ``any_option`` (``--engine http``): ``--option`` may name any server-side option (a launch flag of the
+    services, e.g. ``cfg-parallel``): lower-case letters, digits, ``-`` and ``_``; its values are labels.
 
     Raises:
         UsageError: neither or both given, or an unknown name.
@@ -58,6 +62,11 @@ def axis_name(cache: str | None, option: str | None) -> str:
         )
     if cache is not None and cache not in CACHE_AXES:
         raise UsageError(f"--cache {cache!r}: choose one of {', '.join(CACHE_AXES)}")
+    if option is not None and any_option and option not in OPTION_AXES:
+        if not re.fullmatch(r"[a-z][a-z0-9_-]{0,63}", option):
+            raise UsageError(f"--option {option!r}: name the server-side option in lower case (letters, digits, "
+                             f"- and _), e.g. cfg-parallel; or one of {', '.join(OPTION_AXES)}")
+        return option
     if option is not None and option not in OPTION_AXES:
         raise UsageError(f"--option {option!r}: choose one of {', '.join(OPTION_AXES)}")
     return str(cache or option)

@@ -32,7 +32,7 @@ from pydantic import BaseModel
 
 from diffbench.core.clock import Timer
 from diffbench.core.warmth import DEFAULT_WINDOW, is_warm
-from diffbench.engines.base import Engine, GenerationRequest, GenerationResult, StageTimes
+from diffbench.engines.base import CLIENT_LATENCY, Engine, GenerationRequest, GenerationResult, StageTimes
 from diffbench.sweep.bootstrap import DEFAULT_RESAMPLES, SpeedupCI, paired_speedup_ci
 
 DEFAULT_MAX_WARMUP = 20
@@ -100,7 +100,8 @@ def _time_one(arm: Arm, req: GenerationRequest) -> tuple[float, StageTimes | Non
     t1 = timer.now_ns()
     if arm.on_output is not None:  # after the end read: outside the timed window
         arm.on_output(req, res)
-    return (t1 - t0) / 1e9, res.stages
+    own = res.extra.get(CLIENT_LATENCY)  # a remote engine's send -> last byte, as bench takes it
+    return (float(own) if own is not None else (t1 - t0) / 1e9), res.stages
 
 
 def run_interleaved(

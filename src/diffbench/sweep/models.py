@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 from diffbench.bench.result import Conditions
 from diffbench.core.stats import Summary
 from diffbench.core.warmth import DEFAULT_WINDOW
-from diffbench.engines.registry import EngineConfig
+from diffbench.engines.config import EngineConfig
 from diffbench.quality.models import GateResult
 from diffbench.store.models import MetricStats, RunQuality, SkipStats
 from diffbench.sweep.bootstrap import DEFAULT_RESAMPLES, SpeedupCI
@@ -36,6 +36,9 @@ class SweepOptions(BaseModel):
     engine: EngineConfig = EngineConfig()
     axis: str
     values: list[str]
+    url_per_value: list[str] = Field(
+        default=[], description="--engine http: the base URL of the service launched with each value, in the "
+        "order of values (the baseline is engine.http.url)")
     height: int | None = Field(default=None, gt=0)
     width: int | None = Field(default=None, gt=0)
     frames: int | None = Field(default=None, gt=0)

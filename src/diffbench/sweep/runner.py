@@ -31,14 +31,21 @@ from pathlib import Path
 
 from diffbench.bench.outputs import OutputWriter
 from diffbench.bench.result import Conditions
-from diffbench.bench.session import IMAGE_DEFAULT, VIDEO_DEFAULT, BenchOptions, Shape, build_workload
+from diffbench.bench.session import (
+    IMAGE_DEFAULT,
+    VIDEO_DEFAULT,
+    BenchOptions,
+    Shape,
+    build_workload,
+    engine_fingerprint,
+)
 from diffbench.core.env import EnvInfo, capture_env
-from diffbench.core.fingerprint import deployment_fingerprint
 from diffbench.core.jsonio import strict_json_value
 from diffbench.core.stats import summarize
 from diffbench.engines.base import Engine, EngineInfo, GenerationRequest, StageTimes
-from diffbench.engines.registry import EngineConfig, create_engine
-from diffbench.errors import GenerationError, InputError
+from diffbench.engines.config import EngineConfig
+from diffbench.engines.registry import create_engine
+from diffbench.errors import GenerationError, InputError, UsageError
 from diffbench.store.models import RunQuality, RunRecord, RunTiming, SweepRecord, fingerprint_hash
 from diffbench.store.runs import RunStore, new_run_id
 from diffbench.sweep.axes import AXIS_FIELD, CACHE_AXES, describe_cache
@@ -117,6 +124,8 @@ def sweep_identity(opts: SweepOptions, fp: dict[str, object], field: str, reqs: 
                      timed_runs(opts, reqs)),
         "baseline_run": opts.baseline_run,
     }
+    if opts.engine.engine == "http" and opts.engine.http is not None:  # services are known by URL too
+        data["services"] = [opts.engine.http.url, *opts.url_per_value]
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -126,12 +135,14 @@ class _Sweep:
     def __init__(self, opts: SweepOptions, store: RunStore, factory: EngineFactory, event: Event,
                  tick: Callable[[Tick], None] | None = None) -> None:
         self.opts, self.store, self.factory, self.event, self.tick = opts, store, factory, event, tick
-        self.field = AXIS_FIELD[opts.axis]
-        self.is_cache = opts.axis in CACHE_AXES
+        self.field = AXIS_FIELD.get(opts.axis, opts.axis)  # an http sweep may name any server-side option
+        self.is_cache = opts.axis in CACHE_AXES and opts.engine.engine != "http"  # http: one service per value
+        self.urls = dict(zip(opts.values, opts.url_per_value, strict=False))
         self.env = capture_env()
         self.gates = list(opts.gates) or default_gates(opts.budget_db)
         self.forced_diff: list[str] = []
         self.progress: dict[str, object] = {}  # what has finished (for a partial result on Ctrl-C)
+        self.declared: list[str] = []  # http: values whose service does not report the swept field
 
     def _new_run(self, kind: str, value: str, info: EngineInfo, fp: dict[str, object], cond: Conditions,
                  sweep_id: str) -> RunRecord:
@@ -157,7 +168,10 @@ class _Sweep:
         self.store.put_run(run.model_copy(update={"status": "failed", "error": msg}))
 
 
-def _point_config(base: EngineConfig, axis: str, value: str) -> EngineConfig:
+def _point_config(base: EngineConfig, axis: str, value: str, url: str | None = None) -> EngineConfig:
+    if base.engine == "http":  # the option lives in the service's launch flags: the value's own service
+        assert base.http is not None and url is not None
+        return base.model_copy(update={"http": base.http.model_copy(update={"url": url})})
     if axis == "precision":
         return base.model_copy(update={"dtype": value})
     if axis == "compile":
@@ -218,7 +232,9 @@ def run_sweep(
     s = _Sweep(opts, store, engine_factory, on_event or _quiet, on_tick)
     inner = engine_factory(opts.engine)
     preflight(opts, inner)
-    inner.start()
+    info = inner.start()
+    if opts.engine.engine == "http":  # a service is known by the model it reports (tiny defaults apply)
+        s.opts = opts.model_copy(update={"engine": opts.engine.model_copy(update={"model": info.model})})
     engine: Engine = CachedEngine(inner) if s.is_cache else inner
     try:
         if isinstance(engine, CachedEngine):
@@ -234,7 +250,7 @@ def _run(s: _Sweep, engine: Engine, on_point: Callable[[PointResult], None] | No
     reqs = requests_for(opts, info)
     for r in reqs:
         engine.validate(r)
-    base_fp = deployment_fingerprint(info, s.env)
+    base_fp = engine_fingerprint(engine, info, s.env)
     sweep_id = sweep_identity(opts, base_fp, s.field, reqs)
     base_cond = conditions_for(info, reqs[0], s.env)
     if opts.baseline_run:  # refuse before anything is generated or stored
@@ -364,6 +380,7 @@ def _measure(s: _Sweep, engine: Engine, info: EngineInfo, base_fp: dict[str, obj
                 f"{name}: latency still falling after {len(warmups.get(name, []))} warmup runs (cap "
                 f"--max-warmup {opts.max_warmup}); its timed runs may include warmup drift"
             )
+    result.warnings += s.declared
     if todo:
         result.warnings += _load_warning(info, opts.engine.threads)
     if any(p.resumed for p in points) and todo:
@@ -523,6 +540,34 @@ def _stored_point(s: _Sweep, base_fp: dict[str, object], sweep_id: str, value: s
     return run
 
 
+UNREPORTED = (None, "unknown", "remote", "")
+
+
+def _declared(s: _Sweep, fp: dict[str, object], predicted: dict[str, object], value: str) -> dict[str, object]:
+    """A value's service must report the value it was mapped to, when it reports the swept field at all.
+
+    A service that does not report it (a third-party server, or an option outside the fingerprint) gets
+    the value as declared by ``--values``, and the result says so.
+
+    Raises:
+        UsageError: the service reports another value of the swept field than the one mapped to its URL.
+    """
+    field, want = s.field, predicted.get(s.field)
+    got = fp.get(field)
+    url = s.urls.get(value)
+    if got in UNREPORTED:
+        s.declared.append(f"{s.opts.axis}={value}: the service at {url} does not report {field}; the value is "
+                          f"as declared by --values/--url-per-value, not verified")
+        return {**fp, field: want}
+    if got != want:
+        raise UsageError(
+            f"--url-per-value {url}: the service reports {field}={got!r}, but it is mapped to --values {value} "
+            f"({field}={want!r}); give the URLs in the order of --values, each of the service launched with "
+            f"that value"
+        )
+    return fp
+
+
 class _Candidate:
     """A value being measured in this session: its run record, engine, arm and outputs."""
 
@@ -544,7 +589,7 @@ def _prepare(s: _Sweep, engine: Engine, base_fp: dict[str, object], reqs: list[G
         def apply() -> None:
             ce.use(opts.axis, value, steps)
     else:
-        own = s.factory(_point_config(opts.engine, opts.axis, value))
+        own = s.factory(_point_config(opts.engine, opts.axis, value, s.urls.get(value)))
         own.start()
         target = own
 
@@ -552,7 +597,9 @@ def _prepare(s: _Sweep, engine: Engine, base_fp: dict[str, object], reqs: list[G
             return None
     try:
         pinfo = target.info()
-        fp = deployment_fingerprint(pinfo, s.env)
+        fp = engine_fingerprint(target, pinfo, s.env)
+        if own is not None and opts.engine.engine == "http":
+            fp = _declared(s, fp, _predicted_fp(base_fp, opts.axis, s.field, value), value)
         s.forced_diff += check_fingerprints(base_fp, fp, s.field, opts.force, "the sweep's baseline")
         cond = conditions_for(pinfo, reqs[0], s.env)
         run = s._new_run("point", value, pinfo, fp, cond, sweep_id)

@@ -1,0 +1,97 @@
+"""The HTTP engine's own rules, against a loopback stdlib server (no torch, no diffbench serve).
+
+- the request body is the load client's for each dialect (one implementation of the field names);
+- the latency it reports stops at the last byte of the answer: parsing and PNG decoding are not timed.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+from diffbench.engines.base import GenerationRequest
+from diffbench.engines.config import EngineConfig, HttpParams
+from diffbench.engines.http_engine import HttpEngine
+from diffbench.load.client.dialects import image_body
+from diffbench.load.client.workload import RequestSpec, ShapeMix
+
+
+@pytest.fixture
+def service() -> Iterator[str]:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.zeros((32, 48, 3), np.uint8)).save(buf, format="PNG")
+    answer = json.dumps({"data": [{"b64_json": base64.b64encode(buf.getvalue()).decode()}]}).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            return None
+
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+REQ = GenerationRequest(prompt="a fox", height=32, width=48, steps=5, guidance=3.5, seed=9,
+                        negative_prompt="blurry")
+
+
+@pytest.mark.parametrize("dialect", ["openai", "vllm-omni", "sglang"])
+def test_body_is_the_load_clients(dialect: str) -> None:
+    engine = HttpEngine(EngineConfig(engine="http", http=HttpParams(url="http://127.0.0.1:1", dialect=dialect,
+                                                                    model="m")))
+    spec = RequestSpec(index=0, kind="image", prompt="a fox", seed=9, model="m",
+                       shape=ShapeMix(width=48, height=32, steps=5, guidance=3.5, negative_prompt="blurry"))
+    assert engine.body(REQ) == image_body(spec, dialect)  # type: ignore[arg-type]
+    assert engine.body(REQ)["size"] == "48x32"
+
+
+def test_latency_excludes_decoding(service: str, monkeypatch) -> None:
+    """A decode that takes 0.3 s (patched in) shows in the wall time of generate, not in its latency."""
+    engine = HttpEngine(EngineConfig(engine="http", http=HttpParams(url=service)))
+    info = engine.start()
+    assert info.model == "unknown" and info.engine == "http"  # GET /v1/models answered 404: measured anyway
+    real = HttpEngine._decode
+
+    def slow(obj, request):  # type: ignore[no-untyped-def]
+        time.sleep(0.3)
+        return real(obj, request)
+
+    monkeypatch.setattr(HttpEngine, "_decode", staticmethod(slow))
+    try:
+        engine.generate(REQ)  # connect once
+        t0 = time.perf_counter()
+        res = engine.generate(REQ)
+        wall = time.perf_counter() - t0
+    finally:
+        engine.stop()
+    assert res.images is not None and res.images.shape == (1, 32, 48, 3)
+    latency = res.extra["client_latency_s"]
+    assert wall >= 0.3 and latency <= wall - 0.3
+    assert res.stages is None and res.memory is None  # the service reported neither: nothing invented
