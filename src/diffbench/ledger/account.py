@@ -117,6 +117,9 @@ def evaluate(catalog: Catalog, cfg: LedgerConfig) -> LedgerResult:
         notes.append(f"{gpu.display_name} has no FP8 tensor cores: fp8 saves memory only (no speed-up)")
     if cfg.precision == "int4":
         notes.append("int4 weights: weight-only, compute stays 16-bit (no speed-up assumed)")
+        lr = mem.lowrank_bytes(catalog, model.denoiser.params * model.experts, "int4")
+        notes.append(f"int4 memory: 4-bit denoiser weights plus a {lr / 2**30:.2f} GiB 16-bit low-rank branch "
+                     f"({catalog.optimizations.int4_linear.method})")
     if gpu.provisional:
         notes.append(f"{gpu.display_name} peak figures are provisional (see its catalog source)")
 

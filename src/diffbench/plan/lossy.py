@@ -173,14 +173,3 @@ def best_set(catalog: Catalog, lossless: LedgerConfig, lossless_r: LedgerResult,
     ranked.sort(key=lambda x: _rank_key(x[0]))
     return ranked[0][1], [s for s, _ in ranked]
 
-
-def greedy_set(options: list[LossyOption], budget_db: float | None) -> tuple[LossyOption, ...]:
-    """The pre-issue-13 rule, kept for comparison: walk :data:`ORDER`, take each option that keeps the budget
-    (for the cache: the fastest threshold that still fits). Not used by the planner."""
-    taken: list[LossyOption] = []
-    for name in ORDER:
-        cands = [o for o in options if o.name == name
-                 and within_budget([*(t.psnr_db for t in taken), o.psnr_db], budget_db)]
-        if cands:
-            taken.append(max(cands, key=lambda o: float(o.update.get("cache_speedup", 1.0))))  # type: ignore[arg-type]
-    return tuple(taken)
