@@ -120,6 +120,7 @@ class PoolsSummary(BaseModel):
     """Every pool of a workload and their total (GPUs summed, nodes of the summed GPUs)."""
 
     workload: str
+    qps: float
     rows: list[PoolRow]
     total_gpus: int
     nodes: int
