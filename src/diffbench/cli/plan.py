@@ -73,9 +73,9 @@ def register(app: typer.Typer) -> None:
         cat = load_catalog(catalog)
         samples = None
         if service_from is not None:
-            from diffbench.queueing.service_time import load_service_samples
+            from diffbench.plan.sizing import load_bench_samples
 
-            samples = load_service_samples(service_from).samples
+            samples = load_bench_samples(service_from)
         if workload is not None:
             from diffbench.plan.pools import shape_classes
 

@@ -14,12 +14,15 @@ coefficient of variation :data:`DEFAULT_CV` (an estimate, flagged in the plan).
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 from pydantic import BaseModel
 
-from diffbench.queueing.service_time import EmpiricalService, ServiceTime, parse_service
+from diffbench.errors import InputError
+from diffbench.queueing.service_time import EmpiricalService, ServiceTime, load_service_samples, parse_service
 from diffbench.queueing.sizing import size_pool
 
 DEFAULT_CV = 0.05
@@ -43,6 +46,25 @@ class LayoutSizing(BaseModel):
     p99_s: float
     meets_slo: bool
     spread: str
+
+
+def load_bench_samples(path: str | Path) -> np.ndarray:
+    """Per-request seconds of a measured run for ``--service-from`` (a ``bench`` JSON, or what
+    :func:`~diffbench.queueing.service_time.load_service_samples` reads).
+
+    Raises:
+        InputError: unreadable, no latencies, or a JSON result of another kind (e.g. a plan or a ledger).
+    """
+    p = Path(path)
+    if p.suffix == ".json" and p.is_file():
+        try:
+            kind = json.loads(p.read_text(encoding="utf-8")).get("kind")
+        except (ValueError, AttributeError, OSError, UnicodeDecodeError):
+            kind = None  # load_service_samples reports unreadable or invalid JSON with the line
+        if isinstance(kind, str) and not kind.startswith("diffbench.bench"):
+            raise InputError(f"--service-from {p}: a {kind} result, not a bench result; pass the --json of "
+                             "`diffbench bench` (per-request latencies)")
+    return load_service_samples(p).samples
 
 
 def service_for(mean_s: float, cv: float, samples: np.ndarray | None) -> tuple[ServiceTime, str]:
