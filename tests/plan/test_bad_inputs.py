@@ -47,6 +47,8 @@ ROWS: list[tuple[list[str], int, list[str]]] = [
     (_with(size="100000x100000"), 2, ["--size 100000x100000", "16384"]),
     (_with(size="1020x1024"), 2, ["--size", "width 1020 is not a multiple of 16"]),
     (_with(json="{tmp}/typo/p.json"), 2, ["--json", "does not exist", "--mkdir"]),
+    # issue 13: the queueing-aware count is simulated up to 100,000 instances; past that, a clear refusal
+    (_with(qps="100000", slo_p99="1", quality_budget="30"), 2, ["--qps 100000", "100,000 instances", "pools"]),
 ]
 
 

@@ -23,9 +23,13 @@ from pydantic import BaseModel
 
 from diffbench.errors import InputError
 from diffbench.queueing.service_time import EmpiricalService, ServiceTime, load_service_samples, parse_service
-from diffbench.queueing.sizing import size_pool
+from diffbench.queueing.sizing import formula_instances, size_pool
 
 DEFAULT_CV = 0.05
+MAX_SIM_REQUESTS = 200_000
+"""Simulated requests per candidate count are capped (size_pool's default is 400 × the formula's count): at
+10,000 QPS the default would hold ~9 M requests per count (over 1 GB, ~30 s per plan). Past ~500 instances the
+pool is large enough that arrivals average out and the formula's headroom, not the queue, sets the count."""
 CV_SOURCE = ("estimate: one shape at fixed steps on a warm (compiled) pipeline varies by a few per cent; "
              "monitoring.md §4 alerts when per-rank compute spread exceeds 10 %; confirm with "
              "`diffbench bench --runs 30` and pass it as --service-from")
@@ -87,7 +91,8 @@ def size_layout(label: str, qps: float, latency_s: float, gpus_per_instance: int
                 samples: np.ndarray | None = None) -> LayoutSizing:
     """Instances and GPUs of one layout: max(formula on occupied time, smallest count meeting the p99)."""
     service, spread = service_for(latency_s, cv, samples)
-    pool = size_pool(qps, service, slo_p99_s, headroom)
+    n = min(max(40_000, 400 * formula_instances(qps, latency_s, headroom)), MAX_SIM_REQUESTS)
+    pool = size_pool(qps, service, slo_p99_s, headroom, requests=n)
     formula = pool.formula_instances  # ⌈QPS × latency × headroom⌉: occupied time, one instance per request
     if pool.instances is None:
         inst, p99 = formula, pool.p99_at_formula_s
