@@ -107,3 +107,12 @@ def test_service_spread_from_a_bench_run(tmp_path):
     from diffbench.plan.sizing import load_bench_samples
 
     assert load_bench_samples(bench).mean() == pytest.approx(samples.mean())
+
+
+def test_multi_gpu_reason_counts_the_layouts_meeting_the_slo():
+    cat = load_catalog()
+    p = plan(cat, PlanConfig(model="wan2.1-14b", width=1280, height=720, gpu="h100-sxm", slo_p99_s=60,
+                             qps=0.1, quality_budget_db=25.0))
+    step = next(s for s in p.steps if s.name == "multi-GPU")
+    rows = [r for r in p.layouts if r.strategy != "single"]
+    assert f"{sum(r.meets_slo for r in rows)} of {len(rows)} layouts meeting the SLO" in step.reason

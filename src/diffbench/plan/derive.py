@@ -303,9 +303,12 @@ def plan(catalog: Catalog, cfg: PlanConfig, service_samples: np.ndarray | None =
         link = "NVLink" if chosen.link == "nvlink" else "PCIe"
         why = "; splits memory that one GPU cannot hold" if not base.fits else (
             f"; one GPU misses the p99 with queueing ({one.p99_s:.2f} s)" if one is not None else "")
+        n_meet = sum(row.meets_slo for row in rows)
+        rule = (f"fewest GPUs of the {n_meet} of {len(rows)} layouts meeting the SLO with queueing" if n_meet
+                else f"none of the {len(rows)} layouts meets the SLO with queueing: the lowest latency")
         add(5, "multi-GPU", True, f"{chosen.label} over {link}: {chosen.latency_s:.2f} s, p99 with queueing "
-            f"{cz.p99_s:.2f} s at {cz.instances} × {chosen.gpus} GPUs (fewest GPUs of the {len(rows)} layouts "
-            f"meeting the SLO; comm {chosen.comm_bytes_per_forward / 1e9:.2f} GB/forward/GPU, "
+            f"{cz.p99_s:.2f} s at {cz.instances} × {chosen.gpus} GPUs ({rule}; "
+            f"comm {chosen.comm_bytes_per_forward / 1e9:.2f} GB/forward/GPU, "
             f"{chosen.exposed_comm_s:.3f} s exposed)" + why,
             "parallel inefficiency per extra rank from the xDiT Ulysses-4 anchor; an instance holds all its GPUs "
             f"for the whole request (occupied {chosen.occupied_gpu_s:.2f} GPU·s); {spread_note}", base,
