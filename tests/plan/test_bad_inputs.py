@@ -47,6 +47,8 @@ ROWS: list[tuple[list[str], int, list[str]]] = [
     (_with(size="100000x100000"), 2, ["--size 100000x100000", "16384"]),
     (_with(size="1020x1024"), 2, ["--size", "width 1020 is not a multiple of 16"]),
     (_with(json="{tmp}/typo/p.json"), 2, ["--json", "does not exist", "--mkdir"]),
+    # issue 13: the queueing-aware count is simulated up to 100,000 instances; past that, a clear refusal
+    (_with(qps="100000", slo_p99="1", quality_budget="30"), 2, ["--qps 100000", "100,000 instances", "pools"]),
 ]
 
 
@@ -91,3 +93,42 @@ def test_library_config_errors_name_the_real_flag(field, value, flag) -> None:
         PlanConfig(**kw)
     msg = str(_config_error(exc.value))
     assert msg.startswith(f"{flag} ") and "-s " not in msg.split(":")[0] and "-db" not in msg
+
+
+# Issue 13: --workload, --service-from, --service-cv. Files named in FILES are written to {tmp} first.
+NO_SIZE = [a for a in BASE if a not in ("--size", "1024x1024")]
+FILES = {
+    "bad.yaml": "shapes: [unclosed\n",
+    "typo.yaml": "shapes:\n  - {width: 1024, height: 1024, steps: 28, wieght: 2}\n",
+    "empty.yaml": "shapes: []\n",
+    "odd.yaml": "shapes:\n  - {width: 1020, height: 1024, steps: 28}\n",
+    "plan.json": '{"kind": "diffbench.plan", "latency_s": 1.0}',
+    "nolat.json": '{"kind": "diffbench.bench", "shapes": []}',
+    "broken.json": '{"kind": "diffbench.bench", ',
+}
+FILE_ROWS: list[tuple[list[str], int, list[str]]] = [
+    ([*NO_SIZE, "--workload", "{tmp}/missing.yaml"], 2, ["--workload", "missing.yaml", "not found"]),
+    ([*NO_SIZE, "--workload", "{tmp}/bad.yaml"], 2, ["--workload", "bad.yaml", "not valid"]),
+    ([*NO_SIZE, "--workload", "{tmp}/typo.yaml"], 2, ["--workload", "wieght"]),
+    ([*NO_SIZE, "--workload", "{tmp}/empty.yaml"], 2, ["--workload", "shapes"]),
+    ([*NO_SIZE, "--workload", "{tmp}/odd.yaml"], 2, ["--workload", "1020x1024", "multiple of 16"]),
+    ([*BASE, "--workload", "{tmp}/typo.yaml"], 2, ["--size", "--workload", "exactly one"]),
+    (NO_SIZE, 2, ["--size", "--workload", "exactly one"]),
+    ([*BASE, "--service-from", "{tmp}/plan.json"], 2, ["--service-from", "diffbench.plan", "not a bench result"]),
+    ([*BASE, "--service-from", "{tmp}/nolat.json"], 2, ["--service-from", "no latencies"]),
+    ([*BASE, "--service-from", "{tmp}/broken.json"], 2, ["--service-from", "not valid JSON"]),
+    ([*BASE, "--service-from", "{tmp}/none.json"], 2, ["--service-from", "not found"]),
+    ([*BASE, "--service-cv", "2"], 2, ["--service-cv 2", "[0, 1]"]),
+    ([*BASE, "--service-cv", "-0.1"], 2, ["--service-cv -0.1", "[0, 1]"]),
+    ([*BASE, "--service-cv", "nan"], 2, ["--service-cv nan", "finite"]),
+    ([*BASE, "--service-cv", "0.2", "--service-from", "{tmp}/plan.json"], 2, ["--service-cv", "--service-from"]),
+]
+
+
+@pytest.mark.parametrize(("args", "code", "fragments"), FILE_ROWS,
+                         ids=[f"{k}-{r[2][0]}" for k, r in enumerate(FILE_ROWS)])
+def test_bad_file_input(args, code, fragments, tmp_path, capsys, one_line_error) -> None:
+    for name, text in FILES.items():
+        (tmp_path / name).write_text(text)
+    rc = main(["plan", *[a.replace("{tmp}", str(tmp_path)) for a in args]])
+    one_line_error(rc, capsys.readouterr().err, code, fragments)

@@ -73,3 +73,35 @@ def test_invalid_catalog(tmp_path, capsys):
     assert main([*ARGS, "--catalog", str(f)]) == 2
     err = capsys.readouterr().err
     assert f"{f}:3" in err and "optimizations.fp8_linear.gemm_retention" in err
+
+
+def test_cli_prints_lossy_sets_and_capacity(capsys):
+    assert main(ARGS) == 0
+    text = capsys.readouterr().out
+    assert "lossy sets within the budget" in text and "chosen" in text
+    assert re.search(r"capacity: max\(formula \d+, queue \d+\) = \d+ instances", text)
+
+
+def test_cli_workload_pools(tmp_path, capsys):
+    wl = tmp_path / "mix.yaml"
+    wl.write_text("kind: image\nshapes:\n  - {width: 1024, height: 1024, steps: 28, weight: 3}\n"
+                  "  - {size: 512x512, steps: 28, weight: 1}\n")
+    out = tmp_path / "p.json"
+    argv = [a for a in ARGS if a not in ("--size", "1024x1024")]
+    assert main([*argv, "--workload", str(wl), "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    pp = json.loads(out.read_text())["pool_plan"]
+    assert [r["qps"] for r in pp["rows"]] == pytest.approx([75, 25])
+    assert pp["total_gpus"] == sum(r["total_gpus"] for r in pp["rows"])
+    assert "shape pools" in text and f"pools: {pp['total_gpus']} GPUs" in text
+
+
+def test_cli_assume_fp8_on_ada(tmp_path):
+    out = tmp_path / "p.json"
+    base = [a if a != "h100-sxm" else "l40s" for a in ARGS]
+    for extra, applied in (([], False), (["--assume-fp8"], True)):
+        assert main([*base, *extra, "--json", str(out)]) == 0
+        step = next(s for s in json.loads(out.read_text())["steps"] if s["name"] == "fp8 linear")
+        assert step["applied"] is applied
+        if not applied:
+            assert "--assume-fp8" in step["reason"]

@@ -11,7 +11,7 @@ def register(app: typer.Typer) -> None:
     @app.command("plan")
     def plan(
         model: str = typer.Option(..., "--model", help="Model id, e.g. flux.1-dev."),
-        size: str = typer.Option(..., "--size", help="WIDTHxHEIGHT in pixels."),
+        size: str | None = typer.Option(None, "--size", help="WIDTHxHEIGHT in pixels (or --workload)."),
         gpu: str = typer.Option(..., "--gpu", help="GPU id, e.g. h100-sxm."),
         slo_p99: float = typer.Option(..., "--slo-p99", help="Latency SLO, p99 seconds."),
         qps: float = typer.Option(..., "--qps", help="Requests per second to serve."),
@@ -25,6 +25,17 @@ def register(app: typer.Typer) -> None:
         lossy: bool = typer.Option(True, "--lossy/--no-lossy", help="Allow lossy steps (within the budget)."),
         allow_model_swap: bool = typer.Option(False, "--allow-model-swap", help="Allow a few-step model."),
         headroom: float = typer.Option(1.3, "--headroom", help="Capacity headroom factor (≥ 1)."),
+        assume_fp8: bool = typer.Option(
+            False, "--assume-fp8", help="Plan FP8 linear layers on GPUs outside the catalog's FP8 archs (Ada)."),
+        service_from: Path | None = typer.Option(
+            None, "--service-from", help="bench JSON whose per-request latency spread (rescaled to the plan's "
+            "latency) drives the queueing-aware capacity."),
+        service_cv: float = typer.Option(
+            0.05, "--service-cv", help="Coefficient of variation of the service time when no --service-from "
+            "(an estimate; default 0.05)."),
+        workload: Path | None = typer.Option(
+            None, "--workload", help="Workload file of `diffbench load` (shapes with weights): one pool per "
+            "shape class, sized at its share of --qps, and the total."),
         catalog: Path | None = typer.Option(None, "--catalog", help="YAML file extending/overriding the catalog."),
         json_path: Path | None = typer.Option(None, "--json", help="Write the plan as JSON to this path."),
         mkdir: bool = typer.Option(False, "--mkdir", help="Create the missing parent directories of --json."),
@@ -40,21 +51,40 @@ def register(app: typer.Typer) -> None:
         from diffbench.cli.ledger import _config_error
         from diffbench.core.jsonio import write_json_atomic
         from diffbench.core.outpath import check_output_file
-        from diffbench.errors import ShapeError
+        from diffbench.errors import ShapeError, UsageError
         from diffbench.ledger.catalog import load_catalog
-        from diffbench.ledger.options import check_numbers, check_size
+        from diffbench.ledger.options import Bound, check_numbers, check_size
         from diffbench.ledger.tokens import parse_size, shape_option
         from diffbench.plan.derive import plan as derive
         from diffbench.plan.models import PlanConfig
         from diffbench.plan.render import plan_renderable
 
-        width, height = parse_size(size)
-        check_size(size, width, height)
+        if (size is None) == (workload is None):
+            raise UsageError("pass --size WIDTHxHEIGHT for one shape or --workload FILE for a mix of shapes "
+                             "(exactly one of them)")
+        if size is not None:
+            width, height = parse_size(size)
+            check_size(size, width, height)
+        else:
+            width, height = 1024, 1024  # replaced by each pool's shape
         check_numbers(steps=steps, frames=frames, cfg=cfg, text_tokens=text_tokens, gpus_per_node=gpus_per_node,
                       slo_p99_s=slo_p99, qps=qps, quality_budget_db=quality_budget, headroom=headroom)
+        Bound("--service-cv", 0, 1, "coefficient of variation of the service time").check(service_cv)
+        if service_from is not None and service_cv != 0.05:
+            raise UsageError("--service-cv and --service-from both set the service-time spread; pass one")
         if json_path is not None:
             check_output_file(json_path, "--json", mkdir=mkdir)
         cat = load_catalog(catalog)
+        samples = None
+        if service_from is not None:
+            from diffbench.plan.sizing import load_bench_samples
+
+            samples = load_bench_samples(service_from)
+        if workload is not None:
+            from diffbench.load.client.workload import load_workload
+
+            wl = load_workload(workload)  # validate the file before any planning
+            shapes = [(s.width, s.height, s.steps, s.frames, s.weight) for s in wl.shapes]
         if calibrate is not None:
             from diffbench.ledger.calibrate import apply_calibration, describe
 
@@ -64,13 +94,19 @@ def register(app: typer.Typer) -> None:
             pc = PlanConfig(model=model, width=width, height=height, frames=frames, steps=steps, cfg=cfg,
                             text_tokens=text_tokens, gpu=gpu, gpus_per_node=gpus_per_node, slo_p99_s=slo_p99,
                             qps=qps, quality_budget_db=quality_budget, allow_lossy=lossy,
-                            allow_model_swap=allow_model_swap, headroom=headroom)
+                            allow_model_swap=allow_model_swap, headroom=headroom, assume_fp8=assume_fp8,
+                            service_cv=service_cv, service_from=str(service_from) if service_from else None)
         except ValidationError as exc:
             raise _config_error(exc) from None
-        try:
-            result = derive(cat, pc)
-        except ShapeError as exc:
-            raise ShapeError(f"{shape_option(str(exc), size)}: {exc}") from None
+        if workload is not None:
+            from diffbench.plan.pools import plan_pools
+
+            result = plan_pools(cat, pc, shapes, workload, samples)
+        else:
+            try:
+                result = derive(cat, pc, samples)
+            except ShapeError as exc:
+                raise ShapeError(f"{shape_option(str(exc), str(size))}: {exc}") from None
         Console(width=max(Console().width, 140)).print(plan_renderable(result))
         if json_path is not None:
             write_json_atomic(json_path, result.model_dump(mode="json"))

@@ -126,6 +126,9 @@ def evaluate(catalog: Catalog, cfg: LedgerConfig) -> LedgerResult:
         else:
             notes.append(f"int4 on {gpu.arch}: no 4-bit kernels for this architecture ({'/'.join(i4.requires_arch)} "
                          "only); weight-only storage, compute stays 16-bit (no speed-up)")
+        lr = mem.lowrank_bytes(catalog, model.denoiser.params * model.experts, "int4")
+        notes.append(f"int4 memory: 4-bit denoiser weights plus a {lr / 2**30:.2f} GiB 16-bit low-rank branch "
+                     f"({catalog.optimizations.int4_linear.method})")
     if gpu.provisional:
         notes.append(f"{gpu.display_name} peak figures are provisional (see its catalog source)")
 

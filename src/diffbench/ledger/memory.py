@@ -1,6 +1,8 @@
 """Memory per component and stage: weights by precision, denoiser activations, VAE decode peak, offload.
 
 Weight bytes = parameters × bytes per parameter (bf16 2, fp8 1, int4 0.5 + scales; model-catalog.md §3).
+INT4 (SVDQuant W4A4) also keeps a 16-bit low-rank branch per linear layer, 2 B × rank × (d_in + d_out),
+counted as ``optimizations.int4_linear.lowrank_overhead`` × the BF16 denoiser bytes (:func:`lowrank_bytes`).
 Activations keep one block's intermediates alive (model-catalog.md §8): per token 2·d bytes for each of
 hidden, Q, K, V, O and residual plus the MLP intermediate (2·r·d or 2·ffn bytes), times an fp32-upcast
 factor, times 2 when the CFG pair runs batched. All results in bytes.
@@ -39,12 +41,23 @@ def bytes_per_param(catalog: Catalog, precision: str) -> float:
         raise UsageError(f"--precision {precision!r}: unknown; valid values: {valid}") from None
 
 
+def lowrank_bytes(catalog: Catalog, den_params: float, precision: str) -> int:
+    """Bytes of the 16-bit low-rank branch that INT4 (SVDQuant) keeps beside the 4-bit weights; 0 otherwise.
+
+    Rank r on a d_in × d_out layer adds 2·r·(d_in + d_out) bytes against 2·d_in·d_out in BF16: r = 32 at
+    d = 3072 gives 2.1 % (square) and 1.3 % (3072 × 12288 MLP), the catalog's ``lowrank_overhead``."""
+    if precision != "int4":
+        return 0
+    return int(den_params * 2.0 * catalog.optimizations.int4_linear.lowrank_overhead)
+
+
 def component_weights(catalog: Catalog, model: ModelSpec, precision: str = "bf16",
                       text_precision: str = "bf16") -> list[ComponentBytes]:
-    """Weights of every component. Mixture-of-experts denoisers keep all experts resident."""
+    """Weights of every component. Mixture-of-experts denoisers keep all experts resident; an INT4
+    denoiser includes its 16-bit low-rank branch."""
     den_params = model.denoiser.params * model.experts
-    out = [ComponentBytes(component="denoiser", params=den_params, precision=precision,
-                          bytes=int(den_params * bytes_per_param(catalog, precision)))]
+    den_bytes = int(den_params * bytes_per_param(catalog, precision)) + lowrank_bytes(catalog, den_params, precision)
+    out = [ComponentBytes(component="denoiser", params=den_params, precision=precision, bytes=den_bytes)]
     for enc in model.text_encoders:
         out.append(ComponentBytes(component=f"text_encoder:{enc.name}", params=enc.params, precision=text_precision,
                                   bytes=int(enc.params * bytes_per_param(catalog, text_precision))))

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from diffbench.ledger.multigpu import ParallelPlan
+from diffbench.plan.lossy import LossySet
+from diffbench.plan.sizing import LayoutSizing
 
 SCHEMA_VERSION = 1
 
@@ -30,6 +32,10 @@ class PlanConfig(BaseModel):
     allow_lossy: bool = True
     allow_model_swap: bool = False
     headroom: float = Field(default=1.3, ge=1.0, allow_inf_nan=False)
+    assume_fp8: bool = Field(default=False, description="plan FP8 on GPUs outside fp8_linear.archs (e.g. Ada)")
+    service_cv: float = Field(default=0.05, ge=0.0, le=1.0, allow_inf_nan=False,
+                              description="coefficient of variation of the service time (no --service-from)")
+    service_from: str | None = Field(default=None, description="bench JSON whose latency spread is used")
 
 
 class PlanStep(BaseModel):
@@ -75,6 +81,52 @@ class Alert(BaseModel):
     threshold: str
 
 
+class LayoutRow(BaseModel):
+    """One layout compared in ⑤: its latency, the p99 with queueing at its instance count, and GPUs."""
+
+    label: str
+    strategy: str
+    gpus_per_instance: int
+    link: str
+    latency_s: float
+    p99_s: float
+    instances: int
+    total_gpus: int
+    meets_slo: bool
+    chosen: bool = False
+    note: str = ""
+
+
+class PoolRow(BaseModel):
+    """One shape pool of a ``--workload`` mix, planned at its own shape and share of the rate."""
+
+    shape: str
+    width: int
+    height: int
+    frames: int
+    steps: int
+    weight_share: float
+    qps: float
+    latency_s: float
+    p99_s: float | None
+    layout: str
+    instances: int
+    gpus_per_instance: int
+    total_gpus: int
+    slo_met: bool
+
+
+class PoolsSummary(BaseModel):
+    """Every pool of a workload and their total (GPUs summed, nodes of the summed GPUs)."""
+
+    workload: str
+    qps: float
+    rows: list[PoolRow]
+    total_gpus: int
+    nodes: int
+    all_slo_met: bool
+
+
 class PlanResult(BaseModel):
     schema_version: int = SCHEMA_VERSION
     kind: str = "diffbench.plan"
@@ -99,5 +151,9 @@ class PlanResult(BaseModel):
     api: str
     pools: str
     alternatives: list[Alternative] = Field(default_factory=list)
+    lossy_sets: list[LossySet] = Field(default_factory=list, description="chosen lossy set first, then runners-up")
+    sizing: LayoutSizing | None = None
+    layouts: list[LayoutRow] = Field(default_factory=list)
+    pool_plan: PoolsSummary | None = None
     signals: list[Signal] = Field(default_factory=list)
     alerts: list[Alert] = Field(default_factory=list)

@@ -41,6 +41,44 @@ def plan_renderable(p: PlanResult) -> Group:
                       + (f"; stops at {p.stopped_at}, best achievable" if p.stopped_at else "") + "), "
                       f"{p.per_request_gpu_s:.2f} GPU·s per request → {p.total_gpus} GPUs "
                       f"({p.instances} × {p.gpus_per_instance}) on {p.nodes} nodes", style=f"bold {style}"))
+    if p.sizing is not None:
+        z = p.sizing
+        q = f"{z.queue_instances}" if z.queue_instances is not None else "none meets the p99"
+        parts.append(Text(f"capacity: max(formula {z.formula_instances}, queue {q}) = {z.instances} instances; "
+                          f"p99 with queueing {z.p99_s:.2f} s (service p99 {z.service_p99_s:.2f} s, {z.spread})"))
+    if p.lossy_sets:
+        ls_t = Table(title="lossy sets within the budget (fastest first)")
+        for col in ("", "set", "latency", "speed-up", "PSNR"):
+            ls_t.add_column(col, justify="right" if col in ("latency", "speed-up", "PSNR") else "left")
+        for k, ls in enumerate(p.lossy_sets):
+            ls_t.add_row("chosen" if k == 0 else f"#{k + 1}", " + ".join(ls.options) or "none (lossless)",
+                         f"{ls.latency_s:.2f} s", f"{ls.speedup:.2f}×",
+                         "lossless" if ls.psnr_db is None else f"{ls.psnr_db:.1f} dB", style=None if k else "bold")
+        parts.append(ls_t)
+    if len(p.layouts) > 1:
+        lay_t = Table(title="⑤ layouts: p99 with queueing, GPUs including occupied time")
+        for col in ("layout", "GPUs/inst", "latency", "p99 (queue)", "instances", "GPUs", "SLO"):
+            lay_t.add_column(col, justify="left" if col == "layout" else "right")
+        for lay in p.layouts:
+            lay_t.add_row(lay.label + (" ◀" if lay.chosen else ""), str(lay.gpus_per_instance),
+                          f"{lay.latency_s:.2f} s", f"{lay.p99_s:.2f} s", str(lay.instances), str(lay.total_gpus),
+                          "met" if lay.meets_slo else "missed", style="bold" if lay.chosen else None)
+        parts.append(lay_t)
+    if p.pool_plan is not None:
+        pp = p.pool_plan
+        pool_t = Table(title=f"shape pools ({pp.workload})")
+        for col in ("pool", "share", "QPS", "latency", "p99 (queue)", "layout", "instances", "GPUs", "SLO"):
+            pool_t.add_column(col, justify="left" if col in ("pool", "layout") else "right")
+        for row in pp.rows:
+            pool_t.add_row(row.shape, f"{row.weight_share:.0%}", f"{row.qps:g}", f"{row.latency_s:.2f} s",
+                           "—" if row.p99_s is None else f"{row.p99_s:.2f} s", row.layout,
+                           f"{row.instances} × {row.gpus_per_instance}", str(row.total_gpus),
+                           "met" if row.slo_met else "MISSED")
+        pool_t.add_row("total", "100%", f"{pp.qps:g}", "", "", "", "", str(pp.total_gpus),
+                       "met" if pp.all_slo_met else "MISSED", style="bold")
+        parts.append(pool_t)
+        parts.append(Text(f"pools: {pp.total_gpus} GPUs on {pp.nodes} nodes in total (details above: the "
+                          f"largest pool, {pp.rows[0].shape})", style="bold"))
     for alt in p.alternatives:
         parts.append(Text(f"alternative: {alt.name}: {alt.latency_s:.2f} s, {alt.total_gpus} GPUs on {alt.nodes} nodes",
                           style="cyan"))

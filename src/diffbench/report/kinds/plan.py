@@ -272,10 +272,17 @@ def _plan_tables(i: int, r: LoadedResult, multi: bool) -> Section:
         ("GPU·s per request", f"{m.per_request_gpu_s:.3f} (occupied {m.occupied_gpu_s:.3f})"),
         ("instances", f"{m.instances} × {m.gpus_per_instance} GPU(s)"),
         ("total GPUs", f"{m.total_gpus} on {m.nodes} node(s)"),
-        ("occupied bound", f"{m.total_gpus_occupied_bound} GPUs (if multi-GPU inefficiency is unrecoverable)"),
+        ("occupied bound", f"{m.total_gpus_occupied_bound} GPUs (an instance holds its GPUs for the whole request)"),
         ("PSNR estimate", f"{m.psnr_db:.1f} dB" if m.psnr_db is not None else "lossless"),
         ("API · pools", f"{m.api} · {m.pools}"),
-    ] + ([("multi-GPU layout", f"{m.parallel.label}: {m.parallel.gpus} GPUs over {m.parallel.link}, "
+    ] + ([("capacity with queueing",
+           f"max(formula {m.sizing.formula_instances}, queue "
+           + (f"{m.sizing.queue_instances}" if m.sizing.queue_instances is not None else "none meets the p99")
+           + f") = {m.sizing.instances} instances; p99 with queueing {m.sizing.p99_s:.3f} s; "
+           f"service p99 {m.sizing.service_p99_s:.3f} s ({m.sizing.spread})")] if m.sizing is not None else [])
+      + ([("pools total", f"{m.pool_plan.total_gpus} GPUs on {m.pool_plan.nodes} node(s) over "
+                          f"{len(m.pool_plan.rows)} pools")] if m.pool_plan is not None else [])
+      + ([("multi-GPU layout", f"{m.parallel.label}: {m.parallel.gpus} GPUs over {m.parallel.link}, "
                                f"{m.parallel.latency_s:.3f} s")] if m.parallel is not None else []))
     steps = Table(id=f"plan-{i}-steps", title="Derivation", headers=[
         "", "step", "applied", "latency (s)", "GPU·s", "cost (dB)", "PSNR (dB)", "why"],
@@ -293,6 +300,29 @@ def _plan_tables(i: int, r: LoadedResult, multi: bool) -> Section:
     if not m.slo_met:
         blocks.append(Note(id=f"plan-{i}-slo-missed", text=f"the plan misses the SLO: {m.latency_s:.3f} s > "
                                                            f"{c.slo_p99_s:g} s", level="warn"))
+    if m.lossy_sets:
+        blocks.append(Table(id=f"plan-{i}-lossy-sets", title="Lossy sets within the budget (fastest first)",
+                            headers=["", "set", "latency (s)", "GPU·s", "speed-up", "PSNR (dB)"], rows=[
+            ["chosen" if k == 0 else f"#{k + 1}", " + ".join(ls.options) or "none (lossless)",
+             f"{ls.latency_s:.3f}", f"{ls.gpu_s:.3f}", f"{ls.speedup:.2f}×",
+             "lossless" if ls.psnr_db is None else f"{ls.psnr_db:.1f}"] for k, ls in enumerate(m.lossy_sets)],
+            caption="every subset of the lossy options was evaluated; speed-up over the lossless plan"))
+    if len(m.layouts) > 1:
+        blocks.append(Table(id=f"plan-{i}-layouts", title="⑤ Layouts (p99 with queueing)", headers=[
+            "layout", "GPUs/instance", "link", "latency (s)", "p99 with queueing (s)", "instances", "GPUs",
+            "meets SLO", "chosen"], rows=[
+            [lay.label, str(lay.gpus_per_instance), lay.link, f"{lay.latency_s:.3f}", f"{lay.p99_s:.3f}",
+             str(lay.instances), str(lay.total_gpus), "yes" if lay.meets_slo else "no", "◀" if lay.chosen else ""]
+            for lay in m.layouts]))
+    if m.pool_plan is not None:
+        pp = m.pool_plan
+        blocks.append(Table(id=f"plan-{i}-pools", title=f"Shape pools ({pp.workload})", headers=[
+            "pool", "share", "QPS", "latency (s)", "p99 (s)", "layout", "instances", "GPUs", "SLO"], rows=[
+            [row.shape, f"{row.weight_share:.0%}", f"{row.qps:g}", f"{row.latency_s:.3f}",
+             "—" if row.p99_s is None else f"{row.p99_s:.3f}", row.layout,
+             f"{row.instances} × {row.gpus_per_instance}", str(row.total_gpus), "met" if row.slo_met else "MISSED"]
+            for row in pp.rows] + [["total", "100%", f"{pp.qps:g}", "", "", "", "", str(pp.total_gpus),
+                                    "met" if pp.all_slo_met else "MISSED"]]))
     if m.alternatives:
         blocks.append(Table(id=f"plan-{i}-alternatives", title="Alternatives", headers=[
             "alternative", "latency (s)", "GPU·s per request", "total GPUs", "nodes", "note"], rows=[

@@ -1,0 +1,119 @@
+"""Issue 13 §4: queueing-aware capacity. The count meeting the p99 SLO with queueing (M/G/c simulation) is
+reported next to the design's formula ⌈QPS × latency × headroom⌉; the headline is the larger; layouts are
+chosen on the p99 with queueing. Closed forms: Erlang C / the M/M/c response-time quantile."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from diffbench.ledger import load_catalog
+from diffbench.plan import PlanConfig, plan
+from diffbench.plan.sizing import service_for, size_layout
+from diffbench.queueing.sizing import erlang_c, mmc_latency_quantile, size_pool
+
+
+def _mmc_count(qps: float, mean: float, slo: float) -> int:
+    c = int(qps * mean) + 1
+    while mmc_latency_quantile(0.99, c, qps, mean) > slo:
+        c += 1
+    return c
+
+
+@pytest.mark.parametrize(("qps", "mean", "slo"), [(5.0, 1.0, 6.0), (20.0, 0.5, 3.0), (2.0, 1.0, 5.5)])
+def test_mmc_case_against_erlang_c(qps, mean, slo):
+    """Exponential service (an exponential sample rescaled to the mean): the queue count is the closed form's."""
+    ex = np.random.default_rng(1).exponential(1.0, 200_000)
+    z = size_layout("x", qps, mean, 1, slo, 1.0, 8, samples=ex)
+    c = _mmc_count(qps, mean, slo)
+    assert z.queue_instances is not None and abs(z.queue_instances - c) <= 1
+    # the tail at that count follows the Erlang C mixture: P(wait) = C(c, a), then Exp(cμ − λ)
+    assert z.p99_s == pytest.approx(mmc_latency_quantile(0.99, z.queue_instances, qps, mean), rel=0.06)
+    assert 0 < erlang_c(c, qps * mean) < 1
+
+
+def test_near_the_slo_the_queue_needs_more_than_the_formula():
+    """4.3 s of service against a 5 s p99 leaves no room to wait: the formula's count misses the SLO."""
+    qps, mean, slo, headroom = 2.0, 4.3, 5.0, 1.3
+    z = size_layout("x", qps, mean, 1, slo, headroom, 8)
+    assert z.formula_instances == math.ceil(qps * mean * headroom)
+    assert z.queue_instances is not None and z.queue_instances > z.formula_instances
+    assert z.instances == z.queue_instances and z.meets_slo and z.p99_s <= slo
+    svc, _ = service_for(mean, 0.05, None)
+    at_formula = size_pool(qps, svc, slo, headroom).p99_at_formula_s
+    assert at_formula > slo  # the design's count alone would miss the p99
+
+
+def test_far_below_the_slo_queue_and_formula_agree():
+    qps, mean, slo = 20.0, 0.5, 5.0
+    bare = size_layout("x", qps, mean, 1, slo, 1.0, 8)
+    assert bare.queue_instances is not None
+    assert abs(bare.queue_instances - math.ceil(qps * mean)) <= 1  # only stability binds
+    z = size_layout("x", qps, mean, 1, slo, 1.3, 8)
+    assert z.instances == z.formula_instances == math.ceil(qps * mean * 1.3)  # the headroom keeps its margin
+
+
+def test_plan_headline_is_the_larger_count():
+    cat = load_catalog()
+    p = plan(cat, PlanConfig(model="flux.1-dev", width=1024, height=1024, steps=28, gpu="h100-sxm",
+                             slo_p99_s=2.3, qps=1.0, quality_budget_db=30.0))
+    z = p.sizing
+    assert z is not None and z.queue_instances is not None
+    assert z.formula_instances == math.ceil(1.0 * p.latency_s * 1.3 - 1e-9)
+    assert p.instances == max(z.formula_instances, z.queue_instances) and p.total_gpus == p.instances
+    assert p.gpus_per_instance == 1
+    assert z.queue_instances > z.formula_instances  # ≈1.9 s (p99 ≈2.1 s) against 2.3 s: the queue binds
+
+
+def test_layout_meeting_bare_latency_but_not_queueing_is_not_chosen():
+    """SLO 1.25 s: USP-2 serves in ≈1.19 s (under the SLO) but its p99 with queueing is over it; the fewest-GPU
+    rule on bare latency would pick it, the queueing-aware rule takes USP-4."""
+    cat = load_catalog()
+    p = plan(cat, PlanConfig(model="flux.1-dev", width=1024, height=1024, steps=28, gpu="h100-sxm",
+                             slo_p99_s=1.25, qps=100, quality_budget_db=30.0))
+    rows = {r.gpus_per_instance: r for r in p.layouts if r.strategy == "usp"}
+    assert rows[2].latency_s <= 1.25 and not rows[2].meets_slo and rows[2].p99_s > 1.25
+    assert p.parallel is not None and p.parallel.gpus == 4 and rows[4].chosen
+    assert p.slo_met and p.sizing is not None and p.sizing.p99_s <= 1.25
+    # GPUs of every row count the occupied time: ⌈QPS × latency × headroom⌉ × GPUs per instance at least
+    for r in p.layouts:
+        assert r.total_gpus >= math.ceil(100 * r.latency_s * 1.3 - 1e-9) * r.gpus_per_instance
+
+
+def test_cfg_model_reports_cfg_times_ulysses_next_to_ulysses():
+    cat = load_catalog()
+    p = plan(cat, PlanConfig(model="wan2.1-14b", width=1280, height=720, gpu="h100-sxm", slo_p99_s=60,
+                             qps=0.1, quality_budget_db=25.0))
+    labels = {r.label.split(" (")[0]: r for r in p.layouts}
+    for k in (2, 4):
+        both = labels[f"CFG-2 × USP-{k}"], labels[f"USP-{2 * k}"]
+        assert both[0].gpus_per_instance == both[1].gpus_per_instance == 2 * k
+        for r in both:
+            assert r.p99_s >= r.latency_s and r.total_gpus == r.instances * r.gpus_per_instance
+
+
+def test_service_spread_from_a_bench_run(tmp_path):
+    """A measured spread (CV 0.3) is rescaled to the plan's latency; its p99 sets the service p99."""
+    rng = np.random.default_rng(3)
+    samples = rng.lognormal(0.0, 0.3, 4000) * 7.0
+    z = size_layout("x", 1.0, 2.0, 1, 10.0, 1.3, 8, samples=samples)
+    scaled = samples * 2.0 / samples.mean()
+    assert z.service_p99_s == pytest.approx(float(np.quantile(scaled, 0.99)), rel=0.05)
+    assert "measured" in z.spread
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps({"kind": "diffbench.bench", "shapes": [{"samples_s": samples.tolist()}]}))
+    from diffbench.plan.sizing import load_bench_samples
+
+    assert load_bench_samples(bench).mean() == pytest.approx(samples.mean())
+
+
+def test_multi_gpu_reason_counts_the_layouts_meeting_the_slo():
+    cat = load_catalog()
+    p = plan(cat, PlanConfig(model="wan2.1-14b", width=1280, height=720, gpu="h100-sxm", slo_p99_s=60,
+                             qps=0.1, quality_budget_db=25.0))
+    step = next(s for s in p.steps if s.name == "multi-GPU")
+    rows = [r for r in p.layouts if r.strategy != "single"]
+    assert f"{sum(r.meets_slo for r in rows)} of {len(rows)} layouts meeting the SLO" in step.reason
