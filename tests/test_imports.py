@@ -51,3 +51,12 @@ def test_ledger_report_does_not_import_torch(tmp_path) -> None:
         f"assert main(['report', r'{tmp_path / 'l.json'}', '-o', r'{tmp_path / 'l.html'}', '-q']) == 0"
     )
     assert _loaded_after(code) <= {"matplotlib"}
+
+
+def test_planner_start_loads_neither_numpy_nor_the_simulator() -> None:
+    """`diffbench plan` starts fast: numpy and the queueing simulator load when the plan is sized, not when the
+    CLI and the planner are imported (benchmarks/bench_ledger.py prints the start-up against python -c pass)."""
+    code = ("import sys, diffbench.cli.main, diffbench.cli.plan, diffbench.plan.derive, diffbench.plan.render\n"
+            "import json; print(json.dumps([m for m in ('numpy', 'diffbench.queueing.simulator') if m in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"

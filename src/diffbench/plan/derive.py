@@ -16,8 +16,7 @@ the step cache and PipeFusion, which lose their effect with few steps.
 from __future__ import annotations
 
 from collections.abc import Callable
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from diffbench.errors import ModelError
 from diffbench.ledger.account import LedgerConfig, LedgerResult, evaluate, fit_suggestions
@@ -38,6 +37,9 @@ from diffbench.plan.models import Alternative, LayoutRow, PlanConfig, PlanResult
 from diffbench.plan.quality import combine_psnr
 from diffbench.plan.signals import alerts_for, signals_for
 from diffbench.plan.sizing import CV_SOURCE, LayoutSizing, size_layout
+
+if TYPE_CHECKING:
+    import numpy as np
 
 PIPEFUSION_FEW_STEP = ("PipeFusion attends to one-step-stale K/V of the other patches and needs warm-up steps "
                        "without staleness (gpus.md §3, xDiT docs/methods/pipefusion.md, arXiv 2405.14430): with "
@@ -124,7 +126,8 @@ def _lossless(catalog: Catalog, cfg: PlanConfig, gpu: GpuSpec, lc: LedgerConfig,
     lc = lc.model_copy(update={"compile": True})
     r = evaluate(catalog, lc)
     add(2, "compile", True, f"torch.compile: η_gemm {r.etas.gemm:.2f}",
-        "compiled/eager ratio of the xDiT H100 anchors (4.30 s vs 6.71 s) carries over", r,
+        "compiled elementwise passes and launch overhead from the joint fit over the catalog's compiled and eager "
+        "anchors (diffbench ledger --validate shows each one predicted by a fit without it)", r,
         bench_cmd(cfg, frames, steps, lc, "--warmup 0 --runs 10"))
     add(2, "warmup", True, f"warm up every served shape ({cfg.width}x{cfg.height}, {steps} steps) before traffic",
         "compiled graphs specialise per shape; an unwarmed shape pays the compile on a live request", r,

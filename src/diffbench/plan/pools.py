@@ -14,12 +14,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from diffbench.errors import ShapeError, UsageError
 from diffbench.ledger.schema import Catalog
 from diffbench.plan.models import PlanConfig, PlanResult, PoolRow, PoolsSummary
+
+if TYPE_CHECKING:
+    import numpy as np
 
 Shape = tuple[int, int, int, "int | None", float]
 """(width px, height px, steps, frames or None, weight) of one workload entry."""

@@ -39,7 +39,9 @@ def plan_renderable(p: PlanResult) -> Group:
     style = "green" if p.slo_met else "red"
     parts.append(Text(f"result: {p.latency_s:.2f} s per request ({verdict} the {c.slo_p99_s:g} s SLO"
                       + (f"; stops at {p.stopped_at}, best achievable" if p.stopped_at else "") + "), "
-                      f"{p.per_request_gpu_s:.2f} GPU·s per request → {p.total_gpus} GPUs "
+                      + (f"{p.per_request_gpu_s:.2f} GPU·s of work and {p.occupied_gpu_s:.2f} GPU·s occupied per request"
+                         if p.gpus_per_instance > 1 else f"{p.per_request_gpu_s:.2f} GPU·s per request")
+                      + f" → {p.total_gpus} GPUs "
                       f"({p.instances} × {p.gpus_per_instance}) on {p.nodes} nodes", style=f"bold {style}"))
     if p.sizing is not None:
         z = p.sizing

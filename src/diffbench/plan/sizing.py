@@ -17,18 +17,21 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
 from pydantic import BaseModel
 
 from diffbench.errors import InputError
-from diffbench.queueing.service_time import EmpiricalService, ServiceTime, load_service_samples, parse_service
-from diffbench.queueing.sizing import formula_instances, size_pool
+
+if TYPE_CHECKING:  # numpy and the simulator load when a plan is sized, not when the CLI starts
+    import numpy as np
+
+    from diffbench.queueing.service_time import ServiceTime
 
 DEFAULT_CV = 0.05
 MAX_SIM_REQUESTS = 200_000
-"""Simulated requests per candidate count are capped (size_pool's default is 400 × the formula's count): at
-10,000 QPS the default would hold ~9 M requests per count (over 1 GB, ~30 s per plan). Past ~500 instances the
+"""Simulated requests per candidate count are capped (size_pool's default is 200 × the formula's count): at
+10,000 QPS the default would hold ~4.5 M requests per count (over 1 GB, ~30 s per plan). Past ~500 instances the
 pool is large enough that arrivals average out and the formula's headroom, not the queue, sets the count."""
 CV_SOURCE = ("estimate: one shape at fixed steps on a warm (compiled) pipeline varies by a few per cent; "
              "monitoring.md §4 alerts when per-rank compute spread exceeds 10 %; confirm with "
@@ -59,6 +62,8 @@ def load_bench_samples(path: str | Path) -> np.ndarray:
     Raises:
         InputError: unreadable, no latencies, or a JSON result of another kind (e.g. a plan or a ledger).
     """
+    from diffbench.queueing.service_time import load_service_samples
+
     p = Path(path)
     if p.suffix == ".json" and p.is_file():
         try:
@@ -77,6 +82,10 @@ def service_for(mean_s: float, cv: float, samples: np.ndarray | None) -> tuple[S
     ``samples`` (seconds, a measured run) are rescaled to ``mean_s`` (shape and coefficient of variation
     kept); otherwise ``N(mean, cv × mean)`` (clipped at 0 s), or a constant when ``cv`` is 0.
     """
+    import numpy as np
+
+    from diffbench.queueing.service_time import EmpiricalService, parse_service
+
     if samples is not None and samples.size:
         scaled = np.asarray(samples, dtype=np.float64) * (mean_s / float(samples.mean()))
         cv_meas = float(scaled.std() / scaled.mean()) if scaled.mean() > 0 else 0.0
@@ -90,8 +99,10 @@ def size_layout(label: str, qps: float, latency_s: float, gpus_per_instance: int
                 headroom: float, gpus_per_node: int, cv: float = DEFAULT_CV,
                 samples: np.ndarray | None = None) -> LayoutSizing:
     """Instances and GPUs of one layout: max(formula on occupied time, smallest count meeting the p99)."""
+    from diffbench.queueing.sizing import formula_instances, size_pool
+
     service, spread = service_for(latency_s, cv, samples)
-    n = min(max(40_000, 400 * formula_instances(qps, latency_s, headroom)), MAX_SIM_REQUESTS)
+    n = min(max(40_000, 200 * formula_instances(qps, latency_s, headroom)), MAX_SIM_REQUESTS)
     pool = size_pool(qps, service, slo_p99_s, headroom, requests=n)
     formula = pool.formula_instances  # ⌈QPS × latency × headroom⌉: occupied time, one instance per request
     if pool.instances is None:
