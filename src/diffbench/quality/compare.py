@@ -119,24 +119,19 @@ def _score(spec: PairSpec, opt: QualityOptions, lp: Callable | None, fx: Feature
                     feats = (fx(a.array[None]), fx(b.array[None]))
                 else:
                     notes.append("excluded from FID/KID: needs 8-bit RGB")
-            if clip is not None:
-                if a.channels == 3 and a.array.dtype == np.uint8 and spec.prompt:
-                    cb, cc = clip([a.array, b.array], [spec.prompt, spec.prompt])
-                    m.update(clip_baseline=cb, clip_candidate=cc, clip_delta=cc - cb)
+            rgb8 = a.channels == 3 and a.array.dtype == np.uint8
+            # scores of each side: (metric prefix, scorer, needs the prompt, name in the note)
+            for prefix, scorer, prompted, label in (("clip", clip, True, "CLIP score"),
+                                                    ("pickscore", pick, True, "PickScore"),
+                                                    ("clip_iqa", iqa, False, "CLIP-IQA")):
+                if scorer is None:
+                    continue
+                if rgb8 and (spec.prompt or not prompted):
+                    sb, sc = (scorer([a.array, b.array], [spec.prompt, spec.prompt]) if prompted  # type: ignore[call-arg]
+                              else scorer([a.array, b.array]))  # type: ignore[call-arg]
+                    m.update({f"{prefix}_baseline": sb, f"{prefix}_candidate": sc, f"{prefix}_delta": sc - sb})
                 else:
-                    notes.append("CLIP score not computed: needs 8-bit RGB and a manifest prompt")
-            if pick is not None:
-                if a.channels == 3 and a.array.dtype == np.uint8 and spec.prompt:
-                    pb, pc = pick([a.array, b.array], [spec.prompt, spec.prompt])
-                    m.update(pickscore_baseline=pb, pickscore_candidate=pc, pickscore_delta=pc - pb)
-                else:
-                    notes.append("PickScore not computed: needs 8-bit RGB and a manifest prompt")
-            if iqa is not None:
-                if a.channels == 3 and a.array.dtype == np.uint8:
-                    qb, qc = iqa([a.array, b.array])
-                    m.update(clip_iqa_baseline=qb, clip_iqa_candidate=qc, clip_iqa_delta=qc - qb)
-                else:
-                    notes.append("CLIP-IQA not computed: needs 8-bit RGB")
+                    notes.append(f"{label} not computed: needs 8-bit RGB" + (" and a manifest prompt" if prompted else ""))
             if any(v is not None and math.isnan(v) for v in m.values()):
                 return _err(spec, f"metric produced NaN ({m})")
             pr = PairResult(kind="image", identical=border == 0 and interior == 0, metrics=m, **common)

@@ -75,6 +75,15 @@ def parse_json(body: bytes) -> tuple[dict[str, object] | None, str | None]:
     return obj, None
 
 
+def _json_answer(body: bytes, encoding: str | None) -> tuple[dict[str, object] | None, str | None]:
+    """The answer's JSON object after undoing ``encoding``, or (None, why it is not one)."""
+    try:
+        body = decode_body(body, encoding)
+    except ValueError as exc:
+        return None, str(exc)
+    return parse_json(body)
+
+
 def _check_image(b64: object, width: int, height: int, what: str = "b64_json") -> str | None:
     if not isinstance(b64, str) or not b64:
         return "data[].b64_json missing or not a string (the server may not support response_format=b64_json)"
@@ -108,11 +117,7 @@ def check_images(body: bytes, width: int, height: int, n: int, decode: bool = Tr
         decode: False skips base64/image decoding (JSON shape and server timings are still read).
         encoding: the response's ``Content-Encoding`` (None: identity).
     """
-    try:
-        body = decode_body(body, encoding)
-    except ValueError as exc:
-        return Verdict(False, str(exc))
-    obj, err = parse_json(body)
+    obj, err = _json_answer(body, encoding)
     if obj is None:
         return Verdict(False, err)
     stages, peak = server_timings(obj)
@@ -173,11 +178,7 @@ def check_chat(body: bytes, width: int, height: int, n: int, decode: bool = True
     other than ``n``, a URL that is not an image data URL, base64 that does not decode, an image Pillow
     cannot decode, or one of another size than ``width`` x ``height`` (pixels).
     """
-    try:
-        body = decode_body(body, encoding)
-    except ValueError as exc:
-        return Verdict(False, str(exc))
-    obj, err = parse_json(body)
+    obj, err = _json_answer(body, encoding)
     if obj is None:
         return Verdict(False, err)
     stages, peak = chat_timings(obj)
