@@ -29,6 +29,11 @@ class GenerationRequest(BaseModel):
 
     Sizes are in pixels; ``frames`` is None for images (video models need it). ``guidance`` is the CFG
     scale (or the distilled guidance for guidance-distilled models); None means the pipeline default.
+
+    Image-to-image (an edit, ``POST /v1/images/edits``): ``image`` is the input picture as encoded bytes
+    (PNG/JPEG/WebP, decoded by the engine and resized to ``width`` x ``height``), ``mask`` an optional
+    inpainting mask (white = repaint, same encoding), ``strength`` in (0, 1] the share of the schedule that
+    is re-noised (diffusers img2img: ``int(steps × strength)`` denoising steps run).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -43,6 +48,14 @@ class GenerationRequest(BaseModel):
     guidance: float | None = None
     batch: int = Field(default=1, gt=0)
     seed: int = 0
+    image: bytes | None = Field(default=None, repr=False)
+    mask: bytes | None = Field(default=None, repr=False)
+    strength: float = Field(default=0.6, gt=0, le=1)
+
+    @property
+    def is_edit(self) -> bool:
+        """An image-to-image request (an edit): ``image`` holds the input picture."""
+        return self.image is not None
 
     @property
     def shape_key(self) -> tuple[int, int, int | None, int, int]:
@@ -59,12 +72,14 @@ class GenerationRequest(BaseModel):
 class StageTimes(BaseModel):
     """Stage split of one generation, in seconds.
 
-    ``other_s`` = total − (text encode + denoise + VAE decode), so the stages reconcile with the total.
+    ``other_s`` = total − (text encode + image encode + denoise + VAE decode), so the stages reconcile with the
+    total; ``image_encode_s`` is the VAE encode of an edit's input image.
     ``step_s`` lists every denoising step (scheduler steps, not forwards); ``denoiser_calls`` counts
     denoiser forwards (2 per step with CFG run as two calls; 1 when CFG is batched or distilled).
     """
 
     text_encode_s: float = 0.0
+    image_encode_s: float = 0.0  # VAE encode of an edit's input image (0 for text-to-image)
     denoise_s: float = 0.0
     vae_decode_s: float = 0.0
     other_s: float = 0.0
