@@ -80,6 +80,9 @@ ROWS: list[tuple[list[str], int, list[str]]] = [
     ([*HTTP, "--url", "http://127.0.0.1:99999"], 2, ["--url 'http://127.0.0.1:99999'", "invalid port"]),
     ([*HTTP, "--url", "http://127.0.0.1:8000/v1?x=1"], 2, ["without ?query"]),
     ([*HTTP, "--url", "http://127.0.0.1:8000", "--dialect", "tgi"], 2, ["--dialect 'tgi'", "vllm-omni"]),
+    # fresh-user trial: the chat dialect passed the check and then crashed in HttpParams with a traceback
+    ([*HTTP, "--url", "http://127.0.0.1:8000", "--dialect", "vllm-omni-chat"], 2,
+     ["--dialect vllm-omni-chat", "speaks openai, vllm-omni, sglang", "diffbench load --dialect vllm-omni-chat"]),
     ([*HTTP, "--url", "http://127.0.0.1:8000", "--timeout", "0"], 2, ["--timeout 0", "(0, 86400]"]),
     ([*HTTP, "--url", "http://127.0.0.1:8000", "--dtype", "bfloat16"], 2, ["--dtype", "launch flags"]),
     ([*HTTP, "--url", "http://127.0.0.1:8000", "--frames", "9"], 2, ["--frames", "image services only"]),

@@ -48,6 +48,8 @@ ROWS = [
       "float16"], 2, ["--dtype", "launch flags"]),
     ([*HTTP_SWEEP, "--url", "{dead}", "--url-per-value", "http://127.0.0.1:1,http://127.0.0.1:2", "--dialect",
       "x"], 2, ["--dialect 'x'"]),
+    ([*HTTP_SWEEP, "--url", "{dead}", "--url-per-value", "http://127.0.0.1:1,http://127.0.0.1:2", "--dialect",
+      "vllm-omni-chat"], 2, ["--dialect vllm-omni-chat", "diffbench load"]),
     (["sweep", "--engine", "http", "--option", "Bad Name", "--values", "a", "--url", "{dead}", "--url-per-value",
       "http://127.0.0.1:1", "--store", "{tmp}/s.sqlite"], 2, ["--option 'Bad Name'", "lower case"]),
     ([*SWEEP, "--url-per-value", "http://127.0.0.1:1"], 2, ["--url-per-value", "add --engine http"]),

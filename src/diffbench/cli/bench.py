@@ -43,14 +43,21 @@ def _http_params(url: str | None, dialect: str, timeout: float, model: str | Non
     """
     from diffbench.engines.config import HttpParams
     from diffbench.engines.http_engine import check_url
+    from typing import get_args
+
+    from diffbench.engines.config import HttpParams
     from diffbench.load.client.dialects import DIALECTS
 
     if url is None:
         raise UsageError("--engine http needs --url URL: the base URL of the running service, e.g. "
                          "--url http://127.0.0.1:8000")
     base = check_url(url)
+    served = get_args(HttpParams.model_fields["dialect"].annotation)
     if dialect not in DIALECTS:
-        raise UsageError(f"--dialect {dialect!r}: choose one of {', '.join(DIALECTS)}")
+        raise UsageError(f"--dialect {dialect!r}: choose one of {', '.join(served)}")
+    if dialect not in served:
+        raise UsageError(f"--dialect {dialect}: the HTTP engine of bench and sweep speaks {', '.join(served)}; "
+                         f"{dialect} is measured with `diffbench load --dialect {dialect}`")
     if not (0 < timeout <= 86400):
         raise UsageError(f"--timeout {timeout:g}: must be seconds in (0, 86400]")
     local = [flag for flag, given in locals_given.items() if given]
