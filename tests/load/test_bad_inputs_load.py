@@ -139,6 +139,10 @@ ROWS = [
     (["--rates", "1", "--slo-scale", "3", "--dialect", "openai"], 2, "--dialect openai sends neither steps"),
     (["--rates", "1", "--slo-scale", "3", "--warmup", "0"], 2, "it needs --warmup >= 1"),
     (["--rates", "1", "--prompts", "notext.jsonl"], 2, 'notext.jsonl:1: a JSON row needs a string "text" field'),
+    # fresh-user trial: a 1e12 s timestamp (or --trace-speed 1e-12) overflowed the send times into negative
+    # latencies with exit 0
+    (["--trace", "huge.csv"], 2, "the replay would last 1e+12 s"),
+    (["--trace", "ok.txt", "--trace-speed", "1e-12"], 2, "at most 604,800 s (7 days)"),
 ]
 
 
@@ -159,6 +163,7 @@ def _make_files(root) -> None:
     (root / "cells.csv").write_text("timestamp,width,height\n0,64\n")
     (root / "ok.txt").write_text("0\n0.5\n")
     (root / "notext.jsonl").write_text('{"prompt": "x"}\n')
+    (root / "huge.csv").write_text("timestamp,size\n0,64x64\n1e12,64x64\n")
 
 
 @pytest.mark.parametrize("argv, code, fragment", ROWS, ids=[" ".join(r[0]) for r in ROWS])

@@ -128,3 +128,24 @@ def test_aiperf_prompt_file(tmp_path):
     plain = tmp_path / "p.txt"
     plain.write_text("one\n\ntwo\n")
     assert load_prompts(plain) == ["one", "two"]
+
+
+def test_a_timestamp_only_trace_takes_its_shapes_from_the_workload_mix(tmp_path):
+    """Fresh-user trial: a plain trace with --workload used only the workload's first shape."""
+    from diffbench.load.client.trace import with_mix
+    from diffbench.load.client.workload import Workload
+
+    p = tmp_path / "ts.txt"
+    p.write_text("".join(f"{i * 0.1}\n" for i in range(400)))
+    mix = Workload(shapes=[ShapeMix(width=64, height=64, steps=2, weight=3),
+                           ShapeMix(width=128, height=64, steps=2, weight=1)])
+    tr = with_mix(read_trace(p, mix.shapes[0]), mix, seed=5)
+    widths = [r.shape.width for r in tr.rows]
+    n128 = widths.count(128)
+    # the mix by weight: 1 in 4 requests at 128x64, binomial(400, 1/4) within 4 standard deviations
+    assert abs(n128 - 100) <= 4 * (400 * 0.25 * 0.75) ** 0.5 and set(widths) == {64, 128}
+    assert [r.t_s for r in tr.rows] == pytest.approx([i * 0.1 for i in range(400)])  # arrivals untouched
+    assert with_mix(read_trace(p, mix.shapes[0]), mix, seed=5).rows == tr.rows  # seeded
+    shaped = tmp_path / "s.csv"
+    shaped.write_text("timestamp,size\n0,96x32\n1,96x32\n")
+    assert {r.shape.width for r in with_mix(read_trace(shaped, mix.shapes[0]), mix, 5).rows} == {96}

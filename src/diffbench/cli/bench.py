@@ -41,11 +41,10 @@ def _http_params(url: str | None, dialect: str, timeout: float, model: str | Non
         UsageError: no ``--url``, a malformed URL, an unknown dialect, a timeout out of range, or an option
             that configures a local pipeline (it lives in the service's launch flags).
     """
-    from diffbench.engines.config import HttpParams
-    from diffbench.engines.http_engine import check_url
     from typing import get_args
 
     from diffbench.engines.config import HttpParams
+    from diffbench.engines.http_engine import check_url
     from diffbench.load.client.dialects import DIALECTS
 
     if url is None:

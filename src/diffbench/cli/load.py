@@ -432,7 +432,7 @@ def _trace(o: LoadOptions, wl: object, *, rates_given: bool, num_requests: objec
     """
     from diffbench.errors import UsageError
     from diffbench.load.client.slo import check_scale
-    from diffbench.load.client.trace import check_speed, read_trace
+    from diffbench.load.client.trace import check_span, check_speed, read_trace, with_mix
     from diffbench.load.client.workload import Workload
 
     assert isinstance(wl, Workload)
@@ -456,7 +456,8 @@ def _trace(o: LoadOptions, wl: object, *, rates_given: bool, num_requests: objec
     if o.arrival != "poisson" or o.burstiness is not None:
         raise UsageError("--trace sets the arrivals; drop --arrival / --burstiness")
     check_speed(o.trace_speed)
-    tr = read_trace(o.trace, wl.shapes[0])
+    tr = with_mix(read_trace(o.trace, wl.shapes[0]), wl, o.seed)
+    check_span(tr, o.trace_speed)
     if len(tr.rows) > o.max_requests:
         raise UsageError(f"--trace {o.trace} holds {len(tr.rows):,} rows, above --max-requests {o.max_requests:,}")
     if o.slo_scale is not None and o.warmup == 0 and tr.slo_count() < len(tr.rows):

@@ -261,6 +261,37 @@ def read_trace(path: str | Path, default: ShapeMix) -> Trace:
     return Trace(path=str(p), rows=rows, format=fmt, columns=tuple(columns))
 
 
+MAX_REPLAY_S = 7 * 86400.0
+"""Longest replay (last timestamp ÷ ``--trace-speed``) a trace may ask for: seven days; beyond it the run could
+never finish and nanosecond send times would overflow."""
+
+
+def check_span(trace: Trace, speed: float) -> None:
+    """Refuse a trace whose replay (last timestamp ÷ speed) exceeds :data:`MAX_REPLAY_S` seconds.
+
+    Raises:
+        UsageError: names the file, the span and the two ways out.
+    """
+    span = trace.rows[-1].t_s / speed
+    if not math.isfinite(span) or span > MAX_REPLAY_S:
+        raise UsageError(f"--trace {trace.path}: the replay would last {span:.3g} s (last timestamp "
+                         f"{trace.rows[-1].t_s:.6g} s ÷ --trace-speed {speed:g}); at most {MAX_REPLAY_S:,.0f} s "
+                         "(7 days): check the timestamps' unit (seconds), cut the file or raise --trace-speed")
+
+
+def with_mix(trace: Trace, workload: Workload, seed: int) -> Trace:
+    """A trace of timestamps only (no shape column) takes its shapes from the workload's mix, drawn by weight
+    with a generator seeded by ``seed`` (as the Poisson schedules draw theirs); other traces are unchanged."""
+    if any(c in trace.columns for c in ("width", "height", "size", "steps", "frames")) or len(workload.shapes) < 2:
+        return trace
+    rng = np.random.default_rng(seed)
+    w = np.array([s.weight for s in workload.shapes], dtype=np.float64)
+    picks = rng.choice(len(w), size=len(trace.rows), p=w / w.sum())
+    rows = [TraceRow(t_s=r.t_s, shape=workload.shapes[int(k)], prompt=r.prompt, seed=r.seed, slo_s=r.slo_s)
+            for r, k in zip(trace.rows, picks, strict=True)]
+    return Trace(path=trace.path, rows=rows, format=trace.format, columns=trace.columns)
+
+
 def check_speed(speed: float) -> float:
     """``--trace-speed`` (> 0, finite). Raises UsageError otherwise."""
     if not math.isfinite(speed) or speed <= 0:
