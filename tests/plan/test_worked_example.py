@@ -127,3 +127,17 @@ def test_capacity_and_psnr_closed_forms():
     assert (c.instances, c.total_gpus, c.nodes) == (math.ceil(26 / 4), 28, 4)
     assert combine_psnr([30.0, 30.0]) == pytest.approx(30 - 10 * math.log10(2))
     assert combine_psnr([]) is None
+
+
+def test_multi_gpu_signals_describe_the_layout_not_one_gpu(cat):
+    """Fresh-user trial: with USP-4 the stage signal showed the one-GPU denoise time (1.84 s) while the step
+    signal showed the USP-4 step (0.026 s × 28 = 0.72 s): alert baselines 2.5× apart."""
+    p = plan(cat, _cfg(slo_p99_s=1.0))
+    assert p.parallel is not None
+    sig = {s.name: s for s in p.signals}
+    step = sig["diffusion_denoise_step_duration_seconds"].value
+    note = sig["diffusion_stage_duration_seconds"].note
+    stages = {k: float(note.split(f"{k} ")[1].split(" s")[0]) for k in ("text_encode", "denoise", "vae_decode")}
+    assert stages["denoise"] == pytest.approx(step * 28, abs=1e-3)
+    assert sum(stages.values()) == pytest.approx(p.latency_s, abs=2e-3)  # the stages add up to the request
+    assert sig["diffusion_request_duration_seconds"].value == pytest.approx(p.latency_s)

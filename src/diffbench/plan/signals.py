@@ -19,7 +19,9 @@ def signals_for(cfg: PlanConfig, r: LedgerResult, latency_s: float, multi_gpu: b
         Signal(name="diffusion_request_duration_seconds", unit="s", value=latency_s,
                note="histogram; make the SLO a bucket edge"),
         Signal(name="diffusion_stage_duration_seconds", unit="s",
-               note="per stage: " + ", ".join(f"{s.name} {s.time_s:.3f} s" for s in r.stages)),
+               note="per stage: " + ", ".join(
+                   f"{s.name} {(step_s * r.steps if s.name == 'denoise' else s.time_s):.3f} s" for s in r.stages)
+               + (" (denoise across the instance's GPUs; text encode and VAE decode run on one)" if multi_gpu else "")),
         Signal(name="diffusion_denoise_step_duration_seconds", unit="s", value=step_s, note="per-step histogram"),
         Signal(name="diffusion_denoise_step_baseline_seconds", unit="s", value=step_s,
                note="gauge; replace with the measured step time from diffbench bench"),
