@@ -14,7 +14,7 @@ import pytest
 
 from diffbench.cli.main import main
 from diffbench.ledger import LedgerConfig, evaluate, load_catalog
-from diffbench.ledger.calibrate import calibrate, with_calibration
+from diffbench.ledger.calibrate import calibrate, describe, with_calibration
 from diffbench.ledger.fit import TARGET, fitted_params, validate
 
 D, BLOCKS, TXT = 3072, 57, 512          # FLUX.1-dev: hidden, 19 + 38 blocks, joint text tokens
@@ -287,3 +287,44 @@ def test_calibrate_gpu_match(gpu_id, device, ok):
     from diffbench.ledger.calibrate import gpu_matches
 
     assert gpu_matches(gpu_id, device) is ok
+
+
+def test_calibrate_names_every_mismatch_and_flags_a_forced_poor_fit(tmp_path, capsys):
+    """Fresh-user trial: a tiny-flux bench on a CPU named only the device; forced, its meaningless fit (η_attn at
+    its bound, RMS log residual 1.57) was used without a word."""
+    both = _bench(tmp_path, (512, 1024), 0.5, 0.4, device="AMD EPYC", model="tiny-flux")
+    assert main(["ledger", "--model", "flux.1-dev", "--size", "1024x1024", "--gpu", "h100-sxm",
+                 "--calibrate", str(both)]) == 2
+    err = capsys.readouterr().err
+    assert "'AMD EPYC'" in err and "'tiny-flux'" in err and "--calibrate-force" in err
+    data = json.loads(both.read_text())
+    data["shapes"][0]["step_s"]["per_step_median"] = [x * 20 for x in data["shapes"][0]["step_s"]["per_step_median"]]
+    both.write_text(json.dumps(data))  # one shape 20x slower: no pair of η describes both
+    cal = calibrate(load_catalog(), both, "flux.1-dev", "h100-sxm", force=True)
+    assert cal.rms_residual > 0.2
+    assert "WARNING: the fit does not describe this run" in describe(cal)
+    good = calibrate(load_catalog(), _bench(tmp_path, (512, 1024), 0.5, 0.4), "flux.1-dev", "h100-sxm")
+    assert "WARNING" not in describe(good)
+
+
+def test_a_broken_anchor_set_is_flagged_in_validate_ledger_and_plan(tmp_path, capsys):
+    """Fresh-user trial: one anchor at 600 s gave a fit pinned at its bounds that ledger and plan used silently,
+    and --validate showed an in-sample value as its leave-one-out prediction."""
+    c = tmp_path / "c.yaml"
+    c.write_text("anchors:\n  - {id: slow, model: flux.1-dev, gpu: h100-sxm, width: 1024, height: 1024, steps: 28, "
+                 "measured_s: 600, covers: denoise, source: test}\n")
+    assert main(["ledger", "--validate", "--catalog", str(c), "--json", str(tmp_path / "v.json")]) == 1
+    capsys.readouterr()
+    row = json.loads((tmp_path / "v.json").read_text())["rows"][0]
+    assert row["loo_s"] is None or row["loo_s"] != row["loo_s"] or row["loo_s"] == "nan"  # no other anchor: none
+    assert main(["ledger", "--model", "flux.1-dev", "--size", "1024x1024", "--gpu", "h100-sxm", "--catalog", str(c),
+                 "--json", str(tmp_path / "l.json")]) == 0
+    notes = json.loads((tmp_path / "l.json").read_text())["notes"]
+    assert any("fit to the catalog's anchors is poor" in n for n in notes)
+    assert main(["plan", "--model", "flux.1-dev", "--size", "1024x1024", "--gpu", "h100-sxm", "--slo-p99", "3",
+                 "--qps", "1", "--catalog", str(c), "--json", str(tmp_path / "p.json")]) == 0
+    steps = json.loads((tmp_path / "p.json").read_text())["steps"]
+    assert "WARNING: the time model's fit" in steps[0]["assumption"]
+    assert main(["ledger", "--model", "flux.1-dev", "--size", "1024x1024", "--gpu", "h100-sxm",
+                 "--json", str(tmp_path / "ok.json")]) == 0  # the built-in catalog's fit is fine: no note
+    assert not any("is poor" in n for n in json.loads((tmp_path / "ok.json").read_text())["notes"])

@@ -131,6 +131,11 @@ def evaluate(catalog: Catalog, cfg: LedgerConfig) -> LedgerResult:
                      f"({catalog.optimizations.int4_linear.method})")
     if gpu.provisional:
         notes.append(f"{gpu.display_name} peak figures are provisional (see its catalog source)")
+    from diffbench.ledger.fit import fit_warning, fitted_params
+
+    poor = fit_warning(fitted_params(catalog))
+    if poor:
+        notes.append(poor)
 
     # Text encode
     te_flops = text_encode_flops(model, fps, cfg.text_tokens)

@@ -76,6 +76,10 @@ def read_bench(path: str | Path) -> dict[str, Any]:
     return data
 
 
+POOR_FIT = 0.2
+"""RMS of log(predicted ÷ measured) per-step time above which a calibration is flagged (≈ 22 % off)."""
+
+
 def _device_name(data: dict[str, Any]) -> str:
     gpus = (data.get("env") or {}).get("gpus") or []
     if gpus and isinstance(gpus[0], dict) and gpus[0].get("name"):
@@ -151,13 +155,15 @@ def calibrate(catalog: Catalog, path: str | Path, model_id: str, gpu_id: str, fo
     mid, gid = model_id.strip().lower(), gpu_id.strip().lower()
     cond = data.get("conditions") or {}
     device = _device_name(data)
-    if not force and not gpu_matches(gid, device):
-        raise InputError(f"--calibrate {path}: the bench ran on {device!r}, not on --gpu {gid} "
-                         f"({gpu.display_name}); pass the --gpu it ran on, or --calibrate-force to use it anyway")
     bench_model = str(cond.get("model") or "?")
-    if not force and not model_matches(mid, model.display_name, bench_model):
-        raise InputError(f"--calibrate {path}: the bench ran model {bench_model!r}, not --model {mid} "
-                         f"({model.display_name}); pass the --model it ran, or --calibrate-force")
+    wrong = []
+    if not gpu_matches(gid, device):
+        wrong.append(f"it ran on {device!r}, not on --gpu {gid} ({gpu.display_name})")
+    if not model_matches(mid, model.display_name, bench_model):
+        wrong.append(f"it ran model {bench_model!r}, not --model {mid} ({model.display_name})")
+    if wrong and not force:
+        raise InputError(f"--calibrate {path}: " + "; ".join(wrong) + ". Calibrate from a bench of the planned model "
+                         "on the planned GPU (or --calibrate-force to use this one anyway)")
     precision = _precision(cond, str(path))
     backend = _backend(cond)
     tm.check_backend(catalog, gpu, backend)
@@ -234,6 +240,13 @@ def describe(cal: Calibration) -> str:
     parts = [f"η_gemm {e.gemm:.3f}"]
     if e.attention is not None:
         parts.append(f"η_attn[{cal.backend}] {e.attention:.3f}")
+    warn = ""
+    at_bound = [n for n, v in (("η_gemm", e.gemm), ("η_attn", e.attention)) if v is not None and (v >= 0.999 or v <= 0.011)]
+    if cal.rms_residual > POOR_FIT or at_bound:
+        warn = ("; WARNING: the fit does not describe this run ("
+                + ", ".join(([f"RMS log residual {cal.rms_residual:.2f} > {POOR_FIT}"] if cal.rms_residual > POOR_FIT
+                             else []) + [f"{n} at its bound" for n in at_bound])
+                + "): is it a bench of the planned model on the planned GPU, warm and at low load?")
     return (f"calibrated {cal.gpu_id} from {e.source}: {', '.join(parts)} "
             f"({'compiled' if cal.compiled else 'eager'}); RMS log residual {cal.rms_residual:.4f}"
-            + ("" if e.attention is not None else "; attention η kept (one token count cannot separate it)"))
+            + ("" if e.attention is not None else "; attention η kept (one token count cannot separate it)") + warn)

@@ -282,6 +282,26 @@ def fitted_params(catalog: Catalog) -> FitResult:
     return fr
 
 
+POOR_FIT = 0.2
+"""RMS of log(predicted ÷ published) over the fitted anchors above which ``ledger`` and ``plan`` warn (≈ 22 %)."""
+
+
+def fit_warning(fr: FitResult) -> str | None:
+    """A sentence when the anchor fit cannot be trusted (residual above :data:`POOR_FIT`, a cost parameter pinned at
+    the upper bound of :data:`BOUNDS`, or η_gemm at its lower bound), else None. A launch overhead at its lower
+    bound is a finding (no overhead), not a failure."""
+    pinned = [n for n, v in (("passes_eager", fr.passes.get(False)), ("passes_compiled", fr.passes.get(True)),
+                             ("launch_eager_s", fr.launch.get(False)), ("eta_gemm", fr.eta_gemm))
+              if v is not None and n in fr.free
+              and (v >= BOUNDS[n][1] * 0.999 or (n == "eta_gemm" and v <= BOUNDS[n][0] * 1.001))]
+    if fr.rms_log_residual <= POOR_FIT and not pinned:
+        return None
+    why = [f"RMS log residual {fr.rms_log_residual:.2f} over {fr.n_anchors} anchor(s)"] + [f"{n} at its bound"
+                                                                                           for n in pinned]
+    return ("the time model's fit to the catalog's anchors is poor (" + ", ".join(why) + "): its seconds are not "
+            "trustworthy; run `diffbench ledger --validate` and fix or mark the outlying anchors")
+
+
 @dataclass(frozen=True)
 class ValidationRow:
     """One anchor of ``ledger --validate``: published, leave-one-out and in-sample predictions (seconds)."""
@@ -309,6 +329,9 @@ def validate(catalog: Catalog) -> list[ValidationRow]:
             loo = full
         else:
             rest = [o for o in fit_set if o is not c]
-            loo = fit_cases(catalog, rest, priors) if rest else full
+            if not rest:  # no other anchor to fit: there is no leave-one-out prediction (nan fails the target)
+                rows.append(ValidationRow(anchor=c.anchor, loo_s=math.nan, in_sample_s=predict(c, full)))
+                continue
+            loo = fit_cases(catalog, rest, priors)
         rows.append(ValidationRow(anchor=c.anchor, loo_s=predict(c, loo), in_sample_s=predict(c, full)))
     return rows

@@ -107,11 +107,14 @@ def validate_table(rows: list[ValidationRow], fr: FitResult) -> Group:
         if a.outlier:
             footnotes.append(Text(f"[{len(footnotes) + 1}] {a.id} (kept out of the fit) — outlier: {a.outlier}"))
             note = f"outlier [{len(footnotes)}]"
+        elif r.loo_s != r.loo_s:  # nan: no other anchor to fit
+            note = "no other anchor: no leave-one-out fit"
         elif not ok:
             note = "OUTSIDE TARGET"
         setting = (f"{shape}, {a.steps} steps, {a.attention}, {'compiled' if a.compile else 'eager'}, {a.precision}, "
                    f"{a.covers.replace('_', ' ')}")
-        t.add_row(a.id, a.model, a.gpu, setting, f"{a.measured_s:,.2f} s", f"{r.loo_s:,.2f} s", f"{r.ratio:.3f}",
+        t.add_row(a.id, a.model, a.gpu, setting, f"{a.measured_s:,.2f} s", "—" if r.loo_s != r.loo_s else f"{r.loo_s:,.2f} s",
+                  "—" if r.loo_s != r.loo_s else f"{r.ratio:.3f}",
                   f"{r.in_sample_s / a.measured_s:.3f}", note)
     attn = ", ".join(f"{b}@{arch} {v:.3f}" for (b, arch), v in sorted(fr.eta_attn.items()))
     summary = Text(f"fit over {fr.n_anchors} anchors ({len(fr.free)} free parameters): η_gemm {fr.eta_gemm:.3f}; "

@@ -266,7 +266,8 @@ def plan(catalog: Catalog, cfg: PlanConfig, service_samples: np.ndarray | None =
         f"peak {r.peak_memory_bytes / 2**30:.1f} GiB: {fit_txt} one {gpu.display_name}; "
         f"attention {r.attention_time_share:.0%} of denoise time",
         f"bf16 eager with SDPA; η_gemm {r.etas.gemm:.2f}, η_attn {r.etas.attention:.2f} "
-        f"(calibrated on the catalog's anchors)",
+        f"(calibrated on the catalog's anchors)"
+        + "".join(f"; WARNING: {n}" for n in r.notes if n.startswith("the time model's fit")),
         r, ledger_cmd(cfg, frames, steps))
 
     # ② lossless single GPU, ③-④ the best lossy set
