@@ -117,3 +117,28 @@ def test_multi_gpu_reason_counts_the_layouts_meeting_the_slo():
     step = next(s for s in p.steps if s.name == "multi-GPU")
     rows = [r for r in p.layouts if r.strategy != "single"]
     assert f"{sum(r.meets_slo for r in rows)} of {len(rows)} layouts meeting the SLO" in step.reason
+
+
+def test_a_doubtful_service_from_run_is_named(tmp_path, capsys):
+    """Fresh-user trial: 8 latencies of a mixed-shape load run (CV 1.24) and a tiny-flux CPU bench were taken as
+    the service spread of flux.1-dev on an H100 without a word, and the GPU count followed them."""
+    from diffbench.cli.main import main
+
+    few = tmp_path / "few.txt"
+    few.write_text("\n".join(str(v) for v in (0.2, 0.3, 2.5, 0.25, 3.1, 0.2, 0.4, 2.9)) + "\n")
+    base = ["plan", "--model", "flux.1-dev", "--size", "1024x1024", "--steps", "28", "--gpu", "h100-sxm",
+            "--slo-p99", "3", "--qps", "10", "--quality-budget", "30"]
+    assert main([*base, "--service-from", str(few), "--json", str(tmp_path / "p.json")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    warns = json.loads((tmp_path / "p.json").read_text())["warnings"]
+    assert any("8 latencies" in w for w in warns) and any("coefficient of variation" in w for w in warns)
+    assert "warning: --service-from: 8 latencies" in out
+    tiny = tmp_path / "bench.json"
+    tiny.write_text(json.dumps({"kind": "diffbench.bench", "conditions": {"model": "tiny-flux", "device": "cpu",
+                                                                          "hardware": "x86_64"},
+                                "shapes": [{"samples_s": [1.0 + 0.01 * i for i in range(40)]}]}))
+    assert main([*base, "--service-from", str(tiny), "--json", str(tmp_path / "q.json")]) == 0
+    warns = json.loads((tmp_path / "q.json").read_text())["warnings"]
+    assert any("measured 'tiny-flux', not FLUX.1-dev" in w for w in warns)
+    assert any("not on h100-sxm" in w for w in warns)
+    assert not any("latencies:" in w or "coefficient" in w for w in warns)  # 40 runs, CV 0.01: the spread is fine

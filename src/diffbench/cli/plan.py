@@ -107,6 +107,12 @@ def register(app: typer.Typer) -> None:
                 result = derive(cat, pc, samples)
             except ShapeError as exc:
                 raise ShapeError(f"{shape_option(str(exc), str(size))}: {exc}") from None
+        if service_from is not None:
+            from diffbench.plan.sizing import source_warnings
+
+            model_spec = cat.models.get(model.strip().lower())
+            extra = source_warnings(service_from, model, model_spec.display_name if model_spec else model, gpu)
+            result = result.model_copy(update={"warnings": [*extra, *result.warnings]})
         Console(width=max(Console().width, 140)).print(plan_renderable(result))
         if json_path is not None:
             write_json_atomic(json_path, result.model_dump(mode="json"))

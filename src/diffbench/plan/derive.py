@@ -36,7 +36,7 @@ from diffbench.plan.lossy import ORDER, STAGE, LossyOption, LossySet, apply_opti
 from diffbench.plan.models import Alternative, LayoutRow, PlanConfig, PlanResult, PlanStep
 from diffbench.plan.quality import combine_psnr
 from diffbench.plan.signals import alerts_for, signals_for
-from diffbench.plan.sizing import CV_SOURCE, LayoutSizing, size_layout
+from diffbench.plan.sizing import CV_SOURCE, LayoutSizing, sample_warnings, size_layout
 
 if TYPE_CHECKING:
     import numpy as np
@@ -397,7 +397,7 @@ def plan(catalog: Catalog, cfg: PlanConfig, service_samples: np.ndarray | None =
         per_request_gpu_s=gpu_s, occupied_gpu_s=occupied, gpus_per_instance=per_inst, instances=sizing.instances,
         total_gpus=sizing.total_gpus, nodes=sizing.nodes, total_gpus_occupied_bound=sizing.total_gpus,
         parallel=par, psnr_db=psnr, api=api, pools=pools, alternatives=alternatives, signals=sigs, alerts=alerts,
-        lossy_sets=lossy_sets, sizing=sizing, layouts=layouts,
+        lossy_sets=lossy_sets, sizing=sizing, layouts=layouts, warnings=sample_warnings(service_samples),
     )
 
 

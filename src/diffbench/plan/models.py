@@ -151,6 +151,7 @@ class PlanResult(BaseModel):
     api: str
     pools: str
     alternatives: list[Alternative] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)  # e.g. a --service-from run that cannot stand for this plan
     lossy_sets: list[LossySet] = Field(default_factory=list, description="chosen lossy set first, then runners-up")
     sizing: LayoutSizing | None = None
     layouts: list[LayoutRow] = Field(default_factory=list)

@@ -94,4 +94,5 @@ def plan_renderable(p: PlanResult) -> Group:
     for al in p.alerts:
         s.add_row(al.name, al.threshold, al.condition, style="yellow")
     parts.append(s)
+    parts.extend(Text(f"warning: {w}", style="yellow") for w in p.warnings)
     return Group(*parts)  # type: ignore[arg-type]

@@ -76,6 +76,54 @@ def load_bench_samples(path: str | Path) -> np.ndarray:
     return load_service_samples(p).samples
 
 
+MIN_SAMPLES = 30
+MAX_CV = 0.25
+
+
+def sample_warnings(samples: np.ndarray | None) -> list[str]:
+    """What makes a ``--service-from`` spread doubtful: fewer than :data:`MIN_SAMPLES` runs, or a coefficient of
+    variation above :data:`MAX_CV` (a warm single-shape bench at low load varies by a few per cent; more means
+    mixed shapes, a loaded run with queueing in it, or a busy machine)."""
+    if samples is None:
+        return []
+    out = []
+    n = int(samples.size)
+    if n < MIN_SAMPLES:
+        out.append(f"--service-from: {n} latencies: the spread (and the p99 built on it) rests on too few runs; "
+                   f"measure at least {MIN_SAMPLES} (diffbench bench --runs 30)")
+    mean = float(samples.mean()) if n else 0.0
+    cv = float(samples.std() / mean) if n and mean > 0 else 0.0
+    if cv > MAX_CV:
+        out.append(f"--service-from: coefficient of variation {cv:.2f} > {MAX_CV}: mixed shapes, a loaded run (its "
+                   "latencies include queueing) or a busy machine? pass a warm single-shape bench at low load")
+    return out
+
+
+def source_warnings(path: str | Path, model_id: str, model_display: str, gpu_id: str) -> list[str]:
+    """A bench JSON of another model or device than the plan's (its spread is still used, rescaled)."""
+    from diffbench.ledger.calibrate import _device_name, gpu_matches, model_matches
+
+    p = Path(path)
+    if p.suffix != ".json":
+        return []
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (ValueError, OSError, UnicodeDecodeError):
+        return []
+    if not isinstance(data, dict) or not str(data.get("kind", "")).startswith("diffbench.bench"):
+        return []
+    out = []
+    bench_model = str((data.get("conditions") or {}).get("model") or "?")
+    if not model_matches(model_id, model_display, bench_model):
+        out.append(f"--service-from {p.name}: measured {bench_model!r}, not {model_display}; its spread is used "
+                   "rescaled to the plan's latency")
+    device = _device_name(data)
+    if not gpu_matches(gpu_id, device):
+        out.append(f"--service-from {p.name}: measured on {device!r}, not on {gpu_id}; its spread is used rescaled "
+                   "to the plan's latency")
+    return out
+
+
 def service_for(mean_s: float, cv: float, samples: np.ndarray | None) -> tuple[ServiceTime, str]:
     """The service-time distribution of a layout whose mean latency is ``mean_s`` seconds.
 

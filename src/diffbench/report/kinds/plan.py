@@ -297,6 +297,7 @@ def _plan_tables(i: int, r: LoadedResult, multi: bool) -> Section:
     blocks: list[Block] = [facts, steps, confirm]
     if m.stopped_at:
         blocks.append(Note(id=f"plan-{i}-stopped", text=f"stopped at: {m.stopped_at}", level="warn"))
+    blocks += [Note(id=f"plan-{i}-warn-{k}", text=w, level="warn") for k, w in enumerate(getattr(m, "warnings", []))]
     if not m.slo_met:
         blocks.append(Note(id=f"plan-{i}-slo-missed", text=f"the plan misses the SLO: {m.latency_s:.3f} s > "
                                                            f"{c.slo_p99_s:g} s", level="warn"))
