@@ -105,6 +105,7 @@ FILES = {
     "plan.json": '{"kind": "diffbench.plan", "latency_s": 1.0}',
     "nolat.json": '{"kind": "diffbench.bench", "shapes": []}',
     "broken.json": '{"kind": "diffbench.bench", ',
+    "one.yaml": "shapes:\n  - {width: 1024, height: 1024, steps: 28}\n",
 }
 FILE_ROWS: list[tuple[list[str], int, list[str]]] = [
     ([*NO_SIZE, "--workload", "{tmp}/missing.yaml"], 2, ["--workload", "missing.yaml", "not found"]),
@@ -114,6 +115,10 @@ FILE_ROWS: list[tuple[list[str], int, list[str]]] = [
     ([*NO_SIZE, "--workload", "{tmp}/odd.yaml"], 2, ["--workload", "1020x1024", "multiple of 16"]),
     ([*BASE, "--workload", "{tmp}/typo.yaml"], 2, ["--size", "--workload", "exactly one"]),
     (NO_SIZE, 2, ["--size", "--workload", "exactly one"]),
+    # fresh-user trial: an image workload on a video model was planned as video; --frames/--steps were ignored
+    ([*[a if a != "flux.1-dev" else "wan2.1-14b" for a in NO_SIZE], "--workload", "{tmp}/one.yaml"], 2,
+     ["an image workload for Wan2.1-T2V-14B, a video model", "kind: video"]),
+    ([*NO_SIZE, "--workload", "{tmp}/one.yaml", "--frames", "9"], 2, ["--steps/--frames with --workload"]),
     ([*BASE, "--service-from", "{tmp}/plan.json"], 2, ["--service-from", "diffbench.plan", "not a bench result"]),
     ([*BASE, "--service-from", "{tmp}/nolat.json"], 2, ["--service-from", "no latencies"]),
     ([*BASE, "--service-from", "{tmp}/broken.json"], 2, ["--service-from", "not valid JSON"]),

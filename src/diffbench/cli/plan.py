@@ -83,7 +83,15 @@ def register(app: typer.Typer) -> None:
         if workload is not None:
             from diffbench.load.client.workload import load_workload
 
+            if steps is not None or frames is not None:
+                raise UsageError("--steps/--frames with --workload: each pool's steps and frames come from its shape "
+                                 "in the workload file; drop the flags or edit the file")
             wl = load_workload(workload)  # validate the file before any planning
+            spec = cat.models.get(model.strip().lower())
+            if spec is not None and wl.kind != spec.kind:
+                raise UsageError(f"--workload {workload}: {'an' if wl.kind == 'image' else 'a'} {wl.kind} workload for "
+                                 f"{spec.display_name}, {'an' if spec.kind == 'image' else 'a'} {spec.kind} model; set kind: {spec.kind}" + (" with frames on every shape" if spec.kind == "video"
+                                                                   else " and drop frames"))
             shapes = [(s.width, s.height, s.steps, s.frames, s.weight) for s in wl.shapes]
         if calibrate is not None:
             from diffbench.ledger.calibrate import apply_calibration, describe
