@@ -88,6 +88,7 @@ def test_cli_workload_pools(tmp_path, capsys):
                   "  - {size: 512x512, steps: 28, weight: 1}\n")
     out = tmp_path / "p.json"
     argv = [a for a in ARGS if a not in ("--size", "1024x1024")]
+    argv = [a for i, a in enumerate(argv) if a != "--steps" and (i == 0 or argv[i - 1] != "--steps")]  # from the file
     assert main([*argv, "--workload", str(wl), "--json", str(out)]) == 0
     text = capsys.readouterr().out
     pp = json.loads(out.read_text())["pool_plan"]

@@ -142,3 +142,16 @@ def test_a_doubtful_service_from_run_is_named(tmp_path, capsys):
     assert any("measured 'tiny-flux', not FLUX.1-dev" in w for w in warns)
     assert any("not on h100-sxm" in w for w in warns)
     assert not any("latencies:" in w or "coefficient" in w for w in warns)  # 40 runs, CV 0.01: the spread is fine
+
+
+def test_a_model_that_fits_only_with_offload_gets_split_layouts_without_it():
+    """Fresh-user trial: FLUX.1-dev on a 24 GB card fits one GPU only with group offload, and tensor parallel was
+    never a candidate (the planner treated the offloaded request as fitting). The split layouts are costed on the
+    request without offload: no transfer time, weights held across the instance's GPUs."""
+    cat = load_catalog()
+    p = plan(cat, PlanConfig(model="flux.1-dev", width=1024, height=1024, steps=28, gpu="rtx-4090",
+                             slo_p99_s=30, qps=1, quality_budget_db=30.0))
+    strategies = {r.strategy for r in p.layouts}
+    assert "tp" in strategies and "pipefusion" in strategies
+    assert p.parallel is not None
+    assert p.parallel.exposed_comm_s >= 0 and p.latency_s < 30

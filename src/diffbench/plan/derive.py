@@ -207,9 +207,14 @@ def _layouts(catalog: Catalog, cfg: PlanConfig, model: ModelSpec, gpu: GpuSpec, 
 
     Choice: among layouts meeting the p99 SLO with queueing, the fewest GPUs (then the lowest latency);
     if none meets it, the lowest latency. Returns (chosen or None, its sizing, table rows, all tried)."""
-    tried = [evaluate_parallel(catalog, model, gpu, base, s, d, cfg.gpus_per_node)  # type: ignore[arg-type]
-             for s, d in _parallel_candidates(model, gpu, base.forwards_per_step, cfg.gpus_per_node, base.fits,
-                                              few_step)]
+    # a model that fits one GPU only with CPU offload does not fit it: its layouts (tensor parallel among them)
+    # are costed on the request without offload, whose weights the split then holds in GPU memory
+    resident = base
+    if base.config.offload != "none":
+        resident = evaluate(catalog, base.config.model_copy(update={"offload": "none"}))
+    tried = [evaluate_parallel(catalog, model, gpu, resident, s, d, cfg.gpus_per_node)  # type: ignore[arg-type]
+             for s, d in _parallel_candidates(model, gpu, resident.forwards_per_step, cfg.gpus_per_node,
+                                              resident.fits, few_step)]
     ok = [p for p in tried if p.valid and p.fits]
     sized = [(p, _size(cfg, p.label, p.latency_s, p.gpus, samples)) for p in ok]
     rows = [LayoutRow(label=p.label, strategy=p.strategy, gpus_per_instance=p.gpus, link=p.link,

@@ -11,6 +11,11 @@ from diffbench.plan.models import PlanResult
 MARKS = {1: "①", 2: "②", 3: "③", 4: "④", 5: "⑤", 6: "⑥", 7: "⑦", 8: "⑧"}
 
 
+def _n(count: int, word: str) -> str:
+    """``"1 GPU"``, ``"73,795 GPUs"``."""
+    return f"{count:,} {word}" + ("" if count == 1 else "s")
+
+
 def plan_renderable(p: PlanResult) -> Group:
     c = p.config
     shape = f"{c.width}x{c.height}" + (f"×{p.frames}f" if p.frames > 1 else "")
@@ -41,8 +46,8 @@ def plan_renderable(p: PlanResult) -> Group:
                       + (f"; stops at {p.stopped_at}, best achievable" if p.stopped_at else "") + "), "
                       + (f"{p.per_request_gpu_s:.2f} GPU·s of work and {p.occupied_gpu_s:.2f} GPU·s occupied per request"
                          if p.gpus_per_instance > 1 else f"{p.per_request_gpu_s:.2f} GPU·s per request")
-                      + f" → {p.total_gpus} GPUs "
-                      f"({p.instances} × {p.gpus_per_instance}) on {p.nodes} nodes", style=f"bold {style}"))
+                      + f" → {_n(p.total_gpus, 'GPU')} "
+                      f"({p.instances:,} × {p.gpus_per_instance}) on {_n(p.nodes, 'node')}", style=f"bold {style}"))
     if p.sizing is not None:
         z = p.sizing
         q = f"{z.queue_instances}" if z.queue_instances is not None else "none meets the p99"
@@ -79,10 +84,10 @@ def plan_renderable(p: PlanResult) -> Group:
         pool_t.add_row("total", "100%", f"{pp.qps:g}", "", "", "", "", str(pp.total_gpus),
                        "met" if pp.all_slo_met else "MISSED", style="bold")
         parts.append(pool_t)
-        parts.append(Text(f"pools: {pp.total_gpus} GPUs on {pp.nodes} nodes in total (details above: the "
+        parts.append(Text(f"pools: {_n(pp.total_gpus, 'GPU')} on {_n(pp.nodes, 'node')} in total (details above: the "
                           f"largest pool, {pp.rows[0].shape})", style="bold"))
     for alt in p.alternatives:
-        parts.append(Text(f"alternative: {alt.name}: {alt.latency_s:.2f} s, {alt.total_gpus} GPUs on {alt.nodes} nodes",
+        parts.append(Text(f"alternative: {alt.name}: {alt.latency_s:.2f} s, {_n(alt.total_gpus, 'GPU')} on {_n(alt.nodes, 'node')}",
                           style="cyan"))
     s = Table(title="⑧ signals and alerts")
     s.add_column("series / alert")
