@@ -150,8 +150,8 @@ def test_a_model_that_fits_only_with_offload_gets_split_layouts_without_it():
     request without offload: no transfer time, weights held across the instance's GPUs."""
     cat = load_catalog()
     p = plan(cat, PlanConfig(model="flux.1-dev", width=1024, height=1024, steps=28, gpu="rtx-4090",
-                             slo_p99_s=30, qps=1, quality_budget_db=30.0))
+                             slo_p99_s=10, qps=1, quality_budget_db=30.0))
+    assert next(s for s in p.steps if s.name == "memory").applied  # one 4090 holds it only with offload
     strategies = {r.strategy for r in p.layouts}
     assert "tp" in strategies and "pipefusion" in strategies
-    assert p.parallel is not None
-    assert p.parallel.exposed_comm_s >= 0 and p.latency_s < 30
+    assert p.parallel is not None and p.latency_s < 10
