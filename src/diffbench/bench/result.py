@@ -233,6 +233,10 @@ class Conditions(BaseModel):
     cuda: str | None
     seeds: list[int] = []  # the workload's seeds (each prompt runs with each seed)
     prompts: int | None = None  # distinct prompts in the workload
+    # Edits (bench --input-images); None for text-to-image, so older manifests compare equal in `quality`.
+    strength: float | None = None  # share of the schedule an edit re-noises
+    input_images: int | None = None  # distinct input pictures
+    inpaint: bool | None = None  # True when masks were given
 
 
 class Protocol(BaseModel):
