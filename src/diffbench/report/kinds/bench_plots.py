@@ -205,7 +205,8 @@ def stages_figure(legends: Sequence[str], stages_s: Sequence[dict[str, float]]) 
     ax = fig.axes[0]
     y = np.arange(len(legends))
     left = np.zeros(len(legends))
-    for (key, name), color in time_stages(any(st.get("image_encode", 0.0) > 0 for st in stages_s)):
+    stages = time_stages(any(st.get("image_encode", 0.0) > 0 for st in stages_s))
+    for (key, name), color in stages:
         width = np.array([st.get(key, 0.0) * 1e3 for st in stages_s])
         ax.barh(y, width, left=left, color=color, label=name, height=0.6)
         left += width
@@ -215,7 +216,7 @@ def stages_figure(legends: Sequence[str], stages_s: Sequence[dict[str, float]]) 
     ax.invert_yaxis()
     ax.set_xlabel("mean time per run (ms)")
     ax.set_xlim(0, float(left.max()) * 1.15 if left.size and left.max() > 0 else 1)
-    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), fontsize=8, ncols=5, frameon=False)
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), fontsize=8, ncols=4 if len(stages) <= 4 else 3, frameon=False)
     return fig
 
 
