@@ -75,15 +75,19 @@ def _png(value: int) -> bytes:
 
 def test_an_edit_adds_the_image_encode_and_runs_int_steps_x_strength() -> None:
     """Closed form on a jitter-free device: an edit at strength 0.6 of 28 steps runs int(16.8) = 16 steps and
-    adds the VAE encode, scaled by pixels like the decode (512² = a quarter of the 1024² reference)."""
+    adds the VAE encode (VAE_ENCODE_RATIO x the decode at the same shape; 512² = a quarter of the 1024²
+    reference)."""
+    from diffbench.engines.sim import VAE_ENCODE_RATIO
+
     e = _engine(jitter=0, tail_prob=0, compile_s=0)
     t2i = e.generate(GenerationRequest(prompt="a", height=512, width=512, steps=28))
     edit = e.generate(GenerationRequest(prompt="a", height=512, width=512, steps=28, image=_png(1), strength=0.6))
     p, scale = e.p, 0.25
+    enc = VAE_ENCODE_RATIO * p.vae_decode_s * scale
     assert len(edit.stages.step_s) == 16 and edit.stages.denoiser_calls == 16 and len(t2i.stages.step_s) == 28
-    assert edit.stages.image_encode_s == pytest.approx(p.vae_encode_s * scale) and t2i.stages.image_encode_s == 0
+    assert edit.stages.image_encode_s == pytest.approx(enc) and t2i.stages.image_encode_s == 0
     assert edit.stages.total_s == pytest.approx(
-        p.text_encode_s + p.vae_encode_s * scale + 16 * p.step_s * scale + p.vae_decode_s * scale + p.other_s)
+        p.text_encode_s + enc + 16 * p.step_s * scale + p.vae_decode_s * scale + p.other_s)
     st = edit.stages
     assert st.text_encode_s + st.image_encode_s + st.denoise_s + st.vae_decode_s + st.other_s == \
         pytest.approx(st.total_s)

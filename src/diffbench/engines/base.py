@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from diffbench.errors import GenerationError
 from diffbench.monitor.signals import RequestSignals
 
-STAGES = ("text_encode", "denoise", "vae_decode", "other")
+STAGES = ("text_encode", "image_encode", "denoise", "vae_decode", "other")
 CLIENT_LATENCY = "client_latency_s"
 """``GenerationResult.extra`` key of an engine that times the request itself (the HTTP engine: send → last
 response byte, before parsing and decoding, as ``load`` times it); ``bench`` and ``sweep`` take it as the

@@ -43,11 +43,6 @@ class SimParams(BaseModel):
     text_encode_s: float = Field(default=0.010, ge=0)
     step_s: float = Field(default=0.040, ge=0)
     vae_decode_s: float = Field(default=0.060, ge=0)
-    vae_encode_s: float = Field(
-        default=0.030, ge=0,
-        description="VAE encode of an edit's input image at 1024x1024 (scales with pixels like the decode); "
-        "an SD/FLUX VAE's encoder has about half the decoder's convolutions",
-    )
     other_s: float = Field(default=0.004, ge=0)
     compile_s: float = Field(default=5.0, ge=0)
     jitter: float = Field(default=0.02, ge=0, description="relative sd of a log-normal factor per stage")

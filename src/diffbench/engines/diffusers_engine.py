@@ -389,7 +389,12 @@ class DiffusersEngine:
         import diffusers
 
         target = getattr(diffusers, EDIT_PIPELINES[cls_name][1 if inpaint else 0])
-        edit = target.from_pipe(self.pipe)
+        level = diffusers.utils.logging.get_verbosity()
+        diffusers.utils.logging.set_verbosity_error()  # from_pipe re-casts shared modules and warns about it
+        try:
+            edit = target.from_pipe(self.pipe)
+        finally:
+            diffusers.utils.logging.set_verbosity(level)
         edit.set_progress_bar_config(disable=True)
         self.instrumentation.add_pipeline(edit)
         self._edit_pipes[inpaint] = edit

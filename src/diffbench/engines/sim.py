@@ -10,8 +10,8 @@ What it models (so the protocol itself is testable without a GPU):
   probability ``tail_prob`` one step takes ``tail_s`` longer (a preemption, a GC pause, a clock drop).
 - **Scaling**: per-step and VAE times scale with pixels × frames × batch relative to 1024×1024×1×1 (defaults resemble FLUX at 1024² on a datacenter GPU).
 
-- **Edits** (image-to-image, ``request.image`` set): the input image's VAE encode (``vae_encode_s`` at
-  1024², scaled by pixels like the decode) is the ``image_encode`` stage, and ``int(steps × strength)``
+- **Edits** (image-to-image, ``request.image`` set): the input image's VAE encode (:data:`VAE_ENCODE_RATIO`
+  × the VAE decode time at the same shape) is the ``image_encode`` stage, and ``int(steps × strength)``
   steps run (the StableDiffusion img2img rule, :func:`~diffbench.engines.images.edit_steps`); an edit is a
   different compiled shape than text-to-image (:attr:`GenerationRequest.warmup_key`).
 - **Monitoring signals** (:class:`~diffbench.monitor.signals.RequestSignals`): the first call at a shape
@@ -55,6 +55,13 @@ def _request_seed(req: GenerationRequest, index: int) -> int:
         h.update(b"\x00edit" + (req.image or b"") + b"\x00" + (req.mask or b"") + f"\x00{req.strength!r}".encode())
     return int.from_bytes(h.digest()[:8], "little")
 
+
+VAE_ENCODE_RATIO = 0.5
+"""Simulated VAE encode time / VAE decode time at the same shape. An estimate from the architecture: the
+SD/FLUX ``AutoencoderKL`` encoder runs 2 ResNet blocks per level against the decoder's 3 and has no
+full-resolution upsampling convolutions; measure the real ratio with ``bench --input-images`` on the real
+pipeline (the ``image_encode`` and ``vae_decode`` stages). Not a :class:`SimParams` field, so the sim's model
+hash (and every stored sim fingerprint) is unchanged."""
 
 EDIT_RULE = "floor"
 """Steps an edit runs on the simulated device: ``int(steps × strength)`` (see :func:`edit_steps`)."""
@@ -177,7 +184,7 @@ class SimEngine:
         enc = self._stage(self.p.text_encode_s)
         dec = self._stage(self.p.vae_decode_s * max(scale, 0.05))
         other = self._stage(self.p.other_s)
-        img = self._stage(self.p.vae_encode_s * max(scale, 0.05)) if request.is_edit else 0.0
+        img = self._stage(VAE_ENCODE_RATIO * self.p.vae_decode_s * max(scale, 0.05)) if request.is_edit else 0.0
         work = enc + img + sum(steps) + dec + other
         self._host_advance(self.p.launch_s)
         self.launches += 1
