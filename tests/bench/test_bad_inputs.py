@@ -91,6 +91,27 @@ ROWS: list[tuple[list[str], int, list[str]]] = [
      ["--dialect openai", "sends no seed", "vllm-omni"]),
     ([*HTTP, "--url", "{dead}"], 2, ["--url http://127.0.0.1:", "no service answers", "ConnectError"]),
     ([*HTTP, "--url", "{silent}", "--timeout", "0.5"], 2, ["no service answers", "ReadTimeout", "0.5 s"]),
+    # --input-images / --strength / --masks (issue 14 item 2): checked before any model is built
+    ([*SIM, "--input-images", "{tmp}/empty"], 2, ["--input-images", "holds no files", "PNG, JPEG or WebP"]),
+    ([*SIM, "--input-images", "{tmp}/nothere"], 2, ["--input-images", "does not exist"]),
+    ([*SIM, "--input-images", "{tmp}/afile"], 2, ["--input-images", "is not a directory"]),
+    ([*TINY, "--input-images", "{tmp}/mixed"], 2, ["--input-images", "notes.txt", "not a decodable image",
+                                                     "PNG, JPEG or WebP"]),
+    ([*TINY, "--input-images", "{tmp}/gif"], 2, ["--input-images", "x.gif", "GIF images are not accepted"]),
+    ([*SIM, "--input-images", "{tmp}/imgs", "--strength", "0"], 2, ["--strength 0", "(0, 1]"]),
+    ([*SIM, "--input-images", "{tmp}/imgs", "--strength", "1.5"], 2, ["--strength 1.5", "(0, 1]"]),
+    ([*SIM, "--input-images", "{tmp}/imgs", "--strength", "nan"], 2, ["--strength nan", "(0, 1]"]),
+    ([*SIM, "--input-images", "{tmp}/imgs", "--masks", "{tmp}/masks1"], 2,
+     ["--masks", "1 mask(s) for 2 input image(s)", "one mask per input image"]),
+    ([*SIM, "--input-images", "{tmp}/imgs", "--masks", "{tmp}/masks_other"], 2, ["--masks", "by file stem"]),
+    ([*SIM, "--strength", "0.5"], 2, ["--strength", "edits only", "--input-images"]),
+    ([*SIM, "--masks", "{tmp}/masks1"], 2, ["--masks", "edits only", "--input-images"]),
+    ([*HTTP, "--url", "http://127.0.0.1:8000", "--input-images", "{tmp}/imgs"], 2,
+     ["--input-images with --engine http", "--engine diffusers"]),
+    ([*WAN, "--input-images", "{tmp}/imgs", "--height", "64", "--width", "64"], 2,
+     ["Wan has no image-to-image pipeline", "Flux"]),
+    ([*SIM, "--input-images", "{tmp}/imgs", "--steps", "4", "--strength", "0.2"], 2,
+     ["strength 0.2 x 4 steps leaves 0 denoising steps", "raise the strength"]),
 ]
 if not _has_cuda():
     ROWS.append(([*TINY, "--device", "cuda"], 2, ["--device cuda", "CUDA is not available", "cpu"]))
@@ -135,10 +156,31 @@ def endpoints():
     silent.close()
 
 
+def _edit_folders(tmp: Path) -> None:
+    """Folders of the --input-images rows: empty, two PNGs, a PNG beside a text file, a GIF, masks."""
+    from PIL import Image
+
+    def png(path: Path, value: int) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (16, 16), (value, 0, 0)).save(path)
+
+    (tmp / "empty").mkdir()
+    png(tmp / "imgs" / "a.png", 10)
+    png(tmp / "imgs" / "b.png", 20)
+    png(tmp / "mixed" / "a.png", 10)
+    (tmp / "mixed" / "notes.txt").write_text("not an image")
+    (tmp / "gif").mkdir()
+    Image.new("RGB", (16, 16)).save(tmp / "gif" / "x.gif")
+    png(tmp / "masks1" / "a.png", 255)
+    png(tmp / "masks_other" / "a.png", 255)
+    png(tmp / "masks_other" / "c.png", 255)
+
+
 @pytest.mark.parametrize(("args", "code", "fragments"), ROWS, ids=[" ".join(r[0][7:]) for r in ROWS])
 def test_bad_input(args, code, fragments, tmp_path: Path, capsys, no_model_build, one_line_error,
                    endpoints) -> None:
     (tmp_path / "afile").write_text("x")
+    _edit_folders(tmp_path)
     argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
     argv = [endpoints.get(a, a) for a in argv]
     rc = main(["bench", *argv])

@@ -95,3 +95,14 @@ def test_latency_excludes_decoding(service: str, monkeypatch) -> None:
     latency = res.extra["client_latency_s"]
     assert wall >= 0.3 and latency <= wall - 0.3
     assert res.stages is None and res.memory is None  # the service reported neither: nothing invented
+
+
+def test_server_stages_fill_the_split_including_an_edits_image_encode() -> None:
+    from diffbench.engines.http_engine import stage_times
+
+    st = stage_times({"text_encode": 0.01, "image_encode": 0.02, "denoise": 0.3, "vae_decode": 0.05,
+                      "service_time": 0.4}, latency=0.5)
+    assert (st.text_encode_s, st.image_encode_s, st.denoise_s, st.vae_decode_s) == (0.01, 0.02, 0.3, 0.05)
+    assert st.other_s == pytest.approx(0.5 - 0.38) and st.total_s == 0.5
+    assert stage_times({"text_encode": 0.01}, 0.5).image_encode_s == 0.0
+    assert stage_times({"service_time": 0.4}, 0.5) is None

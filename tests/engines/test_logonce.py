@@ -24,3 +24,14 @@ def test_each_kind_once_other_records_always():
     other = _rec("something else happened")
     assert f.filter(other) and f.filter(_rec("something else happened"))
     assert other.getMessage() == "something else happened"
+
+
+def test_the_vae_upcast_record_of_img2img_is_shown_once() -> None:
+    """Reproduction: every tiny-sdxl edit logged "There are modules in AutoencoderKL that should be kept in
+    float32: [] ..." (the img2img pipeline upcasts its VAE on each call)."""
+    import logging
+
+    f = OnceFilter()
+    msg = "There are modules in AutoencoderKL that should be kept in float32: []. Casting directly"
+    recs = [logging.LogRecord("diffusers", logging.WARNING, __file__, 1, msg, None, None) for _ in range(3)]
+    assert [f.filter(r) for r in recs] == [True, False, False]

@@ -28,8 +28,10 @@ class OutputWriter:
     """Writes each distinct (prompt_id, seed, index) output once and keeps the manifest current."""
 
     def __init__(
-        self, directory: str | Path, conditions: dict[str, object], fingerprint: dict[str, object] | None
+        self, directory: str | Path, conditions: dict[str, object], fingerprint: dict[str, object] | None,
+        inputs: dict[str, str] | None = None,
     ):
+        """``inputs`` maps an edit input's sha256 (hex) to its file name, recorded in the manifest."""
         self.dir = Path(directory)
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
@@ -37,10 +39,15 @@ class OutputWriter:
             raise InputError(f"--save-outputs {self.dir}: cannot create the directory ({exc})") from exc
         self.manifest = Manifest(conditions=conditions, fingerprint=fingerprint)
         self._keys: set[tuple[str, int, int]] = set()
+        self._inputs = inputs or {}
 
     def __call__(self, request: GenerationRequest, images: np.ndarray) -> None:
         """Save ``images`` ((B,H,W,3) or (B,F,H,W,3) uint8) for ``request``; update the manifest."""
         pil = require("PIL.Image", "diffusers")
+        edit: dict[str, object] = {}
+        if request.image is not None:
+            sha = hashlib.sha256(request.image).hexdigest()
+            edit = dict(input_image=self._inputs.get(sha), input_sha256=sha, strength=request.strength)
         for i in range(images.shape[0]):
             key = (request.prompt_id, request.seed, i)
             if key in self._keys:
@@ -75,6 +82,7 @@ class OutputWriter:
                     steps=request.steps,
                     file=rel,
                     sha256=sha,
+                    **edit,  # type: ignore[arg-type]
                 )
             )
         write_manifest(self.dir, self.manifest)

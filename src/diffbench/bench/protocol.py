@@ -77,11 +77,21 @@ RunProgress = Callable[[RunEvent], None]
 
 
 def group_by_shape(requests: Sequence[GenerationRequest]) -> list[list[GenerationRequest]]:
-    """Group requests by shape key, keeping first-appearance order of shapes and of requests."""
-    groups: dict[tuple[int, int, int | None, int, int], list[GenerationRequest]] = {}
+    """Group requests by :attr:`~GenerationRequest.warmup_key` (shape, edit flag, mask flag, strength),
+    keeping first-appearance order of shapes and of requests."""
+    groups: dict[tuple[object, ...], list[GenerationRequest]] = {}
     for r in requests:
-        groups.setdefault(r.shape_key, []).append(r)
+        groups.setdefault(r.warmup_key, []).append(r)
     return list(groups.values())
+
+
+def shape_label(request: GenerationRequest) -> str:
+    """The bench label of ``request``'s group: :meth:`GenerationRequest.shape_label`, plus ``edit@S`` for an
+    edit at strength S (``inpaint@S`` with a mask), e.g. ``256x256 s8 b1 edit@0.6``."""
+    label = request.shape_label()
+    if request.is_edit:
+        label += f" {'inpaint' if request.mask is not None else 'edit'}@{request.strength:g}"
+    return label
 
 
 def _median(values: Sequence[float]) -> float:
@@ -93,15 +103,18 @@ class _ShapeRun:
 
     def __init__(self, first: GenerationRequest) -> None:
         self.result = ShapeResult(
-            shape=first.shape_label(),
+            shape=shape_label(first),
             height=first.height,
             width=first.width,
             frames=first.frames,
             steps=first.steps,
             batch=first.batch,
             guidance=first.guidance,
+            edit=first.is_edit,
+            strength=first.strength if first.is_edit else None,
+            inpaint=first.is_edit and first.mask is not None,
         )
-        self.stage_rows: list[tuple[float, float, float, float]] = []  # enc, den, dec, e2e
+        self.stage_rows: list[tuple[float, float, float, float, float]] = []  # enc, img, den, dec, e2e
         self.steps: list[list[float]] = []
         self.calls: list[int] = []
         self.denoiser_batch: int | None = None
@@ -120,7 +133,7 @@ class _ShapeRun:
         self.pending.append(pending)
         st = res.stages
         if st is not None:
-            self.stage_rows.append((st.text_encode_s, st.denoise_s, st.vae_decode_s, e2e))
+            self.stage_rows.append((st.text_encode_s, st.image_encode_s, st.denoise_s, st.vae_decode_s, e2e))
             if st.step_s:
                 self.steps.append(list(st.step_s))
             self.calls.append(st.denoiser_calls)
@@ -155,20 +168,22 @@ class _ShapeRun:
             return r
         r.latency_s = summarize(samples, check=cfg.percentiles)
         if self.stage_rows:
-            enc, den, dec, e2e = (list(col) for col in zip(*self.stage_rows, strict=True))
-            others = [t - a - b - c for a, b, c, t in self.stage_rows]
+            enc, img, den, dec, e2e = (list(col) for col in zip(*self.stage_rows, strict=True))
+            others = [t - a - i - b - c for a, i, b, c, t in self.stage_rows]
 
             def mean(xs: list[float]) -> float:
                 return float(np.mean(xs))
 
             r.stages_s = StagesSummary(
                 text_encode=mean(enc),
+                image_encode=mean(img),
                 denoise=mean(den),
                 vae_decode=mean(dec),
                 other=mean(others),
                 end_to_end=mean(e2e),
                 median={
                     "text_encode": _median(enc),
+                    "image_encode": _median(img),
                     "denoise": _median(den),
                     "vae_decode": _median(dec),
                     "other": _median(others),
@@ -191,6 +206,7 @@ class _ShapeRun:
                 denoiser_calls_per_step=float(np.mean(self.calls)) / max(width, 1),
                 denoiser_batch=self.denoiser_batch,
             )
+            r.steps_run = width
         if self.cache is not None and self.cache[1] > 0:
             name, lookups, hits = self.cache
             r.cache = CacheDecisions(cache=name, lookups=lookups, hits=hits, hit_ratio=hits / lookups)

@@ -29,11 +29,13 @@ class Note(BaseModel):
 
 
 class StagesSummary(BaseModel):
-    """Mean seconds per stage over the timed runs; ``other`` = end-to-end − the three stages per run, so
-    the four means add up exactly to the mean end-to-end time (means are additive, medians are not).
+    """Mean seconds per stage over the timed runs; ``other`` = end-to-end − the other stages per run, so
+    the means add up exactly to the mean end-to-end time (means are additive, medians are not).
+    ``image_encode`` is the VAE encode of an edit's input image (0 for text-to-image).
     ``median`` holds each stage's median for robustness against outliers."""
 
     text_encode: float
+    image_encode: float = 0.0
     denoise: float
     vae_decode: float
     other: float
@@ -129,7 +131,12 @@ class ShapeResult(BaseModel):
     Remote engines (``--engine http``): ``failed_runs`` lists the requests that failed (only successes are
     samples); ``server_stages_s`` the stages the server reported on the timed runs; ``client_overhead_s`` the
     median of (client latency − the server's ``service_time``) per run: network, queueing, encoding and
-    decoding outside the server's generation time (None when the server reports no ``service_time``)."""
+    decoding outside the server's generation time (None when the server reports no ``service_time``).
+
+    Edits (``bench --input-images``): ``edit`` is True, ``strength`` the share of the schedule re-noised,
+    ``inpaint`` True with a mask, and ``steps_run`` the denoising steps that ran per run (counted by the
+    engine's step hook: fewer than ``steps`` at strength < 1); ``steps_run`` is also set for text-to-image
+    when the engine counts steps."""
 
     shape: str
     height: int
@@ -138,6 +145,10 @@ class ShapeResult(BaseModel):
     steps: int
     batch: int
     guidance: float | None
+    edit: bool = False
+    strength: float | None = None
+    inpaint: bool = False
+    steps_run: int | None = None
     error: str | None = None
     latency_s: Summary | None = None
     samples_s: list[float] = []
@@ -222,6 +233,10 @@ class Conditions(BaseModel):
     cuda: str | None
     seeds: list[int] = []  # the workload's seeds (each prompt runs with each seed)
     prompts: int | None = None  # distinct prompts in the workload
+    # Edits (bench --input-images); None for text-to-image, so older manifests compare equal in `quality`.
+    strength: float | None = None  # share of the schedule an edit re-noises
+    input_images: int | None = None  # distinct input pictures
+    inpaint: bool | None = None  # True when masks were given
 
 
 class Protocol(BaseModel):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from diffbench.bench.inputs import EditInput
 from diffbench.bench.limits import ShapeSpec
 from diffbench.bench.outputs import OutputWriter
 from diffbench.bench.protocol import BenchConfig, RunProgress, run_bench
@@ -94,6 +96,8 @@ class BenchOptions(BaseModel):
     json_path: Path | None = None
     markdown_path: Path | None = None
     save_outputs: Path | None = None
+    edit_inputs: list[EditInput] = Field(default=[], description="input pictures: an img2img bench when given")
+    strength: float = Field(default=0.6, gt=0, le=1, description="an edit's strength")
 
 
 def _defaults(engine: EngineConfig, info: EngineInfo) -> tuple[int, int, int | None, int]:
@@ -110,7 +114,9 @@ def _defaults(engine: EngineConfig, info: EngineInfo) -> tuple[int, int, int | N
 
 
 def build_workload(opts: BenchOptions, info: EngineInfo) -> list[GenerationRequest]:
-    """Prompts × seeds × shapes as requests (shape-major order)."""
+    """Prompts × seeds × shapes as requests (shape-major order); with ``edit_inputs``, input images ×
+    prompts × seeds per shape, each an edit at ``strength`` whose ``prompt_id`` names its input
+    (:mod:`diffbench.bench.inputs`)."""
     dh, dw, df, ds = _defaults(opts.engine, info)
     prompts: list[Prompt] = (
         load_prompt_file(opts.prompts_file) if opts.prompts_file else builtin_prompts(opts.num_prompts)
@@ -118,35 +124,39 @@ def build_workload(opts: BenchOptions, info: EngineInfo) -> list[GenerationReque
     out = []
     for shape in opts.shapes:
         frames = shape.frames if shape.frames is not None else (df if info.is_video else None)
-        for p in prompts:
-            for seed in opts.seeds:
-                out.append(
-                    GenerationRequest(
-                        prompt=p.text,
-                        prompt_id=p.prompt_id,
-                        negative_prompt=opts.negative_prompt,
-                        height=shape.height or dh,
-                        width=shape.width or dw,
-                        frames=frames,
-                        steps=opts.steps or ds,
-                        guidance=opts.guidance,
-                        batch=opts.batch,
-                        seed=seed,
-                    )
+        inputs: list[EditInput | None] = list(opts.edit_inputs) or [None]
+        for inp, p, seed in itertools.product(inputs, prompts, opts.seeds):
+            edit = {} if inp is None else dict(image=inp.data, mask=inp.mask, strength=opts.strength)
+            out.append(
+                GenerationRequest(
+                    prompt=p.text,
+                    prompt_id=p.prompt_id if inp is None else f"{p.prompt_id}@{inp.tag}",
+                    negative_prompt=opts.negative_prompt,
+                    height=shape.height or dh,
+                    width=shape.width or dw,
+                    frames=frames,
+                    steps=opts.steps or ds,
+                    guidance=opts.guidance,
+                    batch=opts.batch,
+                    seed=seed,
+                    **edit,  # type: ignore[arg-type]
                 )
+            )
     return out
 
 
 def _conditions(
     info: EngineInfo, requests: list[GenerationRequest], env_hw: str, driver: str | None, cuda: str | None
 ) -> Conditions:
+    from diffbench.bench.protocol import shape_label
+
     first = requests[0]
-    labels = list(dict.fromkeys(r.shape_label() for r in requests))
+    labels = list(dict.fromkeys(shape_label(r) for r in requests))
     return Conditions(
         model=info.model,
         model_hash=info.model_hash,
         pipeline=info.pipeline_class,
-        shape=first.shape_label(),
+        shape=labels[0],
         shapes=labels,
         steps=first.steps,
         cfg=info.cfg,
@@ -164,7 +174,10 @@ def _conditions(
         driver=driver,
         cuda=cuda,
         seeds=list(dict.fromkeys(r.seed for r in requests)),
-        prompts=len({r.prompt_id for r in requests}),
+        prompts=len({r.prompt_id.rsplit("@", 1)[0] if r.is_edit else r.prompt_id for r in requests}),
+        strength=first.strength if first.is_edit else None,
+        input_images=len({r.image for r in requests}) if first.is_edit else None,
+        inpaint=(first.mask is not None) if first.is_edit else None,
     )
 
 
@@ -229,7 +242,8 @@ def run_session(
         writer = None
         if opts.save_outputs:
             fp = engine_fingerprint(engine, info, env)
-            writer = OutputWriter(opts.save_outputs, base.conditions.model_dump(mode="json"), fp)
+            writer = OutputWriter(opts.save_outputs, base.conditions.model_dump(mode="json"), fp,
+                                  inputs={i.sha256: i.name for i in opts.edit_inputs})
             base = base.model_copy(update={"outputs_dir": str(opts.save_outputs)})
 
         state = {"result": base}

@@ -137,6 +137,19 @@ def register(app: typer.Typer) -> None:
             None, help="Prompt file, one per line (default: the built-in set)."
         ),
         num_prompts: int = typer.Option(4, min=1, help="How many built-in prompts to cycle through."),
+        input_images: Path | None = typer.Option(
+            None, "--input-images", help="Folder of input pictures (PNG, JPEG, WebP): bench image-to-image "
+            "(edits) instead of text-to-image; each image is resized to the shape and cycled with the prompts "
+            "and seeds. The VAE encode of the input is the image_encode stage.",
+        ),
+        strength: float | None = typer.Option(
+            None, help="Edit strength in (0, 1] (with --input-images; default 0.6): the share of the schedule "
+            "re-noised; diffusers runs int(steps x strength) steps (Flux: steps - int(steps - steps x strength)).",
+        ),
+        masks: Path | None = typer.Option(
+            None, "--masks", help="Folder of inpainting masks, one per input image with the same file stem "
+            "(white = repaint): inpainting instead of image-to-image.",
+        ),
         seeds: str = typer.Option("0", help="Comma-separated seeds, e.g. 0,1."),
         warmup: str = typer.Option(
             "2",
@@ -209,6 +222,18 @@ def register(app: typer.Typer) -> None:
                                  "cannot be paired by seed in `quality`; use --dialect vllm-omni or sglang")
         elif url is not None:
             raise UsageError(f"--url {url}: only --engine http sends requests to a URL; add --engine http")
+        if input_images is None:
+            for flag, given in (("--strength", strength is not None), ("--masks", masks is not None)):
+                if given:
+                    raise UsageError(f"{flag}: applies to edits only; add --input-images DIR (a folder of input "
+                                     "pictures)")
+        elif engine == "http":
+            raise UsageError("--input-images with --engine http: the http engine sends text-to-image requests "
+                             "only so far (edits go to POST /v1/images/edits, not yet wired into it); bench edits "
+                             "with --engine diffusers or sim")
+        from diffbench.bench.inputs import check_strength, load_inputs
+
+        edit_strength = check_strength(strength) if strength is not None else 0.6
         device = check_device(device)
         if fps is not None and not (0 < fps <= 1000):
             raise UsageError(f"--fps {fps:g}: must be a playback rate in (0, 1000] frames per second")
@@ -231,6 +256,7 @@ def register(app: typer.Typer) -> None:
                 check_output_file(out_path, option, mkdir=mkdir)  # also creates and removes a scratch file
         if save_outputs is not None:
             check_output_dir(save_outputs, "--save-outputs", mkdir=mkdir)
+        edit_inputs = load_inputs(input_images, masks) if input_images is not None else []
         sim = SimParams(
             compile_s=sim_compile_s,
             step_s=sim_step_s,
@@ -269,6 +295,8 @@ def register(app: typer.Typer) -> None:
             json_path=json_path,
             markdown_path=markdown_path,
             save_outputs=save_outputs,
+            edit_inputs=edit_inputs,
+            strength=edit_strength,
         )
         from diffbench.bench.progress import RunEvent, progress_text
         from diffbench.core.progress import LiveLine

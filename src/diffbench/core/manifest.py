@@ -22,6 +22,7 @@ class ManifestEntry(BaseModel):
 
     ``index`` is the position inside the batch. ``file`` is relative to the manifest's directory.
     ``sha256`` is of the file (for a frame folder: of the concatenated frame files in name order).
+    An edit's output also records its input picture (``input_image``, ``input_sha256``) and ``strength``.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -36,6 +37,9 @@ class ManifestEntry(BaseModel):
     steps: int | None = None
     file: str
     sha256: str
+    input_image: str | None = None  # an edit's input picture: its file name ...
+    input_sha256: str | None = None  # ... and the sha256 of its bytes (None for text-to-image)
+    strength: float | None = None  # an edit's strength
 
     @property
     def key(self) -> tuple[str, int, int]:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from diffbench.errors import GenerationError
 from diffbench.monitor.signals import RequestSignals
 
-STAGES = ("text_encode", "denoise", "vae_decode", "other")
+STAGES = ("text_encode", "image_encode", "denoise", "vae_decode", "other")
 CLIENT_LATENCY = "client_latency_s"
 """``GenerationResult.extra`` key of an engine that times the request itself (the HTTP engine: send → last
 response byte, before parsing and decoding, as ``load`` times it); ``bench`` and ``sweep`` take it as the
@@ -61,6 +61,14 @@ class GenerationRequest(BaseModel):
     def shape_key(self) -> tuple[int, int, int | None, int, int]:
         """(height, width, frames, steps, batch): what a warmup must cover (compile/autotune per shape)."""
         return (self.height, self.width, self.frames, self.steps, self.batch)
+
+    @property
+    def warmup_key(self) -> tuple[object, ...]:
+        """:attr:`shape_key` plus the edit flag, the mask flag and the strength: what a warmup must cover
+        when edits and text-to-image share a workload (an edit runs another pipeline, and its strength sets
+        how many steps run). Equal to ``shape_key + (False, False, None)`` for text-to-image."""
+        edit = self.is_edit
+        return (*self.shape_key, edit, edit and self.mask is not None, self.strength if edit else None)
 
     def shape_label(self) -> str:
         """Human label, e.g. ``256x256 s8 b1`` or ``832x480 f33 s30 b1``: WIDTHxHEIGHT, as ``--size``,

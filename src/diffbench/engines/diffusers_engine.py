@@ -18,6 +18,7 @@ import numpy as np
 
 from diffbench.engines.base import EngineInfo, GenerationRequest, GenerationResult
 from diffbench.engines.config import EngineConfig
+from diffbench.engines.images import StepsRule, edit_steps, prepare_image
 from diffbench.errors import DeviceOutOfMemory, GenerationError, ModelError, ShapeError, UsageError, require
 
 # pipeline class -> (spatial multiple, is_video, temporal compression, CFG mode)
@@ -34,6 +35,15 @@ PIPELINES: dict[str, tuple[int, bool, int, str]] = {
 # Playback rate of each video pipeline's output and where it comes from (video-seconds = frames / fps).
 VIDEO_FPS: dict[str, tuple[float, str]] = {
     "WanPipeline": (16.0, "Wan2.1 sample_fps 16 (wan/configs/shared_config.py)"),
+}
+# Image-to-image (edits): pipeline class -> (img2img class, inpainting class, steps rule of get_timesteps);
+# built with ``from_pipe`` from the loaded pipeline's components (no second copy of the weights).
+EDIT_PIPELINES: dict[str, tuple[str, str, StepsRule]] = {
+    "FluxPipeline": ("FluxImg2ImgPipeline", "FluxInpaintPipeline", "flow"),
+    "StableDiffusionXLPipeline": ("StableDiffusionXLImg2ImgPipeline", "StableDiffusionXLInpaintPipeline", "floor"),
+    "StableDiffusionPipeline": ("StableDiffusionImg2ImgPipeline", "StableDiffusionInpaintPipeline", "floor"),
+    "StableDiffusion3Pipeline": ("StableDiffusion3Img2ImgPipeline", "StableDiffusion3InpaintPipeline", "flow"),
+    "QwenImagePipeline": ("QwenImageImg2ImgPipeline", "QwenImageInpaintPipeline", "flow"),
 }
 # The embedded tiny models and their pipeline classes (known without building them).
 TINY_CLASSES = {"tiny-flux": "FluxPipeline", "tiny-sdxl": "StableDiffusionXLPipeline", "tiny-wan": "WanPipeline"}
@@ -116,7 +126,8 @@ def check_request(cls_name: str, request: GenerationRequest) -> None:
 
     Raises:
         ShapeError: height/width not a multiple of the spatial multiple; frames missing, given to an
-            image model, or not 4k + 1 for a 4x temporal VAE.
+            image model, or not 4k + 1 for a 4x temporal VAE; an edit (input image) for a model without an
+            image-to-image pipeline, or a strength that leaves no denoising step.
     """
     mult, is_video, tcomp, _ = PIPELINES[cls_name]
     name = cls_name.replace("Pipeline", "")
@@ -138,6 +149,26 @@ def check_request(cls_name: str, request: GenerationRequest) -> None:
             f"frames {request.frames} is not of the form {tcomp}k+1 for {name} (its VAE compresses time "
             f"{tcomp}x); nearest valid {tcomp * k + 1} or {tcomp * (k + 1) + 1}"
         )
+    if request.is_edit:
+        if cls_name not in EDIT_PIPELINES:
+            raise ShapeError(
+                f"{name} has no image-to-image pipeline here, so it cannot run an edit (an input image); "
+                f"edits run on {', '.join(c.replace('Pipeline', '') for c in EDIT_PIPELINES)}"
+            )
+        run = edit_steps(request.steps, request.strength, EDIT_PIPELINES[cls_name][2])
+        if run < 1:
+            raise ShapeError(
+                f"strength {request.strength:g} x {request.steps} steps leaves {run} denoising steps for {name} "
+                f"(it runs int(steps x strength)); raise the strength or the steps"
+            )
+
+
+def steps_run(cls_name: str, request: GenerationRequest) -> int:
+    """Denoising steps pipeline class ``cls_name`` runs for ``request``: ``request.steps`` for text-to-image,
+    :func:`~diffbench.engines.images.edit_steps` under the class's rule for an edit."""
+    if not request.is_edit or cls_name not in EDIT_PIPELINES:
+        return request.steps
+    return edit_steps(request.steps, request.strength, EDIT_PIPELINES[cls_name][2])
 
 
 class DiffusersEngine:
@@ -150,6 +181,7 @@ class DiffusersEngine:
         self.instrumentation: Any = None  # diffbench.monitor.instrument.Instrumentation after start()
         self._info: EngineInfo | None = None
         self._torch: Any = None
+        self._edit_pipes: dict[bool, Any] = {}  # inpainting? -> img2img / inpaint pipeline (from_pipe)
 
     # -- loading ------------------------------------------------------------------------------
     def _load(self) -> Any:
@@ -341,22 +373,82 @@ class DiffusersEngine:
             kw["max_sequence_length"] = T5_MAX_LEN
         return kw
 
+    def edit_pipeline(self, inpaint: bool) -> Any:
+        """The img2img (``inpaint=False``) or inpainting pipeline of the loaded model, built once with
+        ``from_pipe`` from the same components (shared weights, VAE, scheduler, hooks) and instrumented.
+
+        Raises:
+            ShapeError: the pipeline class has no image-to-image pipeline (:data:`EDIT_PIPELINES`).
+        """
+        if inpaint in self._edit_pipes:
+            return self._edit_pipes[inpaint]
+        cls_name = self.info().pipeline_class or ""
+        if cls_name not in EDIT_PIPELINES:
+            raise ShapeError(f"{cls_name.replace('Pipeline', '')} has no image-to-image pipeline here, so it "
+                             "cannot run an edit")
+        import diffusers
+
+        target = getattr(diffusers, EDIT_PIPELINES[cls_name][1 if inpaint else 0])
+        level = diffusers.utils.logging.get_verbosity()
+        diffusers.utils.logging.set_verbosity_error()  # from_pipe re-casts shared modules and warns about it
+        try:
+            edit = target.from_pipe(self.pipe)
+        finally:
+            diffusers.utils.logging.set_verbosity(level)
+        edit.set_progress_bar_config(disable=True)
+        self.instrumentation.add_pipeline(edit)
+        self._edit_pipes[inpaint] = edit
+        return edit
+
+    def edit_kwargs(self, request: GenerationRequest, pipe: Any) -> dict[str, Any]:
+        """:meth:`pipeline_kwargs` plus the input image (decoded, resized to width x height), the mask and
+        the strength; arguments ``pipe.__call__`` does not take (SDXL img2img has no height/width: the
+        image's size decides) are dropped.
+
+        Raises:
+            InputError: the input image or mask cannot be decoded.
+        """
+        import inspect
+
+        kw = self.pipeline_kwargs(request)
+        assert request.image is not None
+        kw["image"] = prepare_image(request.image, request.width, request.height)
+        kw["strength"] = request.strength
+        if request.mask is not None:
+            kw["mask_image"] = prepare_image(request.mask, request.width, request.height, mask=True, what="mask")
+        accepted = inspect.signature(type(pipe).__call__).parameters
+        return {k: v for k, v in kw.items() if k in accepted}
+
     def generate(self, request: GenerationRequest, *, traffic: str = "user") -> GenerationResult:
         """Run one generation; returns uint8 pixels, stage times, peak memory and the monitor's signals.
 
         ``traffic`` (``user``, ``probe``, ``warmup``) is passed to the exporter of ``self.instrumentation``
         when one is set (``engine.instrumentation.exporter = exporter``); warmups are not exported.
 
+        An edit (``request.image`` set) runs the model's img2img pipeline (inpainting with ``request.mask``,
+        white = repaint) built from the same components; the VAE encode of the input image is
+        ``stages.image_encode_s`` and ``stages.step_s`` has one entry per step that ran
+        (:func:`steps_run`, fewer than ``request.steps`` at strength < 1).
+
         Raises:
+            ShapeError: an edit for a model without an img2img pipeline (see :func:`check_request`).
+            InputError: an edit's input image or mask cannot be decoded.
             DeviceOutOfMemory: CUDA (or host) out of memory for this request, or its peak memory growth
                 exceeded ``EngineConfig.memory_budget_bytes``; the engine keeps working afterwards.
             GenerationError: any other failure inside the pipeline.
         """
         torch = self._torch
+        pipe = None
+        if request.is_edit:
+            self.validate(request)
+            pipe = self.edit_pipeline(request.mask is not None)
+            kwargs = self.edit_kwargs(request, pipe)
+        else:
+            kwargs = self.pipeline_kwargs(request)
         try:
             with torch.inference_mode():
                 out, stages, memory, signals = self.instrumentation.run(
-                    self.pipeline_kwargs(request), request.batch, traffic=traffic
+                    kwargs, request.batch, traffic=traffic, pipe=pipe
                 )
         except DeviceOutOfMemory as exc:  # the injected memory budget
             raise self._oom(f"{exc} ({request.shape_label()})") from exc
@@ -406,6 +498,7 @@ class DiffusersEngine:
             self.instrumentation.detach()
             self.instrumentation = self.timer = None
         self.pipe = None
+        self._edit_pipes.clear()
         if self._torch is not None and self.config.device.startswith("cuda"):
             self._torch.cuda.empty_cache()
 

@@ -10,7 +10,8 @@ no proxies from the environment, no redirects followed).
 Timing: :meth:`HttpEngine.generate` reports ``extra["client_latency_s"]``, from just before the request is
 sent to the last byte of the response, before the JSON is parsed and the PNGs decoded (as ``load`` times
 ``done_s``); the bench protocol uses it as the run's latency. Server-reported stages fill
-:class:`~diffbench.engines.base.StageTimes` (``text_encode``, ``denoise``, ``vae_decode``) when present;
+:class:`~diffbench.engines.base.StageTimes` (``text_encode``, ``image_encode``, ``denoise``, ``vae_decode``) when
+present (:func:`stage_times`);
 every reported stage, including ``service_time`` and ``queue_wait``, is kept in ``extra`` as
 ``server_<name>_s``. Peak memory is the server's ``peak_memory_bytes`` (or ``peak_memory_mb`` × 2**20).
 
@@ -279,11 +280,7 @@ class HttpEngine:
         images = self._decode(obj, request)
         stages, peak = server_timings(obj)
         extra = {CLIENT_LATENCY: latency, **{f"server_{k}_s": v for k, v in stages.items()}}
-        st = None
-        if {"text_encode", "denoise", "vae_decode"} & set(stages):
-            enc, den, dec = (stages.get(k, 0.0) for k in ("text_encode", "denoise", "vae_decode"))
-            st = StageTimes(text_encode_s=enc, denoise_s=den, vae_decode_s=dec, other_s=max(0.0, latency - enc - den - dec),
-                            total_s=latency)
+        st = stage_times(stages, latency)
         kind = obj.get("memory_kind")
         mem = None if peak is None else MemoryStats(
             kind=kind if kind in _MEMORY_KINDS else "server", peak_allocated_bytes=peak  # type: ignore[arg-type]
@@ -333,3 +330,18 @@ class HttpEngine:
 
     def clock(self) -> int:
         return time.perf_counter_ns()
+
+
+_TIMED = ("text_encode", "image_encode", "denoise", "vae_decode")
+
+
+def stage_times(stages: dict[str, float], latency: float) -> StageTimes | None:
+    """The stage split of one answer from the server's stages (seconds by name, :func:`server_timings`):
+    text encode, image encode (an edit's input picture), denoise and VAE decode as reported (0 when absent),
+    ``other`` = the client ``latency`` minus those (queueing, encoding, network; never below 0),
+    ``total_s`` = ``latency``. None when the server reports none of text encode, denoise, VAE decode."""
+    if not {"text_encode", "denoise", "vae_decode"} & set(stages):
+        return None
+    enc, img, den, dec = (stages.get(k, 0.0) for k in _TIMED)
+    return StageTimes(text_encode_s=enc, image_encode_s=img, denoise_s=den, vae_decode_s=dec,
+                      other_s=max(0.0, latency - enc - img - den - dec), total_s=latency)

@@ -6,7 +6,8 @@ and tokenizers log "Token indices sequence length is longer than the specified m
 makes hundreds of calls with the same prompts, so the console drowns. :func:`install_once_filter` adds a
 :class:`logging.Filter` to the handlers of the ``diffusers`` and ``transformers`` library loggers that
 passes the first record of each kind (the text before the first ``:``), marked "shown once", and drops
-the repeats. Other records pass untouched.
+the repeats. Other records pass untouched. The same goes for the "should be kept in float32" record that an
+SDXL img2img call logs every time it upcasts its VAE (image edits).
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ import logging
 PREFIXES = (
     "The following part of your input was truncated because",
     "Token indices sequence length is longer than the specified maximum",
+    # diffusers' ModelMixin.to(dtype) on every call of an img2img pipeline that upcasts its VAE (SDXL
+    # force_upcast): "There are modules in AutoencoderKL that should be kept in float32: [] ..."
+    "There are modules in ",
 )
-SUFFIX = " (shown once; later truncations of this kind are not repeated)"
+SUFFIX = " (shown once; later records of this kind are not repeated)"
 
 
 class OnceFilter(logging.Filter):

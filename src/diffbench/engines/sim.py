@@ -10,6 +10,10 @@ What it models (so the protocol itself is testable without a GPU):
   probability ``tail_prob`` one step takes ``tail_s`` longer (a preemption, a GC pause, a clock drop).
 - **Scaling**: per-step and VAE times scale with pixels × frames × batch relative to 1024×1024×1×1 (defaults resemble FLUX at 1024² on a datacenter GPU).
 
+- **Edits** (image-to-image, ``request.image`` set): the input image's VAE encode (:data:`VAE_ENCODE_RATIO`
+  × the VAE decode time at the same shape) is the ``image_encode`` stage, and ``int(steps × strength)``
+  steps run (the StableDiffusion img2img rule, :func:`~diffbench.engines.images.edit_steps`); an edit is a
+  different compiled shape than text-to-image (:attr:`GenerationRequest.warmup_key`).
 - **Monitoring signals** (:class:`~diffbench.monitor.signals.RequestSignals`): the first call at a shape
   after :meth:`SimEngine.mark_warm` counts as one recompile; ``EngineConfig.memory_budget_bytes`` is the
   device total, and a request whose simulated peak exceeds it fails as out of memory. No cache decisions
@@ -17,7 +21,8 @@ What it models (so the protocol itself is testable without a GPU):
 
 By default time is *virtual*: :meth:`SimEngine.clock` returns a simulated nanosecond clock that advances
 with launches and syncs, so runs are instant and exactly reproducible for a seed. ``realtime=True``
-sleeps for real against ``time.perf_counter_ns``. Outputs are deterministic images from (prompt, seed).
+sleeps for real against ``time.perf_counter_ns``. Outputs are deterministic images from (prompt, seed) and, for an edit, the input image's and mask's bytes
+and the strength.
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ from diffbench.engines.base import (
     StageTimes,
 )
 from diffbench.engines.config import EngineConfig
-from diffbench.errors import DeviceOutOfMemory
+from diffbench.engines.images import edit_steps
+from diffbench.errors import DeviceOutOfMemory, ShapeError
 from diffbench.monitor.signals import RequestSignals
 
 _REF_PIXELS = 1024 * 1024
@@ -44,8 +50,21 @@ SIM_FPS = 16.0  # playback rate of simulated videos (requests with frames), as W
 
 
 def _request_seed(req: GenerationRequest, index: int) -> int:
-    h = hashlib.sha256(f"{req.prompt}\x00{req.seed}\x00{index}".encode()).digest()
-    return int.from_bytes(h[:8], "little")
+    h = hashlib.sha256(f"{req.prompt}\x00{req.seed}\x00{index}".encode())
+    if req.is_edit:
+        h.update(b"\x00edit" + (req.image or b"") + b"\x00" + (req.mask or b"") + f"\x00{req.strength!r}".encode())
+    return int.from_bytes(h.digest()[:8], "little")
+
+
+VAE_ENCODE_RATIO = 0.5
+"""Simulated VAE encode time / VAE decode time at the same shape. An estimate from the architecture: the
+SD/FLUX ``AutoencoderKL`` encoder runs 2 ResNet blocks per level against the decoder's 3 and has no
+full-resolution upsampling convolutions; measure the real ratio with ``bench --input-images`` on the real
+pipeline (the ``image_encode`` and ``vae_decode`` stages). Not a :class:`SimParams` field, so the sim's model
+hash (and every stored sim fingerprint) is unchanged."""
+
+EDIT_RULE = "floor"
+"""Steps an edit runs on the simulated device: ``int(steps × strength)`` (see :func:`edit_steps`)."""
 
 
 class SimEngine:
@@ -57,7 +76,7 @@ class SimEngine:
         self._rng = np.random.default_rng(self.p.seed)
         self._host_ns = 0
         self._device_free_ns = 0
-        self._compiled: set[tuple[int, int, int | None, int, int]] = set()
+        self._compiled: set[tuple[object, ...]] = set()
         self._info: EngineInfo | None = None
         self.launches = 0
         self._warm = False
@@ -103,7 +122,21 @@ class SimEngine:
         return self._info or self.start()
 
     def validate(self, request: GenerationRequest) -> None:
-        """Every shape is accepted by the simulated device (OOM is simulated at generate time)."""
+        """Every shape is accepted by the simulated device (OOM is simulated at generate time); an edit
+        whose strength leaves no step (``int(steps × strength) = 0``) is not.
+
+        Raises:
+            ShapeError: an edit with ``int(steps × strength) < 1``.
+        """
+        if request.is_edit and edit_steps(request.steps, request.strength, EDIT_RULE) < 1:
+            raise ShapeError(
+                f"strength {request.strength:g} x {request.steps} steps leaves 0 denoising steps (the simulated "
+                "pipeline runs int(steps x strength)); raise the strength or the steps"
+            )
+
+    def steps_run(self, request: GenerationRequest) -> int:
+        """Denoising steps ``request`` runs: ``steps``, or ``int(steps × strength)`` for an edit."""
+        return edit_steps(request.steps, request.strength, EDIT_RULE) if request.is_edit else request.steps
 
     def _stage(self, base: float) -> float:
         if base <= 0:
@@ -115,8 +148,10 @@ class SimEngine:
 
         Raises:
             DeviceOutOfMemory: when ``fail_above_pixels`` is set and the request is larger.
+            ShapeError: an edit that leaves no step (see :meth:`validate`).
         """
         self.info()
+        self.validate(request)
         frames = request.frames or 1
         pixels = request.height * request.width * frames * request.batch
         if self.p.fail_above_pixels is not None and pixels > self.p.fail_above_pixels:
@@ -135,20 +170,22 @@ class SimEngine:
                                      peak_stage="vae_decode")
             err.signals = RequestSignals(device="sim", device_total_bytes=budget)
             raise err
-        key = request.shape_key
+        key = request.warmup_key
         recompiles = 0
         if key not in self._compiled:
             self._compiled.add(key)
             self._host_advance(self.p.compile_s)
             recompiles = int(self._warm)
         scale = pixels / _REF_PIXELS
-        steps = [self._stage(self.p.step_s * max(scale, 0.05)) for _ in range(request.steps)]
+        n_steps = self.steps_run(request)
+        steps = [self._stage(self.p.step_s * max(scale, 0.05)) for _ in range(n_steps)]
         if self.p.tail_prob and self._rng.random() < self.p.tail_prob:
             steps[int(self._rng.integers(len(steps)))] += self.p.tail_s
         enc = self._stage(self.p.text_encode_s)
         dec = self._stage(self.p.vae_decode_s * max(scale, 0.05))
         other = self._stage(self.p.other_s)
-        work = enc + sum(steps) + dec + other
+        img = self._stage(VAE_ENCODE_RATIO * self.p.vae_decode_s * max(scale, 0.05)) if request.is_edit else 0.0
+        work = enc + img + sum(steps) + dec + other
         self._host_advance(self.p.launch_s)
         self.launches += 1
         now = self.clock()
@@ -156,12 +193,13 @@ class SimEngine:
         self._device_free_ns = start + int(round(work * 1e9))
         stages = StageTimes(
             text_encode_s=enc,
+            image_encode_s=img,
             denoise_s=sum(steps),
             vae_decode_s=dec,
             other_s=other,
             total_s=work,
             step_s=steps,
-            denoiser_calls=request.steps,
+            denoiser_calls=n_steps,
         )
         memory = MemoryStats(
             kind="sim",

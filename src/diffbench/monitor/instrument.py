@@ -12,9 +12,11 @@ of ``serve`` or of someone else's server::
 
 Hooks (all removed by :meth:`Instrumentation.detach`):
 
-1. instance attributes wrapping ``pipe.encode_prompt`` and ``pipe.vae.decode`` (the pipeline reaches them
-   through ``self.``, so the instance attribute wins; removing it restores the original) → text-encode and
-   VAE-decode times;
+1. instance attributes wrapping ``pipe.encode_prompt``, ``pipe.vae.encode`` and ``pipe.vae.decode`` (the
+   pipeline reaches them through ``self.``, so the instance attribute wins; removing it restores the original)
+   → text-encode, image-encode (an image-to-image request's input picture) and VAE-decode times; a second
+   pipeline built from the same components (``FluxImg2ImgPipeline.from_pipe(pipe)``) shares the VAE,
+   scheduler and denoiser hooks and gets its own ``encode_prompt`` wrapper with :meth:`Instrumentation.add_pipeline`;
 2. a forward pre-hook on the denoiser (``transformer`` or ``unet``): its first call marks the start of
    denoising; it counts forwards (``denoiser_calls``; CFG shows as 2 calls per step, or as a doubled batch
    when the pipeline batches CFG: ``last_denoiser_batch``);
@@ -28,8 +30,8 @@ the current stream (events come from a pool reused across requests); nothing syn
 When the request ends, one ``Event.synchronize()`` on its last event waits for the device, then every
 interval is read with ``Event.elapsed_time`` (milliseconds, PyTorch docs) / 1000. On any other device the
 boundaries read ``time.perf_counter_ns()`` (host timing; the CPU runs synchronously). ``total_s`` is the
-host time from the request's start to after its final sync; ``other_s = total_s − text_encode − denoise −
-vae_decode``.
+host time from the request's start to after its final sync; ``other_s = total_s − text_encode − image_encode −
+denoise − vae_decode``.
 
 Memory (monitoring.md §3.3): see :mod:`diffbench.monitor.memory`; marks only at stage boundaries. With an
 injected ``memory_budget_bytes`` the budget is reported as the device total, and a request whose peak
@@ -85,6 +87,7 @@ class _Req:
     compile_start: int
     stage: str = "other"
     enc: list[tuple[Any, Any]] = field(default_factory=list)
+    img: list[tuple[Any, Any]] = field(default_factory=list)
     dec: list[tuple[Any, Any]] = field(default_factory=list)
     den_start: Any = None
     step_end: list[Any] = field(default_factory=list)
@@ -191,6 +194,7 @@ class Instrumentation:
         self._cache_cfg: Any = _NO_CACHE_CFG
         self._fpf = _flop_cache(self.denoiser)
         self._handles: list[Any] = []
+        self._extra_pipes: list[Any] = []
         self._compile = compile_counter.acquire()
         self.attached = True
         self._install()
@@ -210,6 +214,8 @@ class Instrumentation:
         vae = getattr(pipe, "vae", None)
         if vae is not None and hasattr(vae, "decode"):
             vae.decode = self._wrap_stage(vae.decode, "vae_decode")
+        if vae is not None and hasattr(vae, "encode"):
+            vae.encode = self._wrap_stage(vae.encode, "image_encode")
         if sched is not None and hasattr(sched, "step"):
             orig_step = sched.step
 
@@ -260,15 +266,29 @@ class Instrumentation:
             try:
                 out = orig(*args, **kwargs)
             except BaseException:
-                (r.enc if stage == "text_encode" else r.dec).append((t0, self._mark()))
+                self._intervals(r, stage).append((t0, self._mark()))
                 raise
-            (r.enc if stage == "text_encode" else r.dec).append((t0, self._mark()))
+            self._intervals(r, stage).append((t0, self._mark()))
             self._boundary(r, stage)
             r.stage = "other"
             return out
 
         wrapped.__diffbench__ = True  # type: ignore[attr-defined]
         return wrapped
+
+    @staticmethod
+    def _intervals(r: _Req, stage: str) -> list[tuple[Any, Any]]:
+        return r.enc if stage == "text_encode" else r.img if stage == "image_encode" else r.dec
+
+    def add_pipeline(self, other: Any) -> None:
+        """Also time ``other``'s text encoder: a pipeline built from this one's components (an img2img or
+        inpainting pipeline from ``from_pipe``), which shares the VAE, scheduler and denoiser (already
+        hooked) but has its own ``encode_prompt``. Removed by :meth:`detach`; a second call does nothing."""
+        if other is self.pipe or getattr(getattr(other, "encode_prompt", None), "__diffbench__", False):
+            return
+        if hasattr(other, "encode_prompt"):
+            other.encode_prompt = self._wrap_stage(other.encode_prompt, "text_encode")
+        self._extra_pipes.append(other)
 
     def _on_collective(self) -> None:
         r = self._active
@@ -366,6 +386,7 @@ class Instrumentation:
         el = self._elapsed
         enc = sum(el(a, b) for a, b in r.enc)
         dec = sum(el(a, b) for a, b in r.dec)
+        img = sum(el(a, b) for a, b in r.img)
         steps: list[float] = []
         starts: list[Any] = []
         prev = r.den_start if r.den_start is not None else (r.step_end[0] if r.step_end else None)
@@ -375,8 +396,8 @@ class Instrumentation:
             prev = t
         den = sum(steps)
         total = (t_end - r.t0_host) / 1e9
-        stages = StageTimes(text_encode_s=enc, denoise_s=den, vae_decode_s=dec,
-                            other_s=max(0.0, total - enc - den - dec), total_s=total, step_s=steps,
+        stages = StageTimes(text_encode_s=enc, image_encode_s=img, denoise_s=den, vae_decode_s=dec,
+                            other_s=max(0.0, total - enc - img - den - dec), total_s=total, step_s=steps,
                             denoiser_calls=r.calls)
         sig = self._signals(r, ok=True)
         rank = ranks.current_rank() if r.coll else None
@@ -475,8 +496,11 @@ class Instrumentation:
         self._export(rec.shape, traffic, rec.stages, rec.memory, rec.signals)
 
     def run(self, kwargs: dict[str, Any], requested_batch: int, *, traffic: str = "user",
-            shape: str | None = None) -> tuple[Any, StageTimes, MemoryStats, RequestSignals]:
+            shape: str | None = None, pipe: Any = None) -> tuple[Any, StageTimes, MemoryStats, RequestSignals]:
         """Call ``pipe(**kwargs)`` as one request; returns (output, stage times, peak memory, signals).
+
+        ``pipe``: the pipeline to call, default the instrumented one; another must share its components and
+        have been registered with :meth:`add_pipeline` (an edit's img2img pipeline).
 
         ``requested_batch`` is the batch the caller asked for (kept for the CFG-batch check of ``bench``).
         ``shape``: the exporter label; default ``shape_of(kwargs)``, else the exporter's ``shape_label``, else
@@ -490,7 +514,7 @@ class Instrumentation:
         label = shape or self._shape_label(kwargs)
         r = self._open()
         try:
-            out = self.pipe(**kwargs)
+            out = (pipe if pipe is not None else self.pipe)(**kwargs)
             stages, memory, sig = self._close(r)
         except BaseException:
             sig_f = self.last_signals if r.cleaned else self._fail(r)
@@ -520,7 +544,10 @@ class Instrumentation:
             h.remove()
         self._handles.clear()
         self.pipe.__dict__.pop("encode_prompt", None)
-        for name, attr in (("vae", "decode"), ("scheduler", "step")):
+        for other in self._extra_pipes:
+            other.__dict__.pop("encode_prompt", None)
+        self._extra_pipes.clear()
+        for name, attr in (("vae", "decode"), ("vae", "encode"), ("scheduler", "step")):
             obj = getattr(self.pipe, name, None)
             if obj is not None:
                 obj.__dict__.pop(attr, None)

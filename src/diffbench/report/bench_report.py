@@ -69,12 +69,17 @@ def _shape_rows(s: ShapeResult) -> list[tuple[str, str]]:
                 f"{s.step_s.steps_per_run} steps × {s.step_s.denoiser_calls_per_step:g} denoiser calls)",
             )
         )
+    if s.edit:
+        ran = f"{s.steps_run} of {s.steps} steps ran" if s.steps_run is not None else f"{s.steps} steps requested"
+        rows.append(("edit", f"{'inpainting' if s.inpaint else 'image-to-image'} at strength {s.strength:g}: {ran}"))
     if s.stages_s:
         st = s.stages_s
         rows.append(
             (
                 "stages ms (mean, adds up)",
-                f"text encode {_ms(st.text_encode)} · denoise {_ms(st.denoise)} · "
+                f"text encode {_ms(st.text_encode)} · "
+                + (f"image encode {_ms(st.image_encode)} · " if s.edit or st.image_encode > 0 else "")
+                + f"denoise {_ms(st.denoise)} · "
                 f"VAE decode {_ms(st.vae_decode)} · other {_ms(st.other)}",
             )
         )

@@ -220,8 +220,10 @@ def _stages_section(entries: list[_Entry]) -> Section:
     staged = [e for e in entries if e.shape.stages_s is not None]
     if not staged:
         return Section(id="bench-stage-split", title="bench: stages")
-    parts = [{k: getattr(e.shape.stages_s, k) for k, _ in bp.STAGES} for e in staged]
-    keys = (*bp.STAGES, ("end_to_end", "end-to-end"))
+    edits = any(e.shape.edit or e.shape.stages_s.image_encode > 0 for e in staged)  # type: ignore[union-attr]
+    stages = [k for k, _ in bp.time_stages(edits)]
+    parts = [{k: getattr(e.shape.stages_s, k) for k, _ in stages} for e in staged]
+    keys = (*stages, ("end_to_end", "end-to-end"))
     means, medians = [], []
     for e in staged:
         st = e.shape.stages_s
@@ -232,8 +234,8 @@ def _stages_section(entries: list[_Entry]) -> Section:
     return Section(id="bench-stage-split", title="bench: stages", blocks=[
         Plot(id="bench-stages", title="Where the time goes (mean per run)",
              figure=bp.stages_figure([e.legend for e in staged], parts),
-             caption="Mean seconds per stage over the timed runs; 'other' is end-to-end minus the three stages "
-                     "per run, so the bar's length is the mean end-to-end latency (means add up, medians "
+             caption="Mean seconds per stage over the timed runs; 'other' is end-to-end minus the other stages "
+                     "per run" + (" (image encode: the VAE encode of an edit's input image)" if edits else "") + ", so the bar's length is the mean end-to-end latency (means add up, medians "
                      "do not)."),
         Table(id="bench-stages-table", title="Stages: mean per run (ms, share of the end-to-end mean)",
               rows=means, headers=["series"] + [n for _, n in keys],

@@ -30,6 +30,15 @@ if TYPE_CHECKING:
 STAGES = (("text_encode", "text encode"), ("denoise", "denoise"), ("vae_decode", "VAE decode"),
           ("other", "other"))
 STAGE_COLORS = ("#8c564b", "#1f77b4", "#2ca02c", "#7f7f7f")
+IMAGE_ENCODE = (("image_encode", "image encode"), "#ff7f0e")
+"""The VAE encode of an edit's input image: shown only when a series ran edits (:func:`time_stages`)."""
+
+
+def time_stages(with_image_encode: bool) -> tuple[tuple[tuple[str, str], str], ...]:
+    """((key, name), colour) of the time stages in plotting order; the image encode (after the text encode)
+    only when ``with_image_encode`` (some series is an edit), so text-to-image reports are unchanged."""
+    base = tuple(zip(STAGES, STAGE_COLORS, strict=True))
+    return (base[0], IMAGE_ENCODE, *base[1:]) if with_image_encode else base
 MIB = 2**20
 LOG_RATIO = 20.0  # a value axis spanning more than this factor goes logarithmic (no tail squeezed flat)
 
@@ -190,13 +199,15 @@ def steps_figure(series: Sequence[StepSeries]) -> Figure:
 
 
 def stages_figure(legends: Sequence[str], stages_s: Sequence[dict[str, float]]) -> Figure:
-    """Stacked horizontal bars: mean ms per stage, one bar per series (the four add up to the mean latency)."""
+    """Stacked horizontal bars: mean ms per stage, one bar per series (the stages add up to the mean latency);
+    the image encode is a stage when any series has it (an edit)."""
     fig = new_figure(6.4, 0.9 + 0.45 * len(legends))
     ax = fig.axes[0]
     y = np.arange(len(legends))
     left = np.zeros(len(legends))
-    for (key, name), color in zip(STAGES, STAGE_COLORS, strict=True):
-        width = np.array([st[key] * 1e3 for st in stages_s])
+    stages = time_stages(any(st.get("image_encode", 0.0) > 0 for st in stages_s))
+    for (key, name), color in stages:
+        width = np.array([st.get(key, 0.0) * 1e3 for st in stages_s])
         ax.barh(y, width, left=left, color=color, label=name, height=0.6)
         left += width
     for yi, total in zip(y, left, strict=True):
@@ -205,7 +216,7 @@ def stages_figure(legends: Sequence[str], stages_s: Sequence[dict[str, float]]) 
     ax.invert_yaxis()
     ax.set_xlabel("mean time per run (ms)")
     ax.set_xlim(0, float(left.max()) * 1.15 if left.size and left.max() > 0 else 1)
-    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), fontsize=8, ncols=4, frameon=False)
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), fontsize=8, ncols=4 if len(stages) <= 4 else 3, frameon=False)
     return fig
 
 
