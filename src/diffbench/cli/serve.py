@@ -66,6 +66,10 @@ def register(app: typer.Typer) -> None:
         max_frames: int = typer.Option(257, min=1, help="Largest num_frames accepted (else 400)."),
         max_n: int = typer.Option(10, min=1, help="Largest n (images per request) accepted."),
         max_prompt_chars: int = typer.Option(4000, min=1, help="Longest prompt accepted, characters."),
+        max_input_mb: float = typer.Option(
+            20.0, "--max-input-mb", min=0.001, help="Largest encoded input image (or mask) of an edit "
+            "(POST /v1/images/edits, chat image_url), MiB (else 400)."
+        ),
         sim_step_s: float | None = typer.Option(
             None,
             help="sim engine: seconds per denoising step at its reference size (diffbench.engines.sim).",
@@ -187,6 +191,7 @@ def register(app: typer.Typer) -> None:
                 max_frames=max_frames,
                 max_n=max_n,
                 max_prompt_chars=max_prompt_chars,
+                max_input_bytes=max(1, int(max_input_mb * 2**20)),
             ),
             warmup_sizes=tuple(warmup),
             drain_s=drain,
