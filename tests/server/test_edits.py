@@ -219,3 +219,23 @@ def test_two_chat_input_images_are_refused(client):
     body = {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, part, part]}]}
     r = client.post("/v1/chat/completions", json=body)
     assert r.status_code == 400 and "2 input images" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("steps, strength", [(8, 0.6), (10, 0.3), (28, 0.75), (4, 1.0), (3, 0.1), (50, 0.35)])
+def test_denoise_steps_of_an_edit_match_diffusers_img2img(steps, strength):
+    """Admission control times an edit by the steps it runs: diffusers' own ``get_timesteps`` says how many."""
+    from types import SimpleNamespace
+
+    diffusers = pytest.importorskip("diffusers")
+    from diffbench.server.admission import denoise_steps, shape_key
+
+    scheduler = diffusers.FlowMatchEulerDiscreteScheduler()
+    scheduler.set_timesteps(steps)
+    pipe = SimpleNamespace(scheduler=scheduler)
+    from diffusers.pipelines.flux.pipeline_flux_img2img import FluxImg2ImgPipeline
+
+    timesteps, run = FluxImg2ImgPipeline.get_timesteps(pipe, steps, strength, "cpu")
+    edit = GenerationRequest(prompt="p", width=32, height=32, steps=steps, image=_OK, strength=strength)
+    assert denoise_steps(edit) == run == len(timesteps)
+    plain = GenerationRequest(prompt="p", width=32, height=32, steps=steps)
+    assert denoise_steps(plain) == steps and shape_key(plain) != shape_key(edit)
