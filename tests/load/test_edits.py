@@ -124,3 +124,24 @@ def test_load_edits_against_serve(edit_dir, dialect):
     strength = GenerationRequest.model_fields["strength"].default if dialect == "openai" else 0.5
     assert all(r.strength == strength for r in reqs)
     assert all(r.steps == 3 for r in reqs) != (dialect == "openai")  # openai sends no steps (server default 8)
+
+
+@pytest.mark.parametrize("mode, outcome, fragment", [
+    ("wrongsize", "invalid_payload", "image is 56x32, requested 48x32"),
+    ("badimg", "invalid_payload", "image does not decode"),
+    ("r500", "http_error", "HTTP 500"),
+])
+def test_a_bad_edit_answer_is_a_failure(fake, edit_dir, mode, outcome, fragment):
+    """An edit answer is checked as a generation's: a 200 without the right image never counts as ok."""
+    from diffbench.load.client import read_jsonl
+
+    out, jl = edit_dir / "r.json", edit_dir / "r.jsonl"
+    code = main(["load", "--url", fake.url(mode), "--dialect", "vllm-omni", "--workload", str(edit_dir / "masked.yaml"),
+                 "--warmup", "0", "--timeout", "10", "--request-rate", "20", "--num-requests", "3", "--arrival",
+                 "constant", "--json", str(out), "--jsonl", str(jl), "--quiet"])
+    assert code == 1 and json.loads(out.read_text())["n_ok"] == 0
+    recs = read_jsonl(jl)
+    assert len(recs) == 3 and all(r.outcome == outcome and fragment in r.error for r in recs)
+    body = fake.edit_bodies[-1]
+    assert b'name="image"; filename="' in body and b'name="mask"; filename="' in body
+    assert b'name="strength"\r\n\r\n0.5\r\n' in body
