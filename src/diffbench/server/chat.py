@@ -178,8 +178,11 @@ def parse_chat(raw: bytes) -> tuple[ChatRequest, GenerationFields, list[str], st
     return req, gen, ignored, prompt, images
 
 
-DEFAULT_STRENGTH = 0.6
-"""``GenerationRequest.strength``'s default (reported back when a chat edit names none)."""
+def default_strength() -> float:
+    """``GenerationRequest.strength``'s default (reported back when an edit names none)."""
+    from diffbench.engines.base import GenerationRequest
+
+    return float(GenerationRequest.model_fields["strength"].default)
 
 
 def input_image(urls: list[object], limits: "Limits") -> "InputImage":
@@ -273,5 +276,5 @@ def install_chat_route(app: "FastAPI", service: "Service") -> None:
             "ignored_parameters": ignored,
         }
         if image is not None:
-            body["strength"] = gen.strength if gen.strength is not None else DEFAULT_STRENGTH
+            body["strength"] = gen.strength if gen.strength is not None else default_strength()
         return JSONResponse(body, headers=timing_headers(out.stats))

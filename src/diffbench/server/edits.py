@@ -210,6 +210,7 @@ def install_edit_route(app: "FastAPI", service: "Service") -> None:
     from fastapi import Request, Response
 
     from diffbench.server.app import generate_pngs
+    from diffbench.server.chat import default_strength
     from diffbench.server.schemas import ImageData, ImageResponse, ignored_parameters
     from diffbench.server.service import timing_headers
 
@@ -225,9 +226,7 @@ def install_edit_route(app: "FastAPI", service: "Service") -> None:
         if size is None and body.width is None and body.height is None:
             size = f"{image.width}x{image.height}"  # no size asked: the output keeps the input's size
         mask_data = check_mask(image, mask)
-        from diffbench.engines.base import GenerationRequest
-
-        strength = body.strength if body.strength is not None else GenerationRequest.model_fields["strength"].default
+        strength = body.strength if body.strength is not None else default_strength()
         out = await generate_pngs(
             service, request, arrival=arrival, size=size, width=body.width, height=body.height,
             steps=body.num_inference_steps, seed=body.seed, prompt=body.prompt,
