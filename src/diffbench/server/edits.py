@@ -211,14 +211,11 @@ def install_edit_route(app: "FastAPI", service: "Service") -> None:
 
     from diffbench.server.app import generate_pngs
     from diffbench.server.chat import default_strength
-    from diffbench.server.schemas import ImageData, ImageResponse, ignored_parameters
+    from diffbench.server.schemas import ImageData, ImageEditResponse, ignored_parameters
     from diffbench.server.service import timing_headers
 
-    class EditResponse(ImageResponse):
-        strength: float
-
-    @app.post(EDITS_PATH, response_model=EditResponse)
-    async def edit_images(request: Request, response: Response) -> EditResponse:
+    @app.post(EDITS_PATH, response_model=ImageEditResponse)
+    async def edit_images(request: Request, response: Response) -> ImageEditResponse:
         arrival = time.perf_counter()
         body, image, mask = await read_edit_form(request, service.config.limits)
         model = service.check_model(body.model)
@@ -234,7 +231,7 @@ def install_edit_route(app: "FastAPI", service: "Service") -> None:
             image=image.data, mask=mask_data, strength=strength,
         )
         response.headers.update(timing_headers(out.stats))
-        return EditResponse(
+        return ImageEditResponse(
             created=int(time.time()),
             data=[ImageData(b64_json=base64.b64encode(p).decode("ascii")) for p in out.pngs],
             model=model,

@@ -170,6 +170,12 @@ class ImageResponse(GenerationStats):
     adjusted_parameters: dict[str, Adjustment] = {}
 
 
+class ImageEditResponse(ImageResponse):
+    """``POST /v1/images/edits`` answer: the generations answer plus the ``strength`` used."""
+
+    strength: float
+
+
 class JobError(BaseModel):
     code: str
     message: str
