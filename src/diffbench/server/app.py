@@ -1,4 +1,5 @@
-"""The reference service's FastAPI app: images API (generations; edits in :mod:`diffbench.server.edits`), chat completions (vLLM-Omni form, :mod:`diffbench.server.chat`), video jobs, /health, /v1/models, /metrics.
+"""The reference service's FastAPI app: images API (generations; edits in :mod:`diffbench.server.edits`),
+chat completions (vLLM-Omni form, :mod:`diffbench.server.chat`), video jobs, /health, /v1/models, /metrics.
 
 ``create_app(config)`` builds the app; the engine loads in the app's lifespan (uvicorn does not accept
 connections before it finished, and ``GET /health`` answers 200 from then on). Status codes and error

@@ -1,4 +1,5 @@
-"""The HTTP backend: images API and async video jobs over one ``aiohttp.ClientSession``.
+"""The HTTP backend: images API (generations; edits as a multipart form, see :mod:`.dialects`) and async
+video jobs over one ``aiohttp.ClientSession``.
 
 Transport (issue 10, chosen by measurement: httpx-based clients collapsed above ~800 req/s on one core,
 a plain aiohttp loop held 2,000 req/s): one session per backend, one
