@@ -145,3 +145,27 @@ def test_a_bad_edit_answer_is_a_failure(fake, edit_dir, mode, outcome, fragment)
     body = fake.edit_bodies[-1]
     assert b'name="image"; filename="' in body and b'name="mask"; filename="' in body
     assert b'name="strength"\r\n\r\n0.5\r\n' in body
+
+
+def _img2img_engine() -> bool:
+    from diffbench.engines.base import STAGES
+
+    return "image_encode" in STAGES
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _img2img_engine(), reason="needs the diffusers engine's img2img path (issue 14 item 2, "
+                    "engine side: engines.base.STAGES lists image_encode)")
+@pytest.mark.parametrize("dialect", ["vllm-omni", "vllm-omni-chat"])
+def test_load_edits_against_the_tiny_diffusers_service(tmp_path, dialect):
+    """Without --url: the reference service on the tiny random-weight FLUX (CPU) runs the edits; the server
+    reports the input's VAE encode."""
+    (tmp_path / "in").mkdir()
+    Image.fromarray(_pixels(0, 64, 64)).save(tmp_path / "in" / "a.png")
+    (tmp_path / "w.yaml").write_text("kind: edit\nimages: in\nstrength: 0.5\nshapes: [{size: 64x64, steps: 2}]\n")
+    out = tmp_path / "r.json"
+    assert main(["load", "--dialect", dialect, "--workload", str(tmp_path / "w.yaml"), "--request-rate", "2",
+                 "--num-requests", "2", "--arrival", "constant", "--timeout", "120", "--json", str(out),
+                 "--quiet"]) == 0
+    res = json.loads(out.read_text())
+    assert res["n_ok"] == 2 and res["rates"][0]["server_stages_s"]["image_encode"] > 0
