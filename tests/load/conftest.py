@@ -20,6 +20,9 @@ On ``/v1/chat/completions`` (vLLM-Omni's diffusion chat form; the body is kept i
 (a data-URL PNG of ``extra_body`` width x height per ``num_outputs_per_prompt``), ``chattext`` (200 with
 vLLM-Omni's text answer when no image was produced), ``chatwrong`` (8 px wider), ``chaturl`` (an https URL,
 not a data URL), ``chatbad64`` (a data URL whose base64 is broken).
+
+On ``/v1/images/edits`` (multipart; the bodies are kept in ``edit_bodies``) the image modes answer as on the
+generations route, sized by the form's ``size`` and ``n`` fields.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ class FakeServer:
         self.create_headers: dict[str, str] = {}
         self.create_body = b""
         self.chat_bodies: list[bytes] = []
+        self.edit_bodies: list[bytes] = []
         self._jobs: dict[str, tuple[float | None, int, int]] = {}
         self._ids = itertools.count()
         self._mix = itertools.count()
@@ -201,7 +205,12 @@ class FakeServer:
         if mode == "badjson":
             return await self._send(writer, 200, b'{"data": [{"b64_json": "abc')
         t_in = time.perf_counter()
-        req = json.loads(body or b"{}")
+        if path == "/v1/images/edits":  # multipart: the text fields read back by name
+            self.edit_bodies.append(body)
+            req = {m.group(1).decode(): m.group(2).decode() for m in
+                   re.finditer(rb'name="(size|n)"\r\n\r\n([^\r]*)\r\n', body or b"")}
+        else:
+            req = json.loads(body or b"{}")
         w, h = (int(x) for x in str(req.get("size", "64x64")).split("x"))
         if mode == "badimg":
             b64 = base64.b64encode(b"this is not an image").decode()

@@ -143,6 +143,19 @@ ROWS = [
     # latencies with exit 0
     (["--trace", "huge.csv"], 2, "the replay would last 1e+12 s"),
     (["--trace", "ok.txt", "--trace-speed", "1e-12"], 2, "at most 604,800 s (7 days)"),
+    # issue 14 item 2: edit workloads (kind: edit, images: DIR, masks: DIR, strength)
+    (["--rates", "1", "--workload", "edit_empty.yaml"], 2, "--workload images: emptydir holds no .png/.jpg/.jpeg/.webp"),
+    (["--rates", "1", "--workload", "edit_nodir.yaml"], 2, "--workload images: nodir is not a folder"),
+    (["--rates", "1", "--workload", "edit_badimg.yaml"], 2, "badimgs/x.png does not decode as an image"),
+    (["--rates", "1", "--workload", "edit_maskcount.yaml"], 2, "holds 1 masks for 2 images"),
+    (["--rates", "1", "--workload", "edit_masksize.yaml"], 2, "is 16x16 but its image"),
+    (["--rates", "1", "--workload", "edit_noimages.yaml"], 2, "a kind edit workload needs images: DIR"),
+    (["--rates", "1", "--workload", "image_images.yaml"], 2, "images: only a kind edit workload takes input images"),
+    (["--rates", "1", "--workload", "edit_frames.yaml"], 2, "shapes[0]: an edit makes images; drop frames"),
+    (["--rates", "1", "--workload", "edit_strength.yaml"], 2, "strength: Input should be less than or equal to 1"),
+    (["--rates", "1", "--workload", "edit_masks.yaml", "--dialect", "vllm-omni-chat"], 2,
+     "has no place for a mask"),
+    (["--workload", "edit_ok.yaml", "--trace", "ok.txt"], 2, "an edit workload (kind: edit) is not replayed"),
 ]
 
 
@@ -164,6 +177,34 @@ def _make_files(root) -> None:
     (root / "ok.txt").write_text("0\n0.5\n")
     (root / "notext.jsonl").write_text('{"prompt": "x"}\n')
     (root / "huge.csv").write_text("timestamp,size\n0,64x64\n1e12,64x64\n")
+    _edit_files(root)
+
+
+def _edit_files(root) -> None:
+    """Folders of input pictures and masks, and the edit workloads of the issue-14 rows."""
+    import numpy as np
+    from PIL import Image
+
+    for folder, names, side in (("imgs", ("a", "b"), 32), ("masks", ("a", "b"), 32), ("onemask", ("a",), 32),
+                                ("smallmasks", ("a", "b"), 16)):
+        (root / folder).mkdir()
+        for n in names:
+            Image.fromarray(np.zeros((side, side, 3), np.uint8)).save(root / folder / f"{n}.png")
+    (root / "emptydir").mkdir()
+    (root / "emptydir" / "notes.txt").write_text("not a picture")
+    (root / "badimgs").mkdir()
+    (root / "badimgs" / "x.png").write_bytes(b"not a png")
+    shape = "shapes: [{size: 32x32, steps: 2}]\n"
+    for name, head in (("edit_empty", "kind: edit\nimages: emptydir\n"), ("edit_nodir", "kind: edit\nimages: nodir\n"),
+                       ("edit_badimg", "kind: edit\nimages: badimgs\n"),
+                       ("edit_maskcount", "kind: edit\nimages: imgs\nmasks: onemask\n"),
+                       ("edit_masksize", "kind: edit\nimages: imgs\nmasks: smallmasks\n"),
+                       ("edit_noimages", "kind: edit\n"), ("image_images", "kind: image\nimages: imgs\n"),
+                       ("edit_strength", "kind: edit\nimages: imgs\nstrength: 1.5\n"),
+                       ("edit_masks", "kind: edit\nimages: imgs\nmasks: masks\n"),
+                       ("edit_ok", "kind: edit\nimages: imgs\n")):
+        (root / f"{name}.yaml").write_text(head + shape)
+    (root / "edit_frames.yaml").write_text("kind: edit\nimages: imgs\nshapes: [{size: 32x32, steps: 2, frames: 5}]\n")
 
 
 @pytest.mark.parametrize("argv, code, fragment", ROWS, ids=[" ".join(r[0]) for r in ROWS])

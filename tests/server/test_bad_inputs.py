@@ -205,6 +205,10 @@ CLI_ROWS = [
     (["--engine", "sim", "--shapes", ","], 2, ["--shapes is empty"]),
     (["--engine", "sim", "--shapes", "64x64,64x64"], 2, ["--shapes", "64x64 is listed twice"]),
     (["--engine", "sim", "--request-timeout", "0"], 2, ["--request-timeout 0.0", "> 0"]),
+    # issue 14 item 2: the edits input-size limit
+    (["--engine", "sim", "--max-input-mb", "nan"], 2, ["--max-input-mb nan", "finite number of MiB"]),
+    (["--engine", "sim", "--max-input-mb", "0"], 2, ["--max-input-mb 0.0", "at least 1 byte"]),
+    (["--engine", "sim", "--max-input-mb", "-3"], 2, ["--max-input-mb -3.0", "finite number of MiB"]),
 ]
 
 

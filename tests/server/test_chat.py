@@ -78,7 +78,7 @@ ERRORS = [
     ({"messages": [{"role": "user", "content": "x"}], "extra_body": {"num_frames": 9}}, 400, "num_frames",
      "POST /v1/videos"),
     ({"messages": [{"role": "user", "content": [{"type": "text", "text": "x"}, {"type": "image_url",
-      "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}, 400, "messages", "image-to-image"),
+      "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}, 400, "messages", "not a decodable"),
     ({"messages": [{"role": "user", "content": "x"}], "model": "other"}, 404, "model", "is not served here"),
     ({"messages": [{"role": "user", "content": "x"}], "stream": True}, 400, "stream", "streaming"),
 ]

@@ -107,3 +107,56 @@ def test_openai_videos_create_seconds_4_on_tiny_wan():
         content = c.get(f"/v1/videos/{video.id}/content").content
     with av.open(io.BytesIO(content)) as container:
         assert sum(1 for _ in container.decode(video=0)) == 65
+
+
+def _img2img_engine() -> bool:
+    """True once the diffusers engine runs edits (the engine side of issue 14 item 2 lists the stage)."""
+    from diffbench.engines.base import STAGES
+
+    return "image_encode" in STAGES
+
+
+@pytest.mark.skipif(not _img2img_engine(), reason="needs the diffusers engine's img2img path (issue 14 item 2, "
+                    "engine side: engines.base.STAGES lists image_encode)")
+def test_openai_client_edit_against_serve_with_tiny_flux():
+    """``client.images.edit`` on the tiny random-weight FLUX: the served image equals the same edit run in this
+    process (same input, seed, steps, strength), and another input picture gives another output."""
+    openai = pytest.importorskip("openai")
+    from PIL import Image
+
+    from diffbench.engines.base import GenerationRequest
+    from diffbench.engines.registry import EngineConfig, create_engine
+    from diffbench.server.background import run_in_background
+    from diffbench.server.config import ServerConfig
+
+    def png(seed: int) -> bytes:
+        buf = io.BytesIO()
+        pixels = np.random.default_rng(seed).integers(0, 256, (48, 64, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(buf, format="PNG")
+        return buf.getvalue()
+
+    def decode(b64: str) -> np.ndarray:
+        return np.asarray(Image.open(io.BytesIO(base64.b64decode(b64))).convert("RGB"))
+
+    extra = {"seed": 5, "num_inference_steps": 4, "strength": 0.5}
+    with run_in_background(ServerConfig(), mode="subprocess") as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
+        outs = [client.images.edit(image=("in.png", png(s), "image/png"), prompt="a red door", size="64x48",
+                                   extra_body=extra) for s in (1, 2)]
+    stages = (outs[0].model_extra or {})["stage_durations"]
+    assert stages["image_encode"] > 0 and stages["denoise"] > 0
+    served = [decode(o.data[0].b64_json) for o in outs]
+    assert served[0].shape == (48, 64, 3)
+    assert np.abs(served[0].astype(np.int16) - served[1].astype(np.int16)).max() > 2  # the input is used
+
+    engine = create_engine(EngineConfig())
+    engine.start()
+    try:
+        ref = engine.generate(GenerationRequest(prompt="a red door", width=64, height=48, steps=4, seed=5,
+                                                image=png(1), strength=0.5))
+        engine.sync()
+    finally:
+        engine.stop()
+    assert ref.images is not None
+    diff = np.abs(served[0].astype(np.int16) - ref.images[0].astype(np.int16))
+    assert diff.max() <= 2, diff.max()

@@ -362,6 +362,9 @@ def run_load_command(o: LoadOptions) -> None:
             check_request_count(min(rate * o.duration, num_requests),  # type: ignore[type-var]
                                 f"{count_opt} {num_requests}", o.max_requests)
     wl = load_workload(o.workload) if o.workload else _cli_workload(o.size, o.steps, o.frames)
+    if wl.kind == "edit" and wl.masks is not None and o.dialect == "vllm-omni-chat":
+        raise UsageError("--dialect vllm-omni-chat sends the input picture as an image_url part and has no place "
+                         "for a mask; drop masks from the workload or use --dialect vllm-omni")
     trace, wl = _trace(o, wl, rates_given=o.rates is not None or o.request_rate is not None,
                        num_requests=num_requests)
     from diffbench.core.outpath import check_output_file
@@ -448,6 +451,9 @@ def _trace(o: LoadOptions, wl: object, *, rates_given: bool, num_requests: objec
         return None, wl
     if o.mode == "closed":
         raise UsageError("--trace replays arrival times (open loop); it cannot be combined with --mode closed")
+    if wl.kind == "edit":
+        raise UsageError("--trace replays generations and video jobs; an edit workload (kind: edit) is not "
+                         "replayed from a trace yet: drop --trace, or use a kind image workload")
     if rates_given:
         raise UsageError("--trace sets the arrivals; drop --rates / --request-rate (use --trace-speed to "
                          "compress time)")
@@ -595,6 +601,16 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
                       "and rows are labelled by size only[/yellow]")
     conditions.update({k: v for k, v in _conditions_extra(cfg).items()
                        if not (trace is not None and k == "stop")})
+    if wl.kind == "edit":
+        from diffbench.load.client.dialects import image_path
+        from diffbench.load.client.workload import edit_inputs
+
+        images, masks = edit_inputs(wl.images, wl.masks)
+        strength = f"strength {wl.strength:g}" if wl.strength is not None else "strength: the server's default"
+        mask_text = f"{len(masks)} mask(s) from {wl.masks}" if masks else "no mask"
+        conditions["edit_inputs"] = (f"{len(images)} picture(s) from {wl.images} (round-robin in file-name "
+                                     f"order), {mask_text}, {strength}")
+        conditions["route"] = image_path(target.dialect, edit=True)
     if wl.kind == "video":
         conditions["poll_interval_s"] = f"{target.poll_interval_s:g} (latency quantized by it)"
         conditions["delete_abandoned"] = str(target.delete_abandoned).lower()

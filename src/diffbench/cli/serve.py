@@ -66,6 +66,10 @@ def register(app: typer.Typer) -> None:
         max_frames: int = typer.Option(257, min=1, help="Largest num_frames accepted (else 400)."),
         max_n: int = typer.Option(10, min=1, help="Largest n (images per request) accepted."),
         max_prompt_chars: int = typer.Option(4000, min=1, help="Longest prompt accepted, characters."),
+        max_input_mb: float = typer.Option(
+            20.0, "--max-input-mb", help="Largest encoded input image (or mask) of an edit "
+            "(POST /v1/images/edits, chat image_url), MiB (else 400)."
+        ),
         sim_step_s: float | None = typer.Option(
             None,
             help="sim engine: seconds per denoising step at its reference size (diffbench.engines.sim).",
@@ -134,6 +138,9 @@ def register(app: typer.Typer) -> None:
         for flag, value, low in numbers:
             if value is not None and not (math.isfinite(value) and value >= low):
                 raise UsageError(f"{flag} {value}: must be a finite number >= {low:g} (seconds)")
+        if not (math.isfinite(max_input_mb) and max_input_mb * 2**20 >= 1):
+            raise UsageError(f"--max-input-mb {max_input_mb}: must be a finite number of MiB (at least 1 byte), "
+                             "e.g. 20")
         for flag, value in (("--slo", slo), ("--request-timeout", request_timeout)):
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise UsageError(f"{flag} {value}: must be a finite number of seconds > 0")
@@ -187,6 +194,7 @@ def register(app: typer.Typer) -> None:
                 max_frames=max_frames,
                 max_n=max_n,
                 max_prompt_chars=max_prompt_chars,
+                max_input_bytes=int(max_input_mb * 2**20),
             ),
             warmup_sizes=tuple(warmup),
             drain_s=drain,

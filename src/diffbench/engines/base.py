@@ -33,7 +33,8 @@ class GenerationRequest(BaseModel):
     Image-to-image (an edit, ``POST /v1/images/edits``): ``image`` is the input picture as encoded bytes
     (PNG/JPEG/WebP, decoded by the engine and resized to ``width`` x ``height``), ``mask`` an optional
     inpainting mask (white = repaint, same encoding), ``strength`` in (0, 1] the share of the schedule that
-    is re-noised (diffusers img2img: ``int(steps × strength)`` denoising steps run).
+    is re-noised. The steps that run follow the pipeline family (diffusers 0.42 ``get_timesteps``): SD/SDXL
+    ``int(steps × strength)``, FLUX/SD3/QwenImage ``steps − int(steps − steps × strength)``; engines report what ran.
     """
 
     model_config = ConfigDict(frozen=True)

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 
 from diffbench.engines.base import GenerationRequest, StageTimes
 
-ShapeKey = tuple[int, int, int | None, int, int]
+ShapeKey = tuple[int, int, int | None, int, int, int | None]
+"""(height, width, frames, steps, batch, an edit's denoising steps or None): see :func:`shape_key`."""
 
 
 def pixels(request: GenerationRequest) -> float:
@@ -44,9 +45,28 @@ def pixels(request: GenerationRequest) -> float:
     return float(request.height * request.width * (request.frames or 1) * request.batch)
 
 
+def denoise_steps(request: GenerationRequest) -> int:
+    """Denoising steps ``request`` runs: ``steps``, or for an edit the img2img schedule's share of them.
+
+    diffusers' img2img pipelines (``get_timesteps``, e.g. ``FluxImg2ImgPipeline``): ``init = min(steps ×
+    strength, steps)``, ``t_start = int(max(steps − init, 0))``, and ``steps − t_start`` steps run (the same
+    float operations, so the count matches what the pipeline runs: 8 steps at strength 0.6 run 5).
+    """
+    if not request.is_edit:
+        return request.steps
+    init = min(request.steps * request.strength, request.steps)
+    return request.steps - int(max(request.steps - init, 0))
+
+
 def work_units(request: GenerationRequest) -> float:
-    """steps × height × width × frames × batch (frames = 1 for images)."""
-    return request.steps * pixels(request)
+    """denoising steps × height × width × frames × batch (frames = 1 for images; steps: :func:`denoise_steps`)."""
+    return denoise_steps(request) * pixels(request)
+
+
+def shape_key(request: GenerationRequest) -> ShapeKey:
+    """The per-shape key of the recent service times: the request's shape, and for an edit the steps it
+    runs (an edit at strength 0.5 is not timed like a generation of the same shape)."""
+    return (*request.shape_key, denoise_steps(request) if request.is_edit else None)
 
 
 def fit_line(x: list[float], y: list[float]) -> tuple[float, float] | None:
@@ -85,7 +105,7 @@ def calibrated_baseline(cal: object) -> Callable[[GenerationRequest], float | No
 
     def predict(request: GenerationRequest) -> float | None:
         b = shapes.get(shape_label(request.width, request.height, request.frames, request.batch))
-        return None if b is None else b.predict_s(request.steps)
+        return None if b is None else b.predict_s(denoise_steps(request))
 
     return predict
 
@@ -107,7 +127,7 @@ class ServiceTimeModel:
     def observe(self, request: GenerationRequest, seconds: float, stages: StageTimes | None = None) -> None:
         """Record one completed request's service time (seconds) and, when known, its stage split."""
         self._recent.append(_Observation(work_units(request), pixels(request), seconds, stages))
-        self._per_shape.setdefault(request.shape_key, deque(maxlen=self._per_shape_window)).append(seconds)
+        self._per_shape.setdefault(shape_key(request), deque(maxlen=self._per_shape_window)).append(seconds)
 
     @property
     def seconds_per_unit(self) -> float | None:
@@ -122,7 +142,7 @@ class ServiceTimeModel:
             calibrated = self.baseline(request)
             if calibrated is not None:
                 return calibrated
-        same = self._per_shape.get(request.shape_key)
+        same = self._per_shape.get(shape_key(request))
         if same:
             return sum(same) / len(same)
         if not self._recent:

@@ -1,4 +1,5 @@
-"""The reference service's FastAPI app: images API, chat completions (vLLM-Omni form, :mod:`diffbench.server.chat`), video jobs, /health, /v1/models, /metrics.
+"""The reference service's FastAPI app: images API (generations; edits in :mod:`diffbench.server.edits`),
+chat completions (vLLM-Omni form, :mod:`diffbench.server.chat`), video jobs, /health, /v1/models, /metrics.
 
 ``create_app(config)`` builds the app; the engine loads in the app's lifespan (uvicorn does not accept
 connections before it finished, and ``GET /health`` answers 200 from then on). Status codes and error
@@ -172,8 +173,10 @@ def create_app(
         )
 
     from diffbench.server.chat import install_chat_route
+    from diffbench.server.edits import install_edit_route
 
     install_chat_route(app, service)
+    install_edit_route(app, service)
     install_video_routes(app, service)
     return app
 
@@ -205,10 +208,14 @@ async def generate_pngs(
     guidance: float | None,
     n: int,
     model: str,
+    image: bytes | None = None,
+    mask: bytes | None = None,
+    strength: float | None = None,
 ) -> ImagesDone:
     """Validate, queue and run one image generation, then PNG-encode its images off the event loop.
 
-    Shared by ``POST /v1/images/generations`` and ``POST /v1/chat/completions``. Leaves the exported
+    Shared by ``POST /v1/images/generations``, ``POST /v1/images/edits`` and ``POST /v1/chat/completions``;
+    ``image``/``mask``/``strength`` make it an edit (image-to-image, see :mod:`diffbench.server.edits`). Leaves the exported
     shape label and the arrival-to-answer duration in ``request.state`` (counted by ``CountOutcomes``).
 
     Raises:
@@ -238,6 +245,9 @@ async def generate_pngs(
             n=n,
             seed=seed_used,
             size_param=size_param,
+            image=image,
+            mask=mask,
+            strength=strength,
         )
     except APIError as exc:
         if exc.param == "num_frames" and service.info is not None and service.info.is_video:
@@ -262,7 +272,7 @@ async def generate_pngs(
         service.exporter.observe_stage(
             shape=shape, stage="postprocess", seconds=time.perf_counter() - encode_start, traffic=traffic
         )
-    stats = generation_stats(done)
+    stats = generation_stats(done, edit=gen.is_edit)
     request.state.diffbench_duration_s = time.perf_counter() - arrival
     return ImagesDone(pngs=pngs, stats=stats, width=w, height=h, steps=steps_used, seed=seed_used)
 

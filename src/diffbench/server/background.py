@@ -26,10 +26,13 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from diffbench.errors import ModelError
+from diffbench.errors import ModelError, UsageError
 from diffbench.server.config import ServerConfig
+
+if TYPE_CHECKING:
+    from diffbench.engines.base import Engine
 
 _POLL_S = 0.05
 
@@ -57,6 +60,7 @@ def run_in_background(
     mode: Literal["subprocess", "thread"] = "subprocess",
     startup_timeout_s: float = 300.0,
     shutdown_timeout_s: float = 10.0,
+    engine: Engine | None = None,
 ) -> Iterator[str]:
     """Start the reference service on ``127.0.0.1`` (free port) and yield its base URL.
 
@@ -68,6 +72,7 @@ def run_in_background(
         startup_timeout_s: seconds to wait for the engine to load and ``GET /health`` to answer 200.
         shutdown_timeout_s: seconds to wait for a graceful stop before killing the child / giving up
             on the thread.
+        engine: an engine object to serve (``"thread"`` mode only; default: the one ``config`` names).
 
     Yields:
         The base URL, e.g. ``"http://127.0.0.1:41234"`` (no trailing slash).
@@ -76,10 +81,12 @@ def run_in_background(
         ModelError: the service did not come up (engine failed to start, or no healthy answer within
             ``startup_timeout_s``); the message carries the server's error output.
     """
+    if engine is not None and mode != "thread":
+        raise UsageError("run_in_background(engine=...) serves an engine object in this process: use mode='thread'")
     sock = _listening_socket()
     base_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     if mode == "thread":
-        with _thread_server(config, sock, base_url, startup_timeout_s, shutdown_timeout_s):
+        with _thread_server(config, sock, base_url, startup_timeout_s, shutdown_timeout_s, engine):
             yield base_url
     else:
         with _subprocess_server(config, sock, base_url, startup_timeout_s, shutdown_timeout_s):
@@ -88,13 +95,14 @@ def run_in_background(
 
 @contextlib.contextmanager
 def _thread_server(
-    config: ServerConfig, sock: socket.socket, base_url: str, startup_s: float, shutdown_s: float
+    config: ServerConfig, sock: socket.socket, base_url: str, startup_s: float, shutdown_s: float,
+    engine: Engine | None = None,
 ) -> Iterator[None]:
     import uvicorn
 
     from diffbench.server.app import create_app
 
-    app = create_app(config)
+    app = create_app(config, engine=engine)
     server = uvicorn.Server(
         uvicorn.Config(app, log_level=config.log_level, timeout_graceful_shutdown=max(1, int(shutdown_s)))
     )

@@ -12,8 +12,11 @@ top level, from the top level too (``extra_body`` wins where both are given; vLL
 Read: ``height``/``width`` or ``size``, ``num_inference_steps``, ``seed``, ``guidance_scale``,
 ``negative_prompt``, ``num_outputs_per_prompt`` (images, default 1), ``num_frames`` (1 or absent: this
 route makes images; a video is a job on ``/v1/videos``). ``fps``, ``true_cfg_scale`` and any other field
-are accepted and listed in ``ignored_parameters``. Input images (``image_url`` parts, image-to-image)
-are refused with 400: edits are not served yet.
+are accepted and listed in ``ignored_parameters``. An input image (one ``image_url`` part holding a
+``data:image/...;base64`` URL, as vLLM-Omni's benchmark sends image-to-image) makes the request an edit,
+checked as ``POST /v1/images/edits`` checks its upload (:mod:`diffbench.server.edits`); ``strength`` is read
+then, and without a size the output keeps the input's size. A URL that is not a data URL is refused (400:
+nothing is fetched from the network).
 
 Response: an OpenAI ``chat.completion`` whose assistant message content is a list of
 ``{"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}}`` parts (vLLM-Omni
@@ -42,6 +45,8 @@ from diffbench.server.http_errors import APIError, validation_message
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from diffbench.server.config import Limits
+    from diffbench.server.edits import InputImage
     from diffbench.server.service import Service
 
 CHAT_PATH = "/v1/chat/completions"
@@ -80,6 +85,7 @@ class GenerationFields(BaseModel):
     negative_prompt: str | None = None
     num_outputs_per_prompt: int = Field(default=1, ge=1)
     num_frames: int | None = Field(default=None, ge=1)
+    strength: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
 
 
 GENERATION_KEYS = frozenset(GenerationFields.model_fields)
@@ -112,10 +118,10 @@ class ChatRequest(BaseModel):
         return v
 
 
-def prompt_of(messages: list[ChatMessage]) -> tuple[str, int]:
-    """(the user messages' text joined by a space, the number of input ``image_url`` parts)."""
+def prompt_of(messages: list[ChatMessage]) -> tuple[str, list[object]]:
+    """(the user messages' text joined by a space, the ``url`` of each input ``image_url`` part)."""
     parts: list[str] = []
-    images = 0
+    images: list[object] = []
     for m in messages:
         if m.role != "user":
             continue
@@ -126,12 +132,13 @@ def prompt_of(messages: list[ChatMessage]) -> tuple[str, int]:
                 if part.get("type") == "text" and isinstance(part.get("text"), str):
                     parts.append(part["text"])
                 elif part.get("type") == "image_url":
-                    images += 1
+                    iu = part.get("image_url")
+                    images.append(iu.get("url") if isinstance(iu, dict) else iu)
     return " ".join(p.strip() for p in parts if p.strip()), images
 
 
-def parse_chat(raw: bytes) -> tuple[ChatRequest, GenerationFields, list[str], str, int]:
-    """Validate a chat body: (request, generation fields, ignored field names, prompt, input image count).
+def parse_chat(raw: bytes) -> tuple[ChatRequest, GenerationFields, list[str], str, list[object]]:
+    """Validate a chat body: (request, generation fields, ignored field names, prompt, input image URLs).
 
     Raises:
         APIError: 400 naming the field (not JSON, not an object, no messages, no user prompt, a field out of
@@ -171,6 +178,50 @@ def parse_chat(raw: bytes) -> tuple[ChatRequest, GenerationFields, list[str], st
     return req, gen, ignored, prompt, images
 
 
+def default_strength() -> float:
+    """``GenerationRequest.strength``'s default (reported back when an edit names none)."""
+    from diffbench.engines.base import GenerationRequest
+
+    return float(GenerationRequest.model_fields["strength"].default)
+
+
+def input_image(urls: list[object], limits: "Limits") -> "InputImage":
+    """The one input picture of a chat edit, from its ``image_url`` data URL, checked as an edits upload.
+
+    Raises:
+        APIError: 400 (``messages``) for more than one input image, a URL that is not a base64 image data URL
+            (this service fetches nothing from the network), broken base64, or an image that fails
+            :func:`diffbench.server.edits.decode_input`.
+    """
+    import binascii
+
+    from diffbench.server.edits import decode_input
+
+    if len(urls) > 1:
+        raise APIError(400, f"messages: {len(urls)} input images (image_url parts) sent; this service edits one "
+                       "input image per request", param="messages", code="unsupported_parameter")
+    url = urls[0]
+    if not isinstance(url, str) or not url.startswith("data:"):
+        shown = url[:40] if isinstance(url, str) else type(url).__name__
+        raise APIError(400, f"messages: image_url.url {shown!r} is not a data URL; send the input image inline "
+                       "as data:image/png;base64,... (this service fetches no URLs)", param="messages",
+                       code="invalid_image")
+    head, sep, payload = url.partition(",")
+    if not sep or not head.endswith(";base64"):
+        raise APIError(400, f"messages: image_url.url header {head[:40]!r} is not data:image/<type>;base64",
+                       param="messages", code="invalid_image")
+    try:
+        raw = base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise APIError(400, f"messages: the image_url data URL is not valid base64 ({exc})", param="messages",
+                       code="invalid_image") from None
+    try:
+        return decode_input(raw, "image", limits)
+    except APIError as exc:
+        raise APIError(400, "messages: the image_url input " + exc.message, param="messages",
+                       code=exc.code) from None
+
+
 def install_chat_route(app: "FastAPI", service: "Service") -> None:
     """Add ``POST /v1/chat/completions`` (see the module docstring) to ``app``."""
     from fastapi import Request
@@ -184,20 +235,23 @@ def install_chat_route(app: "FastAPI", service: "Service") -> None:
         arrival = time.perf_counter()
         try:
             req, gen, ignored, prompt, images = parse_chat(await request.body())
+            image, image_size = None, None
             if images:
-                raise APIError(400, f"messages: {images} input image(s) (image_url parts) sent; image-to-image "
-                               "is not served here yet; send a text prompt only", param="messages",
-                               code="unsupported_parameter")
+                checked = input_image(images, service.config.limits)
+                image, image_size = checked.data, f"{checked.width}x{checked.height}"
             if gen.num_frames not in (None, 1):
                 raise APIError(400, f"extra_body.num_frames: {gen.num_frames} frames asked; this route makes "
                                "images (num_frames 1 or absent); create a video with POST /v1/videos",
                                param="num_frames")
             model = service.check_model(req.model)
+            size = gen.size
+            if image_size is not None and size is None and gen.width is None and gen.height is None:
+                size = image_size  # an edit without a size keeps the input's size (as /v1/images/edits)
             out = await generate_pngs(
-                service, request, arrival=arrival, size=gen.size, width=gen.width, height=gen.height,
+                service, request, arrival=arrival, size=size, width=gen.width, height=gen.height,
                 steps=gen.num_inference_steps, seed=gen.seed, prompt=prompt,
                 negative_prompt=gen.negative_prompt, guidance=gen.guidance_scale, n=gen.num_outputs_per_prompt,
-                model=model,
+                model=model, image=image, strength=gen.strength if image is not None else None,
             )
         except APIError as exc:
             return JSONResponse(vllm_error_body(exc), status_code=exc.status, headers=exc.headers)
@@ -221,4 +275,6 @@ def install_chat_route(app: "FastAPI", service: "Service") -> None:
             "seed": out.seed,
             "ignored_parameters": ignored,
         }
+        if image is not None:
+            body["strength"] = gen.strength if gen.strength is not None else default_strength()
         return JSONResponse(body, headers=timing_headers(out.stats))

@@ -28,6 +28,11 @@ class Limits(BaseModel):
     max_n: int = Field(default=10, ge=1)
     max_frames: int = Field(default=257, ge=1)
     max_prompt_chars: int = Field(default=4000, ge=1)
+    max_input_bytes: int = Field(
+        default=20 * 2**20,
+        ge=1,
+        description="serve --max-input-mb: largest encoded input image (or mask) of an edit, bytes",
+    )
     max_pixels: int | None = Field(
         default=None,
         ge=1,

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
 # OpenAI / vLLM-Omni fields the service accepts but does not act on (reported in ignored_parameters).
 ACCEPTED_IGNORED = (
@@ -98,13 +105,25 @@ class VideoCreateRequest(BaseModel):
 
 
 class StageDurations(BaseModel):
-    """Server-side stage split of one request, seconds (engine stages plus the service's queue wait)."""
+    """Server-side stage split of one request, seconds (engine stages plus the service's queue wait).
+
+    ``image_encode`` (the VAE encode of an edit's input image) is present for edits only: a
+    text-to-image answer has no such stage, and leaves the key out rather than reporting 0.
+    """
 
     text_encode: float
+    image_encode: float | None = None
     denoise: float
     vae_decode: float
     other: float
     queue_wait: float
+
+    @model_serializer(mode="wrap")
+    def _drop_absent_stage(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        out: dict[str, object] = handler(self)
+        if out.get("image_encode") is None:
+            out.pop("image_encode", None)
+        return out
 
 
 class GenerationStats(BaseModel):
@@ -149,6 +168,12 @@ class ImageResponse(GenerationStats):
     output_format: Literal["png"] = "png"
     ignored_parameters: list[str] = []
     adjusted_parameters: dict[str, Adjustment] = {}
+
+
+class ImageEditResponse(ImageResponse):
+    """``POST /v1/images/edits`` answer: the generations answer plus the ``strength`` used."""
+
+    strength: float
 
 
 class JobError(BaseModel):

@@ -377,8 +377,11 @@ class Service:
         exp.observe_generation(shape=shape, stages=res.stages, memory=res.memory, signals=res.signals, traffic=traffic)
 
 
-def generation_stats(done: Done) -> GenerationStats:
-    """Stage durations (seconds), service time and peak memory of a finished generation."""
+def generation_stats(done: Done, edit: bool = False) -> GenerationStats:
+    """Stage durations (seconds), service time and peak memory of a finished generation.
+
+    ``edit``: an image-to-image request, whose ``image_encode`` stage (VAE encode of the input) is reported
+    (0.0 when the engine measured none); a text-to-image answer leaves that key out."""
     st = done.result.stages
     mem = done.result.memory
     peak = mem.peak_allocated_bytes if mem is not None else None
@@ -387,6 +390,7 @@ def generation_stats(done: Done) -> GenerationStats:
     return GenerationStats(
         stage_durations=StageDurations(
             text_encode=st.text_encode_s if st else 0.0,
+            image_encode=(st.image_encode_s if st else 0.0) if edit else None,
             denoise=st.denoise_s if st else 0.0,
             vae_decode=st.vae_decode_s if st else 0.0,
             other=st.other_s if st else 0.0,

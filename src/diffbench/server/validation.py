@@ -219,8 +219,14 @@ def build_request(
     n: int,
     seed: int,
     size_param: str = "size",
+    image: bytes | None = None,
+    mask: bytes | None = None,
+    strength: float | None = None,
 ) -> GenerationRequest:
     """Validate against ``limits`` and ``engine.validate``; returns the engine request.
+
+    ``image``/``mask``/``strength``: an edit's input picture (encoded bytes, already decoded and checked
+    by :mod:`diffbench.server.edits`), optional mask and strength (None: the request's default).
 
     Raises:
         APIError: 400 for a prompt, steps, n, frames or pixels over the limits, or a size the service or
@@ -250,6 +256,9 @@ def build_request(
         guidance=guidance,
         batch=n,
         seed=seed,
+        image=image,
+        mask=mask,
+        **({} if strength is None else {"strength": strength}),
     )
     try:
         engine.validate(request)

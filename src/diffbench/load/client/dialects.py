@@ -20,6 +20,15 @@ Dialects:
   ``choices[0].message.content[*].image_url.url``. Video jobs go to ``/v1/videos`` as in ``vllm-omni`` (its
   benchmark sends video to that route, not to chat).
 
+Edits (workload ``kind: edit``): ``openai``, ``vllm-omni`` and ``sglang`` send ``POST /v1/images/edits`` as a
+multipart form (the ``openai`` client's ``images.edit`` form: the picture as the file ``image``, the optional
+mask as the file ``mask``, and the text fields ``prompt, model, n, size, response_format=b64_json``); the
+``vllm-omni`` and ``sglang`` forms add ``num_inference_steps, seed, guidance_scale, negative_prompt`` and
+``strength`` (vLLM-Omni ``benchmarks/diffusion/backends.py`` ``async_request_image_edits``; SGLang's edits form
+takes the same generation fields as its JSON route). ``vllm-omni-chat`` sends the picture as a data URL
+``image_url`` part after the text part of the user message (vLLM-Omni's image-to-image chat form), with
+``strength`` in ``extra_body``; it sends no mask (the chat form has no place for one).
+
 Server-reported timings read when present (any dialect): ``stage_durations`` (a mapping of stage name to
 seconds; keys ending in ``_ms`` and a ``stage_durations_ms`` mapping are milliseconds), ``stages`` as a
 list of ``{name, duration_ms}`` (SGLang perf dump), ``peak_memory_mb`` (MiB, as torch reports it) or
@@ -31,6 +40,7 @@ requested one.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Literal
 
@@ -40,6 +50,7 @@ Dialect = Literal["openai", "vllm-omni", "vllm-omni-chat", "sglang"]
 DIALECTS: tuple[str, ...] = ("openai", "vllm-omni", "vllm-omni-chat", "sglang")
 
 IMAGES_PATH = "/v1/images/generations"
+EDITS_PATH = "/v1/images/edits"
 CHAT_PATH = "/v1/chat/completions"
 VIDEOS_PATH = "/v1/videos"
 
@@ -68,8 +79,43 @@ def image_body(spec: RequestSpec, dialect: Dialect) -> dict[str, JsonScalar]:
     return body
 
 
+def edit_fields(spec: RequestSpec, dialect: Dialect) -> dict[str, JsonScalar]:
+    """Text fields of the ``POST /v1/images/edits`` form for one edit (the files go beside them)."""
+    fields = image_body(spec, dialect)
+    if dialect != "openai" and spec.strength is not None:
+        fields["strength"] = spec.strength
+        fields.update(spec.extra)  # the workload's extra still wins, as in every body
+    return fields
+
+
+_MIME = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".webp": "image/webp"}
+
+
+def mime_type(path: str) -> str:
+    """The MIME type of an input picture from its file suffix (``image/png`` when unknown)."""
+    import os
+
+    return _MIME.get(os.path.splitext(path)[1].lower(), "image/png")
+
+
+@functools.lru_cache(maxsize=64)
+def input_bytes(path: str) -> bytes:
+    """The encoded bytes of an input picture or mask (read once per process, then cached)."""
+    with open(path, "rb") as f:
+        return f.read()
+
+
+@functools.lru_cache(maxsize=64)
+def data_url(path: str) -> str:
+    """The input picture as a ``data:<mime>;base64,...`` URL (built once per process, then cached)."""
+    import base64
+
+    return f"data:{mime_type(path)};base64," + base64.b64encode(input_bytes(path)).decode("ascii")
+
+
 def chat_body(spec: RequestSpec) -> dict[str, object]:
-    """JSON body of ``POST /v1/chat/completions`` (``vllm-omni-chat``) for one image request."""
+    """JSON body of ``POST /v1/chat/completions`` (``vllm-omni-chat``) for one image request (an edit: the
+    input picture as a data-URL ``image_url`` part, and ``strength`` in ``extra_body``)."""
     s = spec.shape
     extra: dict[str, JsonScalar] = {"height": s.height, "width": s.width, "num_inference_steps": s.steps,
                                     "seed": spec.seed}
@@ -83,16 +129,24 @@ def chat_body(spec: RequestSpec) -> dict[str, object]:
         extra["negative_prompt"] = s.negative_prompt
     if s.n != 1:
         extra["num_outputs_per_prompt"] = s.n
+    if spec.image is not None and spec.strength is not None:
+        extra["strength"] = spec.strength
     extra.update(spec.extra)
-    body: dict[str, object] = {"messages": [{"role": "user", "content": spec.prompt}], "extra_body": extra}
+    content: object = spec.prompt
+    if spec.image is not None:
+        content = [{"type": "text", "text": spec.prompt},
+                   {"type": "image_url", "image_url": {"url": data_url(spec.image)}}]
+    body: dict[str, object] = {"messages": [{"role": "user", "content": content}], "extra_body": extra}
     if spec.model:
         body = {"model": spec.model, **body}
     return body
 
 
-def image_path(dialect: Dialect) -> str:
-    """The route image requests of ``dialect`` go to."""
-    return CHAT_PATH if dialect == "vllm-omni-chat" else IMAGES_PATH
+def image_path(dialect: Dialect, edit: bool = False) -> str:
+    """The route image requests (``edit``: edits) of ``dialect`` go to."""
+    if dialect == "vllm-omni-chat":
+        return CHAT_PATH
+    return EDITS_PATH if edit else IMAGES_PATH
 
 
 def video_fields(spec: RequestSpec, dialect: Dialect) -> dict[str, JsonScalar]:

@@ -1,4 +1,5 @@
-"""The HTTP backend: images API and async video jobs over one ``aiohttp.ClientSession``.
+"""The HTTP backend: images API (generations; edits as a multipart form, see :mod:`.dialects`) and async
+video jobs over one ``aiohttp.ClientSession``.
 
 Transport (issue 10, chosen by measurement: httpx-based clients collapsed above ~800 req/s on one core,
 a plain aiohttp loop held 2,000 req/s): one session per backend, one
@@ -37,8 +38,11 @@ from diffbench.load.client.dialects import (
     VIDEOS_PATH,
     Dialect,
     chat_body,
+    edit_fields,
     image_body,
     image_path,
+    input_bytes,
+    mime_type,
     sends_steps_and_frames,
     server_timings,
     shape_label,
@@ -183,6 +187,7 @@ class HttpBackend:
         self._checker: PayloadChecker | None = None
         self._check_workers = default_workers() if check_workers is None else check_workers
         self._images_url = target.base_url + image_path(target.dialect)
+        self._edits_url = target.base_url + image_path(target.dialect, edit=True)
         self._videos_url = target.base_url + VIDEOS_PATH
         self.deleted_jobs: list[str] = []
         self.abandoned_jobs: list[str] = []
@@ -257,7 +262,7 @@ class HttpBackend:
         return shape_label(spec, self.target.dialect)
 
     async def execute(self, spec: RequestSpec, attempt: Attempt, now: Now) -> None:
-        body = self._image if spec.kind == "image" else self._video
+        body = self._video if spec.kind == "video" else self._image
         session = self._client()
         try:
             await _with_deadline(body(session, spec, attempt, now), self.target.timeout_s)
@@ -277,10 +282,13 @@ class HttpBackend:
 
     async def _image(self, session: aiohttp.ClientSession, spec: RequestSpec, a: Attempt, now: Now) -> None:
         chat = self.target.dialect == "vllm-omni-chat"
-        data = json.dumps(chat_body(spec) if chat else image_body(spec, self.target.dialect)).encode()
+        url, payload = self._images_url, {"headers": JSON_HEADERS}
+        if spec.kind == "edit" and not chat:
+            url, payload = self._edits_url, {"data": self._edit_form(spec)}
+        else:
+            payload["data"] = json.dumps(chat_body(spec) if chat else image_body(spec, self.target.dialect)).encode()
         a.sent_s = now()
-        async with session.post(self._images_url, data=data, headers=JSON_HEADERS,
-                                allow_redirects=False) as resp:
+        async with session.post(url, allow_redirects=False, **payload) as resp:  # type: ignore[arg-type]
             a.first_byte_s = now()
             body = await resp.read()
             a.done_s = now()
@@ -291,6 +299,22 @@ class HttpBackend:
             a.body_encoding = _encoding(resp.headers.get("Content-Encoding"))
         else:  # the server's own explanation (e.g. "width 100 is not a multiple of 8") is kept
             a.error = _error_text(c.error, body, resp.headers.get("Content-Encoding"))
+
+    def _edit_form(self, spec: RequestSpec) -> aiohttp.FormData:
+        """The multipart form of one edit: the text fields, the file ``image`` and, when given, ``mask``
+        (the bytes are read once per process and cached, :func:`~diffbench.load.client.dialects.input_bytes`)."""
+        import os
+
+        import aiohttp
+
+        form = aiohttp.FormData(default_to_multipart=True)
+        for k, v in edit_fields(spec, self.target.dialect).items():
+            form.add_field(k, str(v).lower() if isinstance(v, bool) else str(v))
+        for name, path in (("image", spec.image), ("mask", spec.mask)):
+            if path is not None:
+                form.add_field(name, input_bytes(path), filename=os.path.basename(path),
+                               content_type=mime_type(path))
+        return form
 
     async def _get(self, session: aiohttp.ClientSession, url: str) -> tuple[int, str | None, bytes]:
         """GET ``url``: (status, Retry-After, body with its Content-Encoding removed)."""
@@ -399,7 +423,7 @@ class HttpBackend:
             return
         s = spec.shape
         try:
-            if spec.kind == "image":
+            if spec.kind != "video":
                 args = (body, s.width, s.height, s.n, self.target.decode_payload, encoding)
                 fn = check_chat if self.target.dialect == "vllm-omni-chat" else check_images
                 if not self.target.decode_payload and encoding is None and len(body) <= NO_DECODE_INLINE_BYTES:

@@ -11,10 +11,22 @@ field is an error that names the field. Example::
     prompts: ["a lighthouse at dusk"]   # or prompt_file: prompts.txt (one prompt per line)
 
 Sizes follow the OpenAI convention ``"WIDTHxHEIGHT"``.
+
+Edits (image-to-image, ``POST /v1/images/edits`` or a chat ``image_url`` part)::
+
+    kind: edit
+    images: inputs/        # a folder of .png/.jpg/.jpeg/.webp input pictures (relative to the workload file)
+    masks: masks/          # optional: one mask per image, paired by sorted file name (white = repaint)
+    strength: 0.6          # optional, in (0, 1]; sent by the dialects that take it
+    shapes: [{size: 512x512, steps: 8}]
+
+Request ``i`` sends the ``i``-th input picture modulo their count, in file-name order (round-robin, the same
+for every seed; the shape mix and the request seeds follow ``--seed`` as for generations).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -94,15 +106,29 @@ class Workload(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: Literal["image", "video"] = "image"
+    kind: Literal["image", "video", "edit"] = "image"
     model: str | None = None
     shapes: list[ShapeMix] = Field(min_length=1)
     prompts: list[str] | None = None
     prompt_file: str | None = None
+    images: str | None = Field(default=None, description="kind edit: folder of input pictures")
+    masks: str | None = Field(default=None, description="kind edit: folder of masks, one per input picture")
+    strength: float | None = Field(default=None, gt=0, le=1, description="kind edit: share of the schedule")
     extra: dict[str, str | int | float | bool] = {}
 
     @model_validator(mode="after")
     def _video_frames(self) -> Workload:
+        if self.kind == "edit":
+            if self.images is None:
+                raise ValueError("images: a kind edit workload needs images: DIR (a folder of input pictures)")
+            for i, s in enumerate(self.shapes):
+                if s.frames is not None:
+                    raise ValueError(f"shapes[{i}]: an edit makes images; drop frames")
+        else:
+            given = [k for k in ("images", "masks", "strength") if getattr(self, k) is not None]
+            if given:
+                raise ValueError(f"{', '.join(given)}: only a kind edit workload takes input images; add "
+                                 "kind: edit or drop them")
         if self.kind == "video":
             for i, s in enumerate(self.shapes):
                 if s.frames is None:
@@ -164,7 +190,68 @@ def load_workload(path: str | Path) -> Workload:
         if not pf.is_absolute():
             pf = p.parent / pf
         wl = wl.model_copy(update={"prompt_file": str(pf)})
+    if wl.kind == "edit":
+        folders = {k: str(d if (d := Path(v)).is_absolute() else p.parent / d)
+                   for k in ("images", "masks") if (v := getattr(wl, k)) is not None}
+        wl = wl.model_copy(update=folders)
+        edit_inputs(wl.images, wl.masks)  # checked now: a bad folder fails before any request
     return wl
+
+
+INPUT_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
+
+
+def _pictures(folder: str, field: str) -> list[Path]:
+    d = Path(folder)
+    if not d.is_dir():
+        raise InputError(f"--workload {field}: {d} is not a folder; give a folder of {'/'.join(INPUT_SUFFIXES)} "
+                         "files")
+    files = sorted(f for f in d.iterdir() if f.is_file() and f.suffix.lower() in INPUT_SUFFIXES)
+    if not files:
+        raise InputError(f"--workload {field}: {d} holds no {'/'.join(INPUT_SUFFIXES)} file; put the input "
+                         "pictures there")
+    return files
+
+
+def _picture_size(path: Path, field: str) -> tuple[int, int]:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as img:
+            img.load()
+            return img.size
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
+        raise InputError(f"--workload {field}: {path} does not decode as an image "
+                         f"({' '.join(str(exc).split())[:100]}); replace or remove it") from None
+
+
+@functools.lru_cache(maxsize=8)
+def edit_inputs(images: str | None, masks: str | None) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
+    """The input pictures of an edit workload and their masks, in file-name order (absolute paths).
+
+    Every file is decoded once (Pillow) to check it; masks pair with images by position in that order and
+    must have the same width and height.
+
+    Raises:
+        InputError: a folder that is missing or holds no picture, a file that does not decode, a mask count
+            other than the image count, or a mask of another size than its image (both files named).
+    """
+    if images is None:
+        raise InputError("--workload images: a kind edit workload needs images: DIR")
+    files = _pictures(images, "images")
+    sizes = [_picture_size(f, "images") for f in files]
+    if masks is None:
+        return tuple(str(f) for f in files), None
+    mask_files = _pictures(masks, "masks")
+    if len(mask_files) != len(files):
+        raise InputError(f"--workload masks: {masks} holds {len(mask_files)} masks for {len(files)} images in "
+                         f"{images}; give one mask per image (paired by sorted file name)")
+    for f, m, size in zip(files, mask_files, sizes, strict=True):
+        ms = _picture_size(m, "masks")
+        if ms != size:
+            raise InputError(f"--workload masks: {m} is {ms[0]}x{ms[1]} but its image {f} is {size[0]}x{size[1]}; "
+                             "a mask must have its image's size")
+    return tuple(str(f) for f in files), tuple(str(m) for m in mask_files)
 
 
 def _jsonl_prompt(text: str, where: str, option: str) -> str:
@@ -214,12 +301,16 @@ class RequestSpec(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     index: int
-    kind: Literal["image", "video"]
+    kind: Literal["image", "video", "edit"]
     prompt: str
     shape: ShapeMix
     seed: int
     model: str | None = None
     extra: dict[str, str | int | float | bool] = {}
+    image: str | None = None
+    """kind edit: path of the input picture (read and cached by the backend)."""
+    mask: str | None = None
+    strength: float | None = None
 
 
 def resolve_prompts(workload: Workload, prompt_file: str | Path | None) -> tuple[list[str], str]:
@@ -250,6 +341,9 @@ class RequestPlanner:
         self._p = w / w.sum()
         self._seed_base = int(seed) * 1_000_003
         self._i = 0
+        self._inputs: tuple[tuple[str, ...], tuple[str, ...] | None] | None = None
+        if workload.kind == "edit":
+            self._inputs = edit_inputs(workload.images, workload.masks)
 
     def next(self) -> RequestSpec:
         """The next request spec."""
@@ -264,7 +358,16 @@ class RequestPlanner:
             seed=(self._seed_base + i) % (2**31),
             model=self.workload.model,
             extra=self.workload.extra,
+            **self._edit_fields(i),
         )
+
+    def _edit_fields(self, i: int) -> dict[str, object]:
+        """kind edit: the ``i``-th input picture (round-robin in file-name order), its mask, the strength."""
+        if self._inputs is None:
+            return {}
+        images, masks = self._inputs
+        k = i % len(images)
+        return {"image": images[k], "mask": masks[k] if masks else None, "strength": self.workload.strength}
 
     def take(self, n: int) -> list[RequestSpec]:
         """The next ``n`` specs."""
