@@ -104,6 +104,8 @@ ROWS: list[tuple[list[str], int, list[str]]] = [
     ([*SIM, "--input-images", "{tmp}/imgs", "--masks", "{tmp}/masks1"], 2,
      ["--masks", "1 mask(s) for 2 input image(s)", "one mask per input image"]),
     ([*SIM, "--input-images", "{tmp}/imgs", "--masks", "{tmp}/masks_other"], 2, ["--masks", "by file stem"]),
+    ([*SIM, "--input-images", "{tmp}/imgs", "--masks", "{tmp}/masks_small"], 2,
+     ["--masks", "a.png: 8x8 but its input image a.png is 16x16"]),
     ([*SIM, "--strength", "0.5"], 2, ["--strength", "edits only", "--input-images"]),
     ([*SIM, "--masks", "{tmp}/masks1"], 2, ["--masks", "edits only", "--input-images"]),
     ([*HTTP, "--url", "http://127.0.0.1:8000", "--input-images", "{tmp}/imgs"], 2,
@@ -174,6 +176,10 @@ def _edit_folders(tmp: Path) -> None:
     png(tmp / "masks1" / "a.png", 255)
     png(tmp / "masks_other" / "a.png", 255)
     png(tmp / "masks_other" / "c.png", 255)
+    for n in ("a", "b"):  # fresh-user trial: masks of another size were resized silently (load and serve refuse)
+        p = tmp / "masks_small" / f"{n}.png"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (8, 8), (255, 255, 255)).save(p)
 
 
 @pytest.mark.parametrize(("args", "code", "fragments"), ROWS, ids=[" ".join(r[0][7:]) for r in ROWS])

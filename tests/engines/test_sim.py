@@ -110,3 +110,18 @@ def test_an_edit_with_no_step_left_is_refused() -> None:
     e = _engine()
     with pytest.raises(ShapeError, match="leaves 0 denoising steps"):
         e.validate(GenerationRequest(prompt="a", height=32, width=32, steps=4, image=_png(1), strength=0.2))
+
+
+def test_a_first_calls_compile_is_in_its_stage_split() -> None:
+    """Fresh-user trial: `serve --engine sim` answered a new shape with service_time_s 5.03 s and stages adding up
+    to 0.025 s: the compile (host time before the launch) was in no stage. It is now in "other"."""
+    e = _engine(jitter=0, tail_prob=0, compile_s=3.0)
+    t0 = e.clock()
+    first = e.generate(REQ)
+    e.sync()
+    wall = (e.clock() - t0) / 1e9
+    second = e.generate(REQ)
+    st = first.stages
+    parts = st.text_encode_s + st.image_encode_s + st.denoise_s + st.vae_decode_s + st.other_s
+    assert parts == pytest.approx(st.total_s) and st.total_s == pytest.approx(wall - e.p.launch_s)
+    assert st.other_s == pytest.approx(second.stages.other_s + 3.0)

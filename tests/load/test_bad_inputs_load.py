@@ -230,3 +230,19 @@ def test_mkdir_creates_the_parent_directories(fake, tmp_path) -> None:
     assert main(["load", "--url", fake.url("ok"), "--rates", "4", "--duration", "0.5", "--warmup", "0",
                  "--timeout", "5", "--size", "64x64", "--json", str(out), "--jsonl", str(jl), "--mkdir"]) == 0
     assert json.loads(out.read_text())["n_ok"] == len(jl.read_text().splitlines()) >= 1
+
+
+def test_an_edit_input_too_large_to_decode_is_a_clear_error(capsys, tmp_path, monkeypatch) -> None:
+    """Fresh-user trial: a 14000x14000 input picture raised Pillow's DecompressionBombError as a traceback. The
+    limit is lowered here (Pillow raises above twice ``MAX_IMAGE_PIXELS``) so a 64x64 picture stands for it."""
+    import numpy as np
+    from PIL import Image
+
+    (tmp_path / "big").mkdir()
+    Image.fromarray(np.zeros((64, 64), np.uint8)).save(tmp_path / "big" / "b.png")
+    (tmp_path / "w.yaml").write_text("kind: edit\nimages: big\nshapes: [{size: 32x32, steps: 2}]\n")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
+    monkeypatch.chdir(tmp_path)
+    assert main([*URL, "--rates", "1", "--workload", "w.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert "is too large a picture to decode" in err and "b.png" in err and "Traceback" not in err

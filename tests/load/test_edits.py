@@ -123,6 +123,10 @@ def test_load_edits_against_serve(edit_dir, dialect):
             np.testing.assert_array_equal(_decoded(r.mask), expected)
     strength = GenerationRequest.model_fields["strength"].default if dialect == "openai" else 0.5
     assert all(r.strength == strength for r in reqs)
+    # fresh-user trial: the openai dialect's conditions named the workload's strength, which it never sent
+    said = res["conditions"]["edit_inputs"]
+    assert ("strength: not sent" in said and "strength" in res["conditions"]["not_sent"]) if dialect == "openai" \
+        else "strength 0.5" in said
     assert all(r.steps == 3 for r in reqs) != (dialect == "openai")  # openai sends no steps (server default 8)
 
 

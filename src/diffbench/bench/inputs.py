@@ -65,13 +65,13 @@ def _files(folder: Path, option: str) -> list[Path]:
     return files
 
 
-def _read(path: Path, option: str) -> bytes:
+def _read(path: Path, option: str) -> tuple[bytes, tuple[int, int]]:
+    """The file's bytes and its (width, height) in pixels, after checking it decodes."""
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise InputError(f"{option}: {path}: cannot read ({exc.strerror or exc})") from None
-    decode_image(data, what=f"{option}: {path}")
-    return data
+    return data, decode_image(data, what=f"{option}: {path}").size
 
 
 def load_inputs(images: Path, masks: Path | None = None) -> list[EditInput]:
@@ -96,9 +96,14 @@ def load_inputs(images: Path, masks: Path | None = None) -> list[EditInput]:
                              "(masks match input images by file stem, one each)")
     out = []
     for p in files:
-        data = _read(p, "--input-images")
+        data, size = _read(p, "--input-images")
         mp = mask_files.get(p.stem)
-        mdata = _read(mp, "--masks") if mp is not None else None
+        mdata = None
+        if mp is not None:
+            mdata, msize = _read(mp, "--masks")
+            if msize != size:  # as serve and load refuse it: a mask covers its own picture, pixel for pixel
+                raise UsageError(f"--masks {mp}: {msize[0]}x{msize[1]} but its input image {p.name} is "
+                                 f"{size[0]}x{size[1]}; give each mask the size of its image")
         out.append(EditInput(
             name=p.name, data=data, sha256=hashlib.sha256(data).hexdigest(),
             mask_name=mp.name if mp is not None else None, mask=mdata,

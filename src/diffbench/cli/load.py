@@ -596,7 +596,8 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
         console.print("[yellow]--slo-scale fits its base time on the warm-up; with --warmup 1 the one warm-up "
                       "request of a shape may include compilation (SLOs too loose): --warmup 2 avoids it[/yellow]")
     if not sends_steps_and_frames(target.dialect):
-        conditions["not_sent"] = "steps, frames, seed, guidance (openai dialect: the server's defaults apply)"
+        conditions["not_sent"] = ("steps, frames, seed, guidance" + (", strength" if wl.kind == "edit" else "")
+                                  + " (openai dialect: the server's defaults apply)")
         console.print("[yellow]--dialect openai sends neither steps nor frames: the server's defaults apply, "
                       "and rows are labelled by size only[/yellow]")
     conditions.update({k: v for k, v in _conditions_extra(cfg).items()
@@ -606,7 +607,13 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
         from diffbench.load.client.workload import edit_inputs
 
         images, masks = edit_inputs(wl.images, wl.masks)
-        strength = f"strength {wl.strength:g}" if wl.strength is not None else "strength: the server's default"
+        if not sends_steps_and_frames(target.dialect):
+            strength = "strength: not sent (openai dialect), the server's default"
+            if wl.strength is not None:
+                console.print(f"[yellow]--dialect openai has no strength field: the workload's strength "
+                              f"{wl.strength:g} is not sent and the server's default applies[/yellow]")
+        else:
+            strength = f"strength {wl.strength:g}" if wl.strength is not None else "strength: the server's default"
         mask_text = f"{len(masks)} mask(s) from {wl.masks}" if masks else "no mask"
         conditions["edit_inputs"] = (f"{len(images)} picture(s) from {wl.images} (round-robin in file-name "
                                      f"order), {mask_text}, {strength}")

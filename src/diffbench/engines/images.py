@@ -28,6 +28,9 @@ def decode_image(data: bytes, what: str = "input image") -> Any:
     try:
         img = pil.open(io.BytesIO(data))
         img.load()
+    except pil.DecompressionBombError as exc:
+        raise InputError(f"{what}: too large a picture to decode ({' '.join(str(exc).split())[:90]}); resize it "
+                         "(an edit input is resized to the shape anyway)") from None
     except Exception as exc:  # PIL raises UnidentifiedImageError, OSError, SyntaxError ...
         raise InputError(f"{what}: not a decodable image ({type(exc).__name__}); give a PNG, JPEG or WebP "
                          "file") from None

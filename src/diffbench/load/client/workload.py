@@ -113,7 +113,8 @@ class Workload(BaseModel):
     prompt_file: str | None = None
     images: str | None = Field(default=None, description="kind edit: folder of input pictures")
     masks: str | None = Field(default=None, description="kind edit: folder of masks, one per input picture")
-    strength: float | None = Field(default=None, gt=0, le=1, description="kind edit: share of the schedule")
+    strength: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False, strict=True,
+                                     description="kind edit: share of the schedule")
     extra: dict[str, str | int | float | bool] = {}
 
     @model_validator(mode="after")
@@ -209,7 +210,7 @@ def _pictures(folder: str, field: str) -> list[Path]:
     files = sorted(f for f in d.iterdir() if f.is_file() and f.suffix.lower() in INPUT_SUFFIXES)
     if not files:
         raise InputError(f"--workload {field}: {d} holds no {'/'.join(INPUT_SUFFIXES)} file; put the input "
-                         "pictures there")
+                         + ("pictures" if field == "images" else "masks") + " there")
     return files
 
 
@@ -220,6 +221,10 @@ def _picture_size(path: Path, field: str) -> tuple[int, int]:
         with Image.open(path) as img:
             img.load()
             return img.size
+    except Image.DecompressionBombError as exc:
+        raise InputError(f"--workload {field}: {path} is too large a picture to decode "
+                         f"({' '.join(str(exc).split())[:100]}); resize it (an edit input is resized to the shape "
+                         "anyway)") from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
         raise InputError(f"--workload {field}: {path} does not decode as an image "
                          f"({' '.join(str(exc).split())[:100]}); replace or remove it") from None
