@@ -25,12 +25,13 @@ used, ``stage_durations`` with the ``image_encode`` stage, service time, peak me
 import io
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError
 
 from diffbench.server.config import Limits
 from diffbench.server.http_errors import APIError, validation_message
+from diffbench.server.schemas import ImageGenerationRequest
 
 if TYPE_CHECKING:
     from fastapi import FastAPI, Request
@@ -44,32 +45,11 @@ INPUT_FORMATS = frozenset({"PNG", "JPEG", "WEBP"})
 """Input encodings taken (OpenAI's edits accept png, webp and jpg)."""
 
 
-class EditForm(BaseModel):
-    """The text fields of an edits form (values arrive as strings; pydantic converts them)."""
+class EditForm(ImageGenerationRequest):
+    """The text fields of an edits form: the generation fields plus ``strength`` (values arrive as strings;
+    pydantic converts them)."""
 
-    model_config = ConfigDict(extra="allow")
-
-    prompt: str = Field(min_length=1)
-    model: str | None = None
-    n: int = Field(default=1, ge=1)
-    size: str | None = None
-    width: int | None = Field(default=None, ge=1)
-    height: int | None = Field(default=None, ge=1)
-    response_format: Literal["b64_json"] | None = "b64_json"
-    num_inference_steps: int | None = Field(default=None, ge=1)
-    guidance_scale: float | None = Field(default=None, ge=0, le=20, allow_inf_nan=False)
-    seed: int | None = Field(default=None, ge=0, lt=2**63)
     strength: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
-    negative_prompt: str | None = None
-    quality: str | None = None
-    user: str | None = None
-
-    @field_validator("prompt")
-    @classmethod
-    def _non_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("prompt is empty or only whitespace; send a non-empty prompt")
-        return value
 
 
 @dataclass(frozen=True)
