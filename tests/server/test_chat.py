@@ -49,6 +49,10 @@ def test_chat_route_returns_the_image_as_a_data_url(url):
     assert img.size == (80, 48) and img.mode == "RGB"
     assert out["size"] == "80x48" and out["num_inference_steps"] == 3 and out["seed"] == 11
     assert out["ignored_parameters"] == ["fps"]  # accepted, not acted on: said so
+    # fresh-user trial: a text-to-image request's strength (an edit field) was taken silently
+    body["extra_body"]["strength"] = 0.5
+    r_s = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=30)
+    assert r_s.status_code == 200 and r_s.json()["ignored_parameters"] == ["fps", "strength"]
     m = out["metrics"]
     assert m["service_time_s"] > 0 and set(m["stage_durations"]) >= {"denoise", "queue_wait"}
     # the same seed on the images route gives the same pixels (one generation path behind both routes)

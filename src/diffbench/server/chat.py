@@ -255,7 +255,8 @@ def install_chat_route(app: "FastAPI", service: "Service") -> None:
             )
         except APIError as exc:
             return JSONResponse(vllm_error_body(exc), status_code=exc.status, headers=exc.headers)
-        ignored = sorted(set(ignored) | set(service.ignored(gen.guidance_scale, gen.negative_prompt)))
+        ignored = sorted(set(ignored) | set(service.ignored(gen.guidance_scale, gen.negative_prompt))
+                         | ({"strength"} if gen.strength is not None and image is None else set()))
         content = [{"type": "image_url",
                     "image_url": {"url": "data:image/png;base64," + base64.b64encode(p).decode("ascii")}}
                    for p in out.pngs]
