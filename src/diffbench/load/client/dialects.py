@@ -113,20 +113,20 @@ def data_url(path: str) -> str:
     return f"data:{mime_type(path)};base64," + base64.b64encode(input_bytes(path)).decode("ascii")
 
 
+def _given_fields(spec: RequestSpec) -> dict[str, JsonScalar]:
+    """The optional generation fields the shape sets: ``num_frames``, ``fps``, ``guidance_scale``,
+    ``negative_prompt`` (absent ones are left for the server's defaults)."""
+    s = spec.shape
+    given = {"num_frames": s.frames, "fps": s.fps, "guidance_scale": s.guidance, "negative_prompt": s.negative_prompt}
+    return {k: v for k, v in given.items() if v is not None}
+
+
 def chat_body(spec: RequestSpec) -> dict[str, object]:
     """JSON body of ``POST /v1/chat/completions`` (``vllm-omni-chat``) for one image request (an edit: the
     input picture as a data-URL ``image_url`` part, and ``strength`` in ``extra_body``)."""
     s = spec.shape
     extra: dict[str, JsonScalar] = {"height": s.height, "width": s.width, "num_inference_steps": s.steps,
-                                    "seed": spec.seed}
-    if s.frames is not None:
-        extra["num_frames"] = s.frames
-    if s.fps is not None:
-        extra["fps"] = s.fps
-    if s.guidance is not None:
-        extra["guidance_scale"] = s.guidance
-    if s.negative_prompt is not None:
-        extra["negative_prompt"] = s.negative_prompt
+                                    "seed": spec.seed, **_given_fields(spec)}
     if s.n != 1:
         extra["num_outputs_per_prompt"] = s.n
     if spec.image is not None and spec.strength is not None:
@@ -157,15 +157,7 @@ def video_fields(spec: RequestSpec, dialect: Dialect) -> dict[str, JsonScalar]:
         fields["model"] = spec.model
     if dialect != "openai":
         fields.update({"width": s.width, "height": s.height, "num_inference_steps": s.steps,
-                       "seed": spec.seed})
-        if s.frames is not None:
-            fields["num_frames"] = s.frames
-        if s.fps is not None:
-            fields["fps"] = s.fps
-        if s.guidance is not None:
-            fields["guidance_scale"] = s.guidance
-        if s.negative_prompt is not None:
-            fields["negative_prompt"] = s.negative_prompt
+                       "seed": spec.seed, **_given_fields(spec)})
     elif s.frames is not None and s.fps:
         fields["seconds"] = str(max(1, round(s.frames / s.fps)))
     fields.update(spec.extra)
