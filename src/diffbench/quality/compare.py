@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -287,18 +288,18 @@ def compare_dirs(
         from diffbench.quality.distribution import load_inception
 
         fx = load_inception(opt.inception)
-    clip = None
-    if opt.clip is not None:
+    def prompted(flag: str, path: Path | None, make: Callable[[Path], Any]) -> Any:
+        """A scorer that reads each pair's prompt: it needs manifests on both sides."""
+        if path is None:
+            return None
         if pairing.mode != "manifest":
-            raise UsageError("--clip needs prompts: both directories must hold manifest.json (--save-outputs)")
-        clip = ClipScorer(opt.clip)
-        settings.clip = clip.name
-    pick = None
-    if opt.pickscore is not None:
-        if pairing.mode != "manifest":
-            raise UsageError("--pickscore needs prompts: both directories must hold manifest.json (--save-outputs)")
-        pick = PickScorer(opt.pickscore)
-        settings.pickscore = pick.name
+            raise UsageError(f"{flag} needs prompts: both directories must hold manifest.json (--save-outputs)")
+        return make(path)
+
+    clip = prompted("--clip", opt.clip, ClipScorer)
+    pick = prompted("--pickscore", opt.pickscore, PickScorer)
+    settings.clip = clip.name if clip is not None else None
+    settings.pickscore = pick.name if pick is not None else None
     iqa = ClipIqaScorer(opt.clip_iqa) if opt.clip_iqa is not None else None
     if iqa is not None:
         settings.clip_iqa = iqa.name
