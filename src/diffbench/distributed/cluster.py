@@ -1,0 +1,203 @@
+"""Connecting to a Ray cluster for ``--ray ADDRESS`` and describing what it has.
+
+``ADDRESS`` is ``local`` (start a private cluster inside this command, on loopback only, stopped when the command
+ends), ``auto`` (the cluster ``ray start --head`` began on this machine) or ``HOST:PORT`` of a head node.
+
+Loopback: Ray binds its servers to the node IP it detects, which is the machine's routable address; for a
+``local`` cluster :func:`connect` sets ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` before Ray is imported, which
+makes Ray take ``127.0.0.1`` as the node IP (its single-machine mode, see ``ray/_private/services.py``
+``get_node_ip_address``), so every Ray process listens on 127.0.0.1 only. Usage statistics are disabled
+(``RAY_USAGE_STATS_ENABLED=0``): nothing leaves the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from pydantic import BaseModel
+
+from diffbench.errors import DiffbenchError, MissingDependencyError, UsageError
+
+RAY_INSTALL = 'pip install -c constraints.txt -e ".[ray]"'
+RELEASE_WAIT_S = 10.0  # how long actor_pool waits for the resources of just-killed actors to come back
+_ADDRESS = re.compile(r"^(local|auto|(ray://)?[A-Za-z0-9.\-_\[\]:]+:\d{1,5})$")
+
+
+class NodeInfo(BaseModel):
+    """One alive node: its Ray id, IP, and the CPUs / GPUs it offers Ray (counts, may be fractional)."""
+
+    node_id: str
+    ip: str
+    cpus: float = 0.0
+    gpus: float = 0.0
+
+
+class ClusterInfo(BaseModel):
+    """What ``--ray`` ran on: the address given, whether this command started the cluster, its nodes."""
+
+    address: str
+    started_here: bool
+    ray_version: str
+    nodes: list[NodeInfo] = []
+
+    @property
+    def cpus(self) -> float:
+        """CPUs over all alive nodes."""
+        return sum(n.cpus for n in self.nodes)
+
+    @property
+    def gpus(self) -> float:
+        """GPUs over all alive nodes."""
+        return sum(n.gpus for n in self.nodes)
+
+
+class ActorDied(DiffbenchError):
+    """An actor (or its node) died during a distributed run; finished items are kept for a rerun (exit 5)."""
+
+    exit_code = 5
+
+
+def check_address(address: str) -> str:
+    """``local``, ``auto`` or ``[ray://]HOST:PORT``.
+
+    Raises:
+        UsageError: anything else (names ``--ray`` and the accepted forms).
+    """
+    text = address.strip()
+    if not _ADDRESS.match(text):
+        raise UsageError(f"--ray {address!r}: expected 'local' (a private cluster on this machine, loopback only), "
+                         "'auto' (the cluster `ray start --head` started here) or HOST:PORT of a head node")
+    return text
+
+
+def import_ray() -> Any:
+    """Import ``ray``, for a local cluster on loopback only.
+
+    Raises:
+        MissingDependencyError: ray is not installed (names the extra to install).
+    """
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    try:
+        import ray
+    except ImportError as exc:
+        raise MissingDependencyError(f"--ray needs the ray extra ({exc}); install it with: {RAY_INSTALL}") from exc
+    return ray
+
+
+def thread_env(threads: int) -> dict[str, str]:
+    """Environment variables that cap a worker's math libraries at ``threads`` threads (OpenMP, MKL, OpenBLAS),
+    so that actors sharing a machine do not oversubscribe its cores."""
+    n = str(threads)
+    return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n, "TOKENIZERS_PARALLELISM": "false"}
+
+
+def cluster_info(ray: Any, address: str, started_here: bool) -> ClusterInfo:
+    """The alive nodes of the connected cluster."""
+    nodes = [
+        NodeInfo(node_id=str(n.get("NodeID", "")), ip=str(n.get("NodeManagerAddress", "")),
+                 cpus=float(n.get("Resources", {}).get("CPU", 0.0)), gpus=float(n.get("Resources", {}).get("GPU", 0.0)))
+        for n in ray.nodes() if n.get("Alive")
+    ]
+    return ClusterInfo(address=address, started_here=started_here, ray_version=str(ray.__version__), nodes=nodes)
+
+
+@contextmanager
+def connect(address: str, *, num_cpus: int | None = None, num_gpus: int | None = None) -> Iterator[ClusterInfo]:
+    """Connect to (or, for ``local``, start) a Ray cluster for the duration of the block.
+
+    A Ray session already open in this process (a test's cluster) is reused and left open.
+
+    Args:
+        address: ``local``, ``auto`` or ``[ray://]HOST:PORT`` (:func:`check_address`).
+        num_cpus: CPUs a ``local`` cluster offers (default: the machine's).
+        num_gpus: GPUs a ``local`` cluster offers (default: the ones Ray detects).
+
+    Raises:
+        UsageError: a malformed address, or ``num_cpus``/``num_gpus`` with a remote cluster.
+        DiffbenchError: no cluster at that address (names ``ray start --head``).
+        MissingDependencyError: ray is not installed.
+    """
+    address = check_address(address)
+    if address == "local":
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # node IP 127.0.0.1: loopback only (module doc)
+    ray = import_ray()
+    if address == "local":
+        from ray._private import ray_constants
+
+        ray_constants.ENABLE_RAY_CLUSTER = False  # read at import: also when ray was imported before this call
+    if ray.is_initialized():
+        yield cluster_info(ray, address, started_here=False)
+        return
+    import logging
+
+    kwargs: dict[str, Any] = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False,
+                                  configure_logging=True)
+    if address == "local":
+        kwargs.update(num_cpus=num_cpus, num_gpus=num_gpus)
+    elif num_cpus is not None or num_gpus is not None:
+        raise UsageError(f"--ray {address}: the CPUs and GPUs of an existing cluster are set by `ray start`, not here")
+    try:
+        ray.init(address=address, **kwargs)
+    except (ConnectionError, RuntimeError) as exc:
+        raise DiffbenchError(f"--ray {address}: no Ray cluster could be reached ({exc}); start one with "
+                             "`ray start --head` on the head node, or use --ray local") from None
+    try:
+        yield cluster_info(ray, address, started_here=True)
+    finally:
+        ray.shutdown()
+
+
+def default_actors(info: ClusterInfo, *, gpu: bool, cpus_per_actor: float) -> int:
+    """One actor per GPU of the cluster for a CUDA device, else as many as its CPUs hold at ``cpus_per_actor``
+    each (at least 1)."""
+    if gpu:
+        return max(1, int(info.gpus))
+    return max(1, int(info.cpus // max(cpus_per_actor, 1e-9)))
+
+
+@contextmanager
+def actor_pool(cls: type, n: int, *, tag: str, args: tuple[Any, ...] = (), num_cpus: float = 1.0,
+               num_gpus: float = 0.0, threads: int = 1) -> Iterator[list[Any]]:
+    """``n`` Ray actors of ``cls`` (a plain class, made remote here), killed when the block ends.
+
+    Each actor is named ``diffbench-<tag>-<i>-<random>`` (found with ``ray.util.list_named_actors``) and runs with
+    its math libraries capped at ``threads`` threads (:func:`thread_env`).
+
+    Raises:
+        UsageError: the cluster has not the free CPUs / GPUs for ``n`` actors (instead of waiting forever).
+    """
+    import time
+    import uuid
+
+    ray = import_ray()
+    deadline = time.monotonic() + RELEASE_WAIT_S
+    while True:  # actors killed just before (a previous pool) release their resources asynchronously
+        free = ray.available_resources()
+        short = [(what, per, have) for what, per, have in (("CPU", num_cpus, free.get("CPU", 0.0)),
+                                                             ("GPU", num_gpus, free.get("GPU", 0.0)))
+                 if per > 0 and n * per > have + 1e-9]
+        if not short or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    for what, per, have in short:
+        raise UsageError(f"--ray-actors {n}: {n} actors need {n * per:g} {what}s and the cluster has {have:g} "
+                             f"free; use fewer actors (or fewer --threads per actor)")
+    remote = ray.remote(cls)
+    suffix = uuid.uuid4().hex[:6]
+    handles = [
+        remote.options(name=f"diffbench-{tag}-{i}-{suffix}", num_cpus=num_cpus, num_gpus=num_gpus,
+                       max_restarts=0, runtime_env={"env_vars": thread_env(threads)}).remote(*args)
+        for i in range(n)
+    ]
+    try:
+        yield handles
+    finally:
+        import contextlib
+
+        for h in handles:
+            with contextlib.suppress(Exception):  # already dead: nothing to release
+                ray.kill(h, no_restart=True)

@@ -1,0 +1,92 @@
+"""The cluster connection: loopback only, address checking, a reused session left open."""
+
+from __future__ import annotations
+
+import pytest
+
+from diffbench.distributed.cluster import check_address, connect
+from diffbench.distributed.taskstore import TaskRecord, TaskStore, sha256_file, task_id
+from diffbench.errors import UsageError
+
+
+def by_value(module: str) -> None:
+    """Let Ray ship the classes of a test module by value (its workers cannot import ``tests``)."""
+    import sys
+
+    import ray.cloudpickle
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[module])
+
+
+@pytest.mark.parametrize("bad", ["", "10.0.0.1", "http://x:1", "local ", "a b:1", "host:port"])
+def test_bad_addresses_are_refused(bad: str) -> None:
+    if bad.strip() == "local":
+        assert check_address(bad) == "local"
+        return
+    with pytest.raises(UsageError, match="--ray"):
+        check_address(bad)
+
+
+@pytest.mark.parametrize("good", ["local", "auto", "127.0.0.1:6379", "ray://head:10001", "[::1]:6379"])
+def test_good_addresses(good: str) -> None:
+    assert check_address(good) == good
+
+
+def test_local_cluster_listens_on_loopback_only(ray_cluster) -> None:
+    import psutil
+
+    assert ray_cluster.nodes and all(n.ip == "127.0.0.1" for n in ray_cluster.nodes)
+    import ray
+
+    pids = {p.pid for p in psutil.process_iter() if any(k in " ".join(p.cmdline() if p.is_running() else [])
+                                                        for k in ("gcs_server", "raylet"))}
+    assert pids, "no Ray processes found"
+    listening = [c for c in psutil.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN and c.pid in pids]
+    assert listening
+    for c in listening:
+        assert c.laddr.ip in ("127.0.0.1", "::ffff:127.0.0.1", "::1"), c
+    with connect("local") as again:  # an open session is reused, not restarted
+        assert not again.started_here
+    assert ray.is_initialized()
+
+
+def test_task_ids_are_deterministic_and_content_checked(tmp_path) -> None:
+    a = task_id("bench", {"prompt": "x", "seed": 1, "image": b"\x00\x01"})
+    assert a == task_id("bench", {"seed": 1, "image": b"\x00\x01", "prompt": "x"})  # order does not matter
+    assert a != task_id("bench", {"prompt": "x", "seed": 2, "image": b"\x00\x01"})
+    assert a != task_id("bench", {"prompt": "x", "seed": 1, "image": b"\x00\x02"})
+    store = TaskStore(tmp_path)
+    f = tmp_path / "out.png"
+    f.write_bytes(b"png")
+    store.write(TaskRecord(id=a, kind="bench", files={"out.png": sha256_file(f)}))
+    assert store.done(a) is not None
+    f.write_bytes(b"changed")  # a changed output is not done
+    assert store.done(a) is None
+    f.unlink()
+    assert store.done(a) is None
+    assert store.done("0" * 20) is None
+
+
+class _Echo:
+    """A test actor (pickled by value: Ray workers cannot import test modules)."""
+
+    def pid_threads(self) -> tuple[int, str]:
+        import os
+
+        return os.getpid(), os.environ.get("OMP_NUM_THREADS", "")
+
+
+def test_actor_pool_caps_threads_and_releases_its_actors(ray_cluster, monkeypatch) -> None:
+    import ray
+
+    from diffbench.distributed.cluster import actor_pool
+
+    by_value(__name__)
+    with actor_pool(_Echo, 2, tag="t", threads=1) as actors:
+        got = ray.get([a.pid_threads.remote() for a in actors])
+        assert len({pid for pid, _ in got}) == 2 and all(t == "1" for _, t in got)
+    with actor_pool(_Echo, 2, tag="t") as actors:  # the first pool's CPUs were released
+        assert len(ray.get([a.pid_threads.remote() for a in actors])) == 2
+    monkeypatch.setattr("diffbench.distributed.cluster.RELEASE_WAIT_S", 1.0)
+    with pytest.raises(UsageError, match="--ray-actors 3"), actor_pool(_Echo, 3, tag="t"):
+        pass
