@@ -98,8 +98,8 @@ def _median(values: Sequence[float]) -> float:
     return float(np.median(np.asarray(values, dtype=np.float64))) if values else math.nan
 
 
-class _ShapeRun:
-    """Accumulates one shape's measurements."""
+class ShapeRun:
+    """Accumulates one shape's measurements (picklable; :meth:`finish` gives the shape's result)."""
 
     def __init__(self, first: GenerationRequest) -> None:
         self.result = ShapeResult(
@@ -308,7 +308,7 @@ def run_bench(
     done: list[ShapeResult] = []
     groups = group_by_shape(requests)
     for index, group in enumerate(groups):
-        run = _ShapeRun(group[0])
+        run = ShapeRun(group[0])
         if run.result.frames is not None:
             run.result.fps, run.result.fps_source = fps, fps_source
         try:
@@ -354,24 +354,23 @@ def _emitter(on_run: RunProgress | None, shape: str, index: int, shapes: int, cf
     return emit
 
 
-def _run_shape(
-    engine: Engine,
-    group: list[GenerationRequest],
-    cfg: BenchConfig,
-    timer: Timer,
-    run: _ShapeRun,
-    on_output: OutputSink | None,
-    progress: Callable[[], None],
-    emit: _Emit,
-) -> None:
+Attempt = Callable[[str, int, GenerationRequest], GenerationResult | None]
+
+
+def make_attempt(engine: Engine, result: ShapeResult) -> Attempt:
+    """``attempt(phase, index, request)``: ``engine.generate``; a remote engine's failed request is recorded in
+    ``result.failed_runs`` and gives None.
+
+    Raises:
+        GenerationError: after :data:`MAX_CONSECUTIVE_FAILURES` failed requests in a row (the shape is abandoned).
+    """
     failures = [0]  # consecutive failed requests of a remote engine
 
     def attempt(phase: str, index: int, req: GenerationRequest) -> GenerationResult | None:
-        """``engine.generate``; a remote engine's failed request is recorded and gives None."""
         try:
             res = engine.generate(req)
         except RequestFailed as exc:
-            run.result.failed_runs.append(FailedRun(phase=phase, index=index, status=exc.status, error=str(exc)))
+            result.failed_runs.append(FailedRun(phase=phase, index=index, status=exc.status, error=str(exc)))
             failures[0] += 1
             if failures[0] >= MAX_CONSECUTIVE_FAILURES:
                 raise GenerationError(
@@ -380,53 +379,95 @@ def _run_shape(
         failures[0] = 0
         return res
 
-    def seconds(res: GenerationResult, t0: int, t1: int) -> float:
-        own = res.extra.get(CLIENT_LATENCY)
-        return float(own) if own is not None else (t1 - t0) / 1e9
+    return attempt
 
+
+def _seconds(res: GenerationResult, t0: int, t1: int) -> float:
+    """The run's latency: the engine's own client latency when it reports one, else the clock reads (s)."""
+    own = res.extra.get(CLIENT_LATENCY)
+    return float(own) if own is not None else (t1 - t0) / 1e9
+
+
+def warm_up(attempt: Attempt, timer: Timer, group: Sequence[GenerationRequest], cfg: BenchConfig,
+            result: ShapeResult, emit: _Emit | None = None) -> None:
+    """The warmup of one shape: ``cfg.warmup`` runs cycling through ``group`` (or, with ``warmup_auto``, until
+    :func:`~diffbench.core.warmth.is_warm`, at most ``max_warmup``); their times (seconds) are appended to
+    ``result.warmup_s`` and a ``warmup_not_stable`` note is added when the auto warmup hits its cap."""
     i = 0
-    while (not is_warm(run.result.warmup_s) and i < cfg.max_warmup) if cfg.warmup_auto else i < cfg.warmup:
+    while (not is_warm(result.warmup_s) and i < cfg.max_warmup) if cfg.warmup_auto else i < cfg.warmup:
         t0 = timer.now_ns()
         warm = attempt("warmup", i, group[i % len(group)])
         t1 = timer.now_ns()
         i += 1
         if warm is None:
             continue
-        run.result.warmup_s.append(seconds(warm, t0, t1))
-        emit("warmup", i, run.result.warmup_s[-1], ())
-    if cfg.warmup_auto and not is_warm(run.result.warmup_s):
-        w = run.result.warmup_s
-        run.result.warnings.append(Note(code="warmup_not_stable", message=(
-            f"{run.result.shape}: still getting faster after {len(w)} warmup runs ({w[-DEFAULT_WINDOW]:.4g} s -> "
+        result.warmup_s.append(_seconds(warm, t0, t1))
+        if emit:
+            emit("warmup", i, result.warmup_s[-1], ())
+    if cfg.warmup_auto and not is_warm(result.warmup_s):
+        w = result.warmup_s
+        result.warnings.append(Note(code="warmup_not_stable", message=(
+            f"{result.shape}: still getting faster after {len(w)} warmup runs ({w[-DEFAULT_WINDOW]:.4g} s -> "
             f"{w[-1]:.4g} s over the last {DEFAULT_WINDOW}): the timed runs may carry the end of a cold start; "
             "raise --max-warmup")))
+
+
+def timed_run(attempt: Attempt, engine: Engine, timer: Timer, index: int, req: GenerationRequest
+              ) -> tuple[float, GenerationResult, float] | None:
+    """One timed run: ``(e2e seconds, result, pending seconds)``, None when a remote request failed.
+
+    The device is synchronized at both clock reads (``timer``); afterwards the engine is synchronized once more
+    and the device time still pending after the end read is returned (pending work means the launch was timed).
+    """
+    t0 = timer.now_ns()
+    got = attempt("timed", index, req)
+    t1 = timer.now_ns()
+    if got is None:
+        return None
+    engine.sync()  # protocol guard: was device work still pending at the end read?
+    pending = max(0.0, (engine.clock() - t1) / 1e9)
+    return _seconds(got, t0, t1), got, pending
+
+
+def add_timed(run: ShapeRun, e2e: float, res: GenerationResult, pending: float) -> None:
+    """Add one timed run to a shape's accumulator, with the ``unsynchronized`` note when work was pending."""
+    run.add(e2e, res, pending)
+    if pending > max(UNSYNC_TOLERANCE * e2e, 1e-3) and not any(
+        w.code == "unsynchronized" for w in run.result.warnings
+    ):
+        run.result.warnings.append(
+            Note(
+                code="unsynchronized",
+                message=(
+                    f"{run.result.shape}: device work was still pending {pending:.4g} s after the end-time read "
+                    f"of a {e2e:.4g} s measurement: this timed the launch, not the generation. Synchronize the "
+                    "device before reading the clock (drop --no-sync)"
+                ),
+            )
+        )
+
+
+def _run_shape(
+    engine: Engine,
+    group: list[GenerationRequest],
+    cfg: BenchConfig,
+    timer: Timer,
+    run: ShapeRun,
+    on_output: OutputSink | None,
+    progress: Callable[[], None],
+    emit: _Emit,
+) -> None:
+    attempt = make_attempt(engine, run.result)
+    warm_up(attempt, timer, group, cfg, run.result, emit)
     first_images: dict[tuple[str, int], np.ndarray] = {}
     seen: set[tuple[str, int]] = set()
     for i in range(cfg.runs):
         req = group[i % len(group)]
-        t0 = timer.now_ns()
-        got = attempt("timed", i, req)
-        t1 = timer.now_ns()
-        if got is None:
+        timed = timed_run(attempt, engine, timer, i, req)
+        if timed is None:
             continue
-        res = got
-        engine.sync()  # protocol guard: was device work still pending at the end read?
-        pending = max(0.0, (engine.clock() - t1) / 1e9)
-        e2e = seconds(res, t0, t1)
-        run.add(e2e, res, pending)
-        if pending > max(UNSYNC_TOLERANCE * e2e, 1e-3) and not any(
-            w.code == "unsynchronized" for w in run.result.warnings
-        ):
-            run.result.warnings.append(
-                Note(
-                    code="unsynchronized",
-                    message=(
-                        f"{run.result.shape}: device work was still pending {pending:.4g} s after the end-time read "
-                        f"of a {e2e:.4g} s measurement: this timed the launch, not the generation. Synchronize the "
-                        "device before reading the clock (drop --no-sync)"
-                    ),
-                )
-            )
+        e2e, res, pending = timed
+        add_timed(run, e2e, res, pending)
         key = (req.prompt_id, req.seed)
         if key not in seen and res.images is not None:
             seen.add(key)
@@ -450,16 +491,22 @@ def _run_shape(
         again = attempt("output", 0, req)
         engine.sync()
         psnr = psnr_uint8(ref, again.images) if again is not None and again.images is not None else None
-        info = engine.info()
-        run.result.repro = ReproResult(
-            psnr_db=psnr,
-            reproducible=None if psnr is None else psnr >= REPRO_THRESHOLD_DB,
-            prompt_id=pid,
-            seed=seed,
-            generator_device=cfg.generator_device,
-            threads=int(info.details.get("threads", 0)) or None,
-            attention_backend=info.attention_backend,
-            deterministic_algorithms={"True": True, "False": False}.get(
-                info.details.get("deterministic_algorithms", "")
-            ),
-        )
+        run.result.repro = repro_result(engine, cfg, pid, seed, psnr)
+
+
+def repro_result(engine: Engine, cfg: BenchConfig, prompt_id: str, seed: int, psnr: float | None) -> ReproResult:
+    """The reproducibility check's result: PSNR (dB) of the same request generated twice, with the engine
+    settings that decide bitwise reproducibility (threads, attention backend, deterministic algorithms)."""
+    info = engine.info()
+    return ReproResult(
+        psnr_db=psnr,
+        reproducible=None if psnr is None else psnr >= REPRO_THRESHOLD_DB,
+        prompt_id=prompt_id,
+        seed=seed,
+        generator_device=cfg.generator_device,
+        threads=int(info.details.get("threads", 0)) or None,
+        attention_backend=info.attention_backend,
+        deterministic_algorithms={"True": True, "False": False}.get(
+            info.details.get("deterministic_algorithms", "")
+        ),
+    )
