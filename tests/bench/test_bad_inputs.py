@@ -27,6 +27,12 @@ HTTP = ["--engine", "http", "--runs", "1", "--warmup", "0", "--no-repro"]
 
 # (args, exit code, fragments that must all appear in the one-line error). "{tmp}" is replaced by tmp_path.
 ROWS: list[tuple[list[str], int, list[str]]] = [
+    # --ray (issue 15): refused before Ray starts or a model loads
+    ([*SIM, "--ray", "local"], 2, ["--ray distributes the outputs", "--save-outputs DIR"]),
+    ([*SIM, "--ray", "10.0.0.1", "--save-outputs", "{tmp}/o"], 2, ["--ray '10.0.0.1'", "HOST:PORT", "local"]),
+    ([*SIM, "--ray-actors", "2"], 2, ["--ray-actors 2", "add --ray ADDRESS"]),
+    ([*HTTP, "--url", "http://127.0.0.1:9", "--ray", "local", "--save-outputs", "{tmp}/o"], 2,
+     ["--ray with --engine http", "load --workers N --ray"]),
     # --cache (issue 11: bench the deployment as it serves, for monitor calibrate)
     ([*TINY, "--cache", "bogus"], 2, ["--cache 'bogus'", "AXIS=VALUE", "first-block"]),
     ([*TINY, "--cache", "teacache=0.1"], 2, ["unknown cache 'teacache'", "first-block"]),

@@ -90,3 +90,15 @@ def test_actor_pool_caps_threads_and_releases_its_actors(ray_cluster, monkeypatc
     monkeypatch.setattr("diffbench.distributed.cluster.RELEASE_WAIT_S", 1.0)
     with pytest.raises(UsageError, match="--ray-actors 3"), actor_pool(_Echo, 3, tag="t"):
         pass
+
+
+def test_missing_ray_extra_names_it(monkeypatch, capsys, tmp_path) -> None:
+    import sys
+
+    from diffbench.cli.main import main
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    rc = main(["bench", "--engine", "sim", "--runs", "1", "--warmup", "0", "--save-outputs", str(tmp_path / "o"),
+               "--ray", "local"])
+    err = capsys.readouterr().err
+    assert rc == 3 and "--ray needs the ray extra" in err and '.[ray]' in err, err

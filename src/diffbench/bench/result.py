@@ -251,6 +251,41 @@ class Protocol(BaseModel):
     clock: str = "time.perf_counter_ns (monotonic); device synchronized before every read"
 
 
+class WorkerInfo(BaseModel):
+    """One actor of a distributed bench (``bench --ray``): where it ran and what it did.
+
+    ``device_class`` is what its timings are pooled by (GPU name and driver, or the CPU model); ``tasks`` counts
+    the tasks it finished in this run; ``warmup_s`` its warmup times per shape label (seconds)."""
+
+    index: int
+    node_ip: str
+    pid: int
+    device: str
+    device_class: str
+    driver: str | None = None
+    threads: int | None = None
+    tasks: int = 0
+    warmup_s: dict[str, list[float]] = {}
+
+
+class DistributedRun(BaseModel):
+    """How a distributed bench ran: the Ray cluster, the actors, and the tasks (one timed run or one untimed
+    output each, with a deterministic id). ``resumed`` tasks were finished by an earlier run of the same command
+    (their record and output files checked by sha256) and were not redone; their timings are in the statistics.
+    ``repro_across_actors``: each shape's reproducibility check regenerated its first output on another actor
+    than the one that made it."""
+
+    address: str
+    ray_version: str
+    nodes: int
+    actors: list[WorkerInfo] = []
+    tasks: int = 0
+    resumed: int = 0
+    done_now: int = 0
+    not_done: int = 0
+    repro_across_actors: bool = False
+
+
 class BenchResult(BaseModel):
     """The bench report. ``partial`` is true while the run is going or after an interruption;
     ``valid`` is false when the protocol was violated (e.g. unsynchronized timing)."""
@@ -279,6 +314,7 @@ class BenchResult(BaseModel):
     shapes: list[ShapeResult] = []
     warnings: list[Note] = []
     outputs_dir: str | None = None
+    distributed: DistributedRun | None = None  # bench --ray: the cluster, actors and tasks
 
     def with_primary(self) -> BenchResult:
         """Copy with the per-shape summary, and the top-level result fields taken from the first shape that

@@ -179,6 +179,15 @@ def register(app: typer.Typer) -> None:
         mkdir: bool = typer.Option(
             False, "--mkdir", help="Create missing parent directories of --json, --markdown, --save-outputs."
         ),
+        ray: str | None = typer.Option(
+            None, "--ray", help="Run the bench on Ray engine actors (with --save-outputs DIR, a path every node "
+            "sees): 'local' (a private cluster on this machine, loopback only), 'auto' (the cluster `ray start` "
+            "began here) or HOST:PORT. Tasks have deterministic ids; a rerun skips the finished ones.",
+        ),
+        ray_actors: int | None = typer.Option(
+            None, "--ray-actors", min=1, help="[--ray] Engine actors (default: one per GPU for --device cuda, else "
+            "the cluster's CPUs / --threads). Each gets --threads threads (default 1).",
+        ),
         quiet: bool = typer.Option(
             False, "--quiet", "-q", help="No live progress line on stderr (it is off anyway when stderr is not a "
             "terminal; DIFFBENCH_PROGRESS=always|never overrides)."
@@ -256,6 +265,18 @@ def register(app: typer.Typer) -> None:
                 check_output_file(out_path, option, mkdir=mkdir)  # also creates and removes a scratch file
         if save_outputs is not None:
             check_output_dir(save_outputs, "--save-outputs", mkdir=mkdir)
+        if ray is not None:
+            from diffbench.distributed.cluster import check_address
+
+            ray = check_address(ray)
+            if save_outputs is None:
+                raise UsageError("--ray distributes the outputs of a bench: add --save-outputs DIR (a directory "
+                                 "every node sees; finished outputs are kept there and skipped on a rerun)")
+            if engine == "http":
+                raise UsageError("--ray with --engine http: a service is measured at its client; spread the client "
+                                 "with `diffbench load --workers N --ray ADDRESS` instead")
+        elif ray_actors is not None:
+            raise UsageError(f"--ray-actors {ray_actors}: applies to a distributed run; add --ray ADDRESS")
         edit_inputs = load_inputs(input_images, masks) if input_images is not None else []
         sim = SimParams(
             compile_s=sim_compile_s,
@@ -309,8 +330,15 @@ def register(app: typer.Typer) -> None:
                 def on_run(ev: RunEvent) -> None:
                     line.update(progress_text(ev))
 
-                result = run_session(opts, on_update=lambda r: latest.__setitem__("r", r),
-                                     on_run=on_run if line.enabled else None)
+                if ray is not None:
+                    from diffbench.distributed.bench import run_distributed_session
+
+                    line.update(f"starting Ray ({ray}) ...")
+                    result = run_distributed_session(opts, ray, ray_actors,
+                                                     on_update=lambda r: latest.__setitem__("r", r))
+                else:
+                    result = run_session(opts, on_update=lambda r: latest.__setitem__("r", r),
+                                         on_run=on_run if line.enabled else None)
         except ShapeError as exc:
             raise ShapeError(f"{shape_option(str(exc), shapes)}: {exc}") from None
         except KeyboardInterrupt:

@@ -1,0 +1,103 @@
+"""``bench --save-outputs DIR --ray local``: outputs byte-identical to one process; a killed actor loses no
+finished output and the rerun does only the rest (issue 15 acceptance)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from diffbench.cli.main import main
+from diffbench.distributed.taskstore import TASKS_DIR, TaskStore
+
+TINY16 = ["--model", "tiny-flux", "--height", "64", "--width", "64", "--steps", "2", "--warmup", "1", "--runs", "16",
+          "--num-prompts", "8", "--seeds", "0,1", "--threads", "1", "-q"]
+
+
+def _files(d: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(d.glob("*.png"))}
+
+
+def test_sixteen_outputs_byte_identical_to_single_process(ray_cluster, tmp_path: Path) -> None:
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        assert main(["bench", *TINY16, "--save-outputs", str(tmp_path / "one"), "--json", str(tmp_path / "one.json")]) == 0
+    finally:
+        torch.set_num_threads(threads)  # the in-process bench set 1 thread: give the rest of the session its own
+    assert main(["bench", *TINY16, "--save-outputs", str(tmp_path / "ray"), "--json", str(tmp_path / "ray.json"),
+                 "--ray", "local", "--ray-actors", "2"]) == 0
+    one, ray = _files(tmp_path / "one"), _files(tmp_path / "ray")
+    assert len(one) == 16 and one == ray  # same names, same bytes
+    m1 = json.loads((tmp_path / "one" / "manifest.json").read_text())
+    m2 = json.loads((tmp_path / "ray" / "manifest.json").read_text())
+    assert m1["entries"] == m2["entries"]  # same entries (ids, seeds, sha256) in the same order
+    r = json.loads((tmp_path / "ray.json").read_text())
+    dist = r["distributed"]
+    assert dist["tasks"] == 16 and dist["done_now"] == 16 and dist["resumed"] == 0 and dist["not_done"] == 0
+    assert len(dist["actors"]) == 2 and sum(a["tasks"] for a in dist["actors"]) == 16
+    assert all(a["node_ip"] == "127.0.0.1" and a["threads"] == 1 for a in dist["actors"])
+    shape = r["shapes"][0]
+    assert len(shape["samples_s"]) == 16  # --runs 16 timed runs over both actors
+    assert shape["latency_s"]["p50"] == pytest.approx(float(np.median(shape["samples_s"])), rel=1e-12)
+    assert shape["repro"]["reproducible"] is True and dist["repro_across_actors"] is True  # another actor agrees
+    assert shape["stages_s"] is not None and shape["step_s"]["n"] == 16 * 2  # per-step times of every timed run
+
+
+SIM = ["--engine", "sim", "--sim-realtime", "--sim-step-s", "0.5", "--sim-compile-s", "0", "--steps", "4",
+       "--height", "64", "--width", "64", "--warmup", "0", "--runs", "24", "--num-prompts", "12", "--seeds", "0,1",
+       "--no-repro", "-q"]
+
+
+def test_killed_actor_loses_no_finished_output_and_the_rerun_does_only_the_rest(ray_cluster, tmp_path: Path) -> None:
+    import ray
+
+    out = tmp_path / "out"
+    args = ["bench", *SIM, "--save-outputs", str(out), "--json", str(tmp_path / "r.json"), "--ray", "local",
+            "--ray-actors", "2"]
+    rc: list[int] = []
+    t = threading.Thread(target=lambda: rc.append(main(args)))
+    t.start()
+    tasks = out / TASKS_DIR
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list(tasks.glob("*.json"))) < 4:
+        time.sleep(0.02)
+    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("diffbench-bench-")]
+    assert len(names) == 2, names
+    ray.kill(ray.get_actor(sorted(names)[1]))
+    t.join(timeout=120)
+    assert rc == [5]  # ActorDied: the run stops, not silently complete
+    store = TaskStore(out)
+    recorded = sorted(p.stem for p in tasks.glob("*.json"))
+    assert 4 <= len(recorded) < 24
+    assert all(store.done(tid) is not None for tid in recorded)  # every record's files are intact
+    manifest = json.loads((out / "manifest.json").read_text())
+    listed = {e["file"] for e in manifest["entries"]}
+    assert listed <= {p.name for p in out.glob("*.png")}  # the killed actor's task in flight may have left a file
+    assert len(listed) == len(recorded)  # one output per recorded task (24 runs over 24 distinct requests)
+    partial = json.loads((tmp_path / "r.json").read_text())
+    assert partial["partial"] is True and partial["distributed"]["not_done"] == 24 - len(recorded)
+
+    assert main(args) == 0  # the rerun completes only the rest
+    final = json.loads((tmp_path / "r.json").read_text())["distributed"]
+    assert final["resumed"] == len(recorded) and final["done_now"] == 24 - len(recorded) and final["not_done"] == 0
+    assert main(["bench", *[a for a in SIM if a != "--sim-realtime"], "--save-outputs", str(tmp_path / "one")]) == 0
+    assert _files(out) == _files(tmp_path / "one") and len(_files(out)) == 24  # complete, as one process makes it
+
+
+def test_actors_on_two_device_classes_are_refused() -> None:
+    from diffbench.bench.result import WorkerInfo
+    from diffbench.distributed.bench import one_device_class
+    from diffbench.errors import UsageError
+
+    def w(i: int, cls: str) -> WorkerInfo:
+        return WorkerInfo(index=i, node_ip="127.0.0.1", pid=i, device="cuda", device_class=cls)
+
+    assert one_device_class([w(0, "H100 (driver 1)"), w(1, "H100 (driver 1)")]) == ["H100 (driver 1)"]
+    with pytest.raises(UsageError, match=r"A100 \(driver 1\) \(1 actors\), H100 \(driver 1\) \(2 actors\)"):
+        one_device_class([w(0, "H100 (driver 1)"), w(1, "A100 (driver 1)"), w(2, "H100 (driver 1)")])
