@@ -1,4 +1,4 @@
-"""Fast start: importing diffbench and `diffbench --help` never import torch, diffusers, httpx or aiohttp."""
+"""Fast start: importing diffbench and `diffbench --help` never import torch, diffusers, httpx, aiohttp or ray."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-HEAVY = ("torch", "diffusers", "transformers", "httpx", "aiohttp", "matplotlib", "selenium")
+HEAVY = ("torch", "diffusers", "transformers", "httpx", "aiohttp", "matplotlib", "selenium", "ray")
 
 
 def _loaded_after(code: str) -> set[str]:
