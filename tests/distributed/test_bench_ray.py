@@ -101,3 +101,13 @@ def test_actors_on_two_device_classes_are_refused() -> None:
     assert one_device_class([w(0, "H100 (driver 1)"), w(1, "H100 (driver 1)")]) == ["H100 (driver 1)"]
     with pytest.raises(UsageError, match=r"A100 \(driver 1\) \(1 actors\), H100 \(driver 1\) \(2 actors\)"):
         one_device_class([w(0, "H100 (driver 1)"), w(1, "A100 (driver 1)"), w(2, "H100 (driver 1)")])
+
+
+def test_an_out_of_memory_shape_is_recorded_and_the_rest_reported(ray_cluster, tmp_path: Path) -> None:
+    args = ["bench", "--engine", "sim", "--shapes", "64x64,2048x2048", "--runs", "3", "--warmup", "0", "-q",
+            "--sim-fail-above-pixels", "100000", "--save-outputs", str(tmp_path / "o"), "--json", str(tmp_path / "r.json"),
+            "--ray", "local", "--ray-actors", "2"]
+    assert main(args) == 0
+    small, big = json.loads((tmp_path / "r.json").read_text())["shapes"]
+    assert len(small["samples_s"]) == 3 and small["error"] is None and small["repro"]["reproducible"] is True
+    assert big["samples_s"] == [] and "out of memory" in big["error"] and big["repro"] is None

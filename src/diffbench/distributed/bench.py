@@ -361,6 +361,10 @@ def run_distributed_session(opts: Any, address: str, actors: int | None,
     cfg: BenchConfig = opts.protocol
     threads = opts.engine.threads or 1
     gpu = opts.engine.device.startswith("cuda")
+    from diffbench.bench.session import preflight
+    from diffbench.engines.registry import create_engine
+
+    preflight(opts, create_engine(opts.engine))  # a shape the model cannot take: refused before Ray starts
     out_dir = Path(opts.save_outputs)
     store = TaskStore(out_dir)
     inputs = {i.sha256: i.name for i in opts.edit_inputs}
@@ -449,7 +453,8 @@ def run_distributed_session(opts: Any, address: str, actors: int | None,
                 raise ActorDied(f"{died}; {len(records)} of {len(tasks)} tasks are finished and kept in {out_dir} "
                                 "(records and outputs); rerun the same command to do only the remaining "
                                 f"{len(tasks) - len(records)}")
-            repros = _repro(ray, handles, groups, tasks, records, cfg, out_dir) if cfg.repro else {}
+            repros = _repro(ray, handles, groups, tasks, records, cfg, out_dir, set(driver.shape_errors)) \
+                if cfg.repro else {}
             manifest.entries = manifest_entries(tasks, records)
             write_manifest(out_dir, manifest)
             r = result(False, repros)
@@ -459,28 +464,41 @@ def run_distributed_session(opts: Any, address: str, actors: int | None,
 
 
 def _repro(ray: Any, handles: list[Any], groups: list[list[GenerationRequest]], tasks: list[BenchTask],
-           records: dict[str, TaskRecord], cfg: BenchConfig, out_dir: Path) -> dict[int, Any]:
-    """Per shape: its first saved output generated again on another actor than the one that made it (when
-    there are several), compared with the saved PNG (PSNR, dB)."""
+           records: dict[str, TaskRecord], cfg: BenchConfig, out_dir: Path, skip: set[int]) -> dict[int, Any]:
+    """Per shape (but the failed ones, ``skip``): its first saved output generated again on another actor than the
+    one that made it (when there are several), compared with the saved PNG (PSNR, dB); a generation that fails
+    here leaves the PSNR unknown (None)."""
     from diffbench.core.psnr import psnr_uint8
 
     out = {}
     for si in range(len(groups)):
+        if si in skip:
+            continue
         first = next((t for t in tasks if t.shape == si and t.save and (r := records.get(t.id)) and r.data.get("entries")),
                      None)
         if first is None or any(e.get("frames") for e in records[first.id].data["entries"]):
             # no saved picture of this shape (its outputs are another shape's files) or a video: generate its first
             # request on actor 0 and on another actor
             request, maker = 0, 0
-            ref = ray.get(handles[0].regenerate.remote(si, 0))
+            ref = _get_images(ray, handles[0].regenerate.remote(si, 0))
         else:
             rec = records[first.id]
             request, maker = first.request, int(rec.worker.get("index", 0))
             ref = np.stack([_read_png(out_dir / e["file"]) for e in rec.data["entries"]])
         other = handles[(maker + 1) % len(handles)]
-        again = ray.get(other.regenerate.remote(si, request))
+        again = _get_images(ray, other.regenerate.remote(si, request))
         ok = ref is not None and again is not None and again.shape == ref.shape
         psnr = psnr_uint8(ref, again) if ok else None
         req = groups[si][request]
         out[si] = ray.get(other.repro_result.remote(cfg, req.prompt_id, req.seed, psnr))
     return out
+
+
+def _get_images(ray: Any, ref: Any) -> np.ndarray | None:
+    """The images of a ``regenerate`` call; None when that generation failed (GenerationError)."""
+    try:
+        return ray.get(ref)  # type: ignore[no-any-return]
+    except ray.exceptions.RayTaskError as exc:
+        if isinstance(_unwrap(ray, exc), GenerationError):
+            return None
+        raise _unwrap(ray, exc) from None

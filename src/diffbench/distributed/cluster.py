@@ -134,6 +134,8 @@ def connect(address: str, *, num_cpus: int | None = None, num_gpus: int | None =
         return
     import logging
 
+    # Ray 2.60 logs a WARNING on every start that token authentication is on (it stays on); keep stderr for errors
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     kwargs: dict[str, Any] = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False,
                                   configure_logging=True)
     if address == "local":
