@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import pickle
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -113,7 +114,9 @@ class BenchActor:
     and records to the shared directory."""
 
     def __init__(self, engine: EngineConfig, threads: int, out_dir: str, inputs: dict[str, str]):
-        self.cfg_engine = engine.model_copy(update={"threads": threads})
+        # Ray gives a GPU actor one device (CUDA_VISIBLE_DEVICES): it is cuda:0 inside the actor, whatever index was asked
+        device = "cuda" if engine.device.startswith("cuda") else engine.device
+        self.cfg_engine = engine.model_copy(update={"threads": threads, "device": device})
         self.threads, self.dir, self.inputs, self.index = threads, Path(out_dir), inputs, 0
         self.groups: list[list[GenerationRequest]] = []
         self.cfg = BenchConfig()
@@ -255,14 +258,14 @@ class _Driver:
 
     def run(self) -> str | None:
         """Run every task not yet recorded; the message of the first actor death, None when all went well."""
-        todo = [t for t in self.tasks if t.id not in self.records]
+        todo = deque(t for t in self.tasks if t.id not in self.records)
         inflight: dict[Any, tuple[int, BenchTask]] = {}
         idle = list(range(len(self.actors)))
         died: str | None = None
         last = 0.0
         while True:
             while idle and todo and died is None:
-                task = todo.pop(0)
+                task = todo.popleft()
                 if task.shape in self.shape_errors:
                     continue
                 a = idle.pop(0)
