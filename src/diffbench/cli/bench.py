@@ -268,13 +268,7 @@ def register(app: typer.Typer) -> None:
         if ray is not None:
             from diffbench.distributed.cluster import check_address
 
-            ray = check_address(ray)
-            if save_outputs is None:
-                raise UsageError("--ray distributes the outputs of a bench: add --save-outputs DIR (a directory "
-                                 "every node sees; finished outputs are kept there and skipped on a rerun)")
-            if engine == "http":
-                raise UsageError("--ray with --engine http: a service is measured at its client; spread the client "
-                                 "with `diffbench load --workers N --ray ADDRESS` instead")
+            ray = check_address(ray)  # the rest of --ray's checks: run_distributed_session, before Ray starts
         elif ray_actors is not None:
             raise UsageError(f"--ray-actors {ray_actors}: applies to a distributed run; add --ray ADDRESS")
         edit_inputs = load_inputs(input_images, masks) if input_images is not None else []
