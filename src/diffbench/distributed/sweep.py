@@ -221,8 +221,7 @@ def pool_group(opts: SweepOptions, device_cls: str, shards: list[ShardResult]) -
                         latency_s=summarize(live, check=()) if live else None),
         noise_floor=noise_q, noise_floor_psnr=noise_q.psnr if noise_q else None, timing_floor=floor, gates=gates,
         budget_db=None if opts.gates else opts.budget_db, points=points,
-        warnings=[f"pooled over {len(shards)} device(s) of class {device_cls}: {POOLED}"]
-        + [w for s in shards for w in s.result.warnings],
+        warnings=list(dict.fromkeys(w for s in shards for w in s.result.warnings)),
     )
     result.working_point = choose(points, gates)
     return result
@@ -376,3 +375,45 @@ def _stored(root: Path, i: int, n: int) -> ShardResult | None:
 def speedup_line(ci: SpeedupCI) -> str:
     """``1.234x (1.100-1.300)``."""
     return f"{ci.speedup:.3f}x ({ci.low:.3f}-{ci.high:.3f})"
+
+
+def to_csv(result: RaySweepResult) -> str:
+    """The pooled curve of every device class (:func:`diffbench.report.sweep_report.to_csv`), with a leading
+    ``device_class`` column; the per-device results are in the JSON."""
+    from diffbench.report.sweep_report import to_csv as curve_csv
+
+    lines: list[str] = []
+    for g in result.groups:
+        head, *rows = curve_csv(g.result).splitlines()
+        if not lines:
+            lines.append("device_class," + head)
+        cls = '"' + g.device_class.replace('"', '""') + '"'
+        lines += [f"{cls},{r}" for r in rows]
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def print_console(result: RaySweepResult, console: Any) -> None:
+    """Per-device speed-ups (each measured on one device), then the pooled curve of each device class."""
+    from rich.table import Table
+
+    from diffbench.report.sweep_report import print_console as curve_console
+
+    t = Table(title=f"sweep --ray {result.key}: per device ({len(result.shards)} finished, {len(result.failed)} "
+                    f"failed)")
+    for col in ("shard", "node", "device class", result.axis, "speed-up (95 % CI)", "noise floor (95 % CI)",
+                "verdict", "psnr p10"):
+        t.add_column(col)
+    for s in result.shards:
+        for p in s.result.points:
+            t.add_row(f"{s.shard + 1}/{s.shards}" + (" (resumed)" if s.resumed else ""), s.node, s.device_class,
+                      p.value, speedup_line(p.speedup_detail), speedup_line(p.noise_floor) if p.noise_floor else "—",
+                      p.verdict, f"{p.quality.psnr.p10:.2f}")
+    for i, msg in sorted(result.failed.items()):
+        t.add_row(f"{i + 1}", "—", "—", "—", "—", "—", f"FAILED: {msg}", "—")
+    console.print(t)
+    for g in result.groups:
+        console.print(f"[bold]pooled over device class {g.device_class}[/bold] (shards "
+                      f"{', '.join(str(i + 1) for i in g.shards)}): {result.method}")
+        curve_console(g.result, console)
+    for w in result.warnings:
+        console.print(f"[yellow]warning:[/yellow] {w}")
