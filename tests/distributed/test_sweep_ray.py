@@ -188,3 +188,23 @@ def test_cli_tiny_flux_sweep_on_two_cpu_actors(ray_cluster, tmp_path, capsys) ->
         assert p["quality"]["psnr"]["n"] == 2
     rows = (out / "r.csv").read_text().splitlines()
     assert rows[0].startswith("device_class,value,") and len(rows) == 4  # header, baseline, 2 values
+
+
+def test_a_failing_shard_is_an_error_with_the_partial_result(ray_cluster, tmp_path, monkeypatch) -> None:
+    from diffbench.distributed.sweep import run_sweep_ray
+    from diffbench.errors import DiffbenchError, UsageError
+
+    # every generation fails as out of memory on the simulated device: each shard fails, nothing is pooled
+    sim = SimParams(fail_above_pixels=1)
+    opts = _opts(engine=EngineConfig(engine="sim", model="sim-flux", sim=sim), num_prompts=2)
+    with pytest.raises(DiffbenchError) as info:
+        run_sweep_ray(opts, tmp_path / "s.sqlite", "local", actors=2)
+    partial = info.value.result  # type: ignore[attr-defined]
+    assert partial.partial and sorted(partial.failed) == [0, 1] and not partial.shards and not partial.groups
+    assert all("memory" in m.lower() for m in partial.failed.values()), partial.failed
+    assert not list(Path(partial.directory).glob("*.json"))
+    # one actor per GPU: a cluster without GPUs is refused with the count, not waited on forever
+    monkeypatch.setattr("diffbench.distributed.cluster.RELEASE_WAIT_S", 0.5)
+    with pytest.raises(UsageError, match="1 GPUs and the cluster has 0 free"):
+        run_sweep_ray(_opts(engine=EngineConfig(engine="sim", model="sim-flux", device="cuda")),
+                      tmp_path / "s.sqlite", "local")
