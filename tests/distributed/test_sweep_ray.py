@@ -164,6 +164,7 @@ def test_more_actors_than_prompts_is_refused(ray_cluster, tmp_path) -> None:
     assert not (tmp_path / "ray-sweeps").exists()
 
 
+@pytest.mark.slow  # about 14 s on an idle 2-core machine (two actors import torch and build tiny-flux)
 def test_cli_tiny_flux_sweep_on_two_cpu_actors(ray_cluster, tmp_path, capsys) -> None:
     """The command end to end with the diffusers engine: 2 values, 2 actors with one torch thread each."""
     from diffbench.cli.main import main

@@ -40,7 +40,14 @@ Event = Callable[[str], None]
 
 
 class ShardResult(BaseModel):
-    """One device's sweep: its shard, where it ran, its class, fingerprint and the single-process result."""
+    """One device's sweep: its shard, where it ran, its class, fingerprint and the single-process result.
+
+    ``samples``: per value, the interleaved baseline and candidate latencies (seconds, paired by block).
+    ``floor_baseline_s``: the baseline samples of the newest session (the timing noise floor). ``psnr`` /
+    ``ssim``: per value (and ``"noise-floor"``), the per-image values (dB / unitless) by image key.
+    ``skipped``: per value, (computed, total) cache-hooked computations (None for option axes).
+    ``fingerprint``: the baseline's deployment fingerprint plus the actor's node, GPUs, driver, CUDA and CPU.
+    """
 
     shard: int
     shards: int
@@ -83,8 +90,9 @@ class RaySweepResult(BaseModel):
 
 
 def sweep_key(opts: SweepOptions, count: int) -> str:
-    """sha256 (16 hex) of the options (without the shard) and the shard count: the distributed sweep's folder."""
-    data = opts.model_copy(update={"shard": None}).model_dump(mode="json")
+    """sha256 (16 hex) of the options (without the shard and ``resume``) and the shard count: the distributed
+    sweep's folder (``--no-resume`` redoes the same sweep in the same folder)."""
+    data = opts.model_copy(update={"shard": None, "resume": True}).model_dump(mode="json")
     return hashlib.sha256(json.dumps([data, count], sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
