@@ -145,3 +145,13 @@ def test_merged_per_image_values_equal_one_comparison_over_all_images() -> None:
     assert quality_of(ps, ss, "r") == whole
     mse = np.mean((base["p00_s0_i0"].astype(float) - cand["p00_s0_i0"]) ** 2)
     assert ps["p00_s0_i0"] == pytest.approx(10 * np.log10(255.0 ** 2 / mse), rel=1e-9)
+
+
+def test_the_shard_folder_is_one_per_sweep_and_shard_count() -> None:
+    from diffbench.distributed.sweep import sweep_key
+
+    a = _sim_opts(num_prompts=4)
+    assert sweep_key(a, 2) == sweep_key(a.model_copy(update={"resume": False}), 2)  # --no-resume: same folder
+    assert sweep_key(a, 2) == sweep_key(a.model_copy(update={"shard": (1, 2)}), 2)
+    assert sweep_key(a, 2) != sweep_key(a, 3)
+    assert sweep_key(a, 2) != sweep_key(_sim_opts(num_prompts=3), 2)
