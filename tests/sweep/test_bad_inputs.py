@@ -87,6 +87,15 @@ ROWS = [
      ["--store", "does not exist", "--mkdir"]),
     (["sweep", "--cache", "first-block", "--values", "0.1", "--store", "{tmp}"], 2, ["--store", "is a directory"]),
     # runs
+    # sweep --ray (issue 15): refused before Ray is imported or anything is stored
+    ([*SWEEP, "--ray", "somewhere"], 2, ["--ray 'somewhere'", "local", "HOST:PORT"]),
+    ([*SWEEP, "--ray", ""], 2, ["--ray ''", "local"]),
+    ([*SWEEP, "--ray-actors", "2"], 2, ["--ray-actors", "only with --ray"]),
+    ([*SWEEP, "--ray", "local", "--ray-actors", "0"], 2, ["--ray-actors"]),
+    ([*SWEEP, "--ray", "local", "--baseline", "abc"], 2, ["--ray with --baseline", "drop --baseline"]),
+    ([*SWEEP, "--ray", "local", "--device", "cuda:1"], 2, ["--device cuda:1 with --ray", "--device cuda"]),
+    ([*HTTP_SWEEP, "--url", "{dead}", "--url-per-value", "http://127.0.0.1:1,http://127.0.0.1:2", "--ray", "local"],
+     2, ["--ray with --engine http"]),
     (["runs", "--store", "{tmp}/nothing.sqlite"], 2, ["--store", "no store there"]),
     (["runs", "--store", "{tmp}/typo/s.sqlite"], 2, ["no store there"]),
     (["runs", "--store", "{junk}"], 4, ["not a diffbench SQLite database"]),

@@ -61,6 +61,67 @@ def _value_urls(text: str | None, values: str, baseline: str) -> list[str]:
     return urls
 
 
+def _check_ray(address: str, engine: str, baseline: str | None, device: str) -> None:
+    """``--ray`` with options it cannot honour, refused before anything starts.
+
+    Raises:
+        UsageError: a malformed address, ``--engine http``, ``--baseline`` or ``--device cuda:N``.
+    """
+    from diffbench.distributed.cluster import check_address
+
+    check_address(address)
+    if engine == "http":
+        raise UsageError("--ray with --engine http: the services already run where they run; --ray puts the "
+                         "diffusers engine on Ray actors (drop --engine http or --ray)")
+    if baseline is not None:
+        raise UsageError("--ray with --baseline: each device makes its own baseline outputs on its shard; a stored "
+                         "run lives in one store on one machine (drop --baseline)")
+    if device.startswith("cuda:"):
+        raise UsageError(f"--device {device} with --ray: Ray gives each actor its own GPU; use --device cuda")
+
+
+def _run_ray(opts: Any, address: str, actors: int | None, threads: int, store: Path | None, mkdir: bool,
+             json_path: Path | None, csv_path: Path | None, console: Any, quiet: bool) -> None:
+    """``sweep --ray``: shards on actors, per-device and pooled results (see diffbench.distributed.sweep)."""
+    from diffbench.core.jsonio import write_json_atomic
+    from diffbench.distributed.sweep import print_console, run_sweep_ray, to_csv
+    from diffbench.store.runs import RunStore
+
+    with RunStore.open(store, mkdir=mkdir) as st:  # resolves the default and fails now if unwritable
+        store_path = st.path
+
+    def event(msg: str) -> None:
+        if not quiet:
+            typer.echo(msg, err=True)
+
+    def save(result: Any) -> None:
+        if json_path is not None:
+            write_json_atomic(json_path, result.model_dump(mode="python"))
+        if csv_path is not None:
+            csv_path.write_text(to_csv(result))
+
+    try:
+        result = run_sweep_ray(opts, store_path, address, actors=actors, threads=threads, on_event=event)
+    except KeyboardInterrupt:
+        typer.secho("interrupted: the shards that had finished are kept (ray-sweeps/ beside the store), and each "
+                    "running shard's finished points in its own store; rerun the same command to resume",
+                    fg="red", err=True)
+        raise typer.Exit(130) from None
+    except Exception as exc:
+        partial = getattr(exc, "result", None)
+        if partial is not None:
+            print_console(partial, console)
+            save(partial)
+        raise
+    print_console(result, console)
+    save(result)
+    if json_path:
+        console.print(f"JSON: {json_path}")
+    if csv_path:
+        console.print(f"curve CSV: {csv_path}")
+    console.print(f"shards stored in {result.directory}")
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def sweep(
@@ -143,6 +204,16 @@ def register(app: typer.Typer) -> None:
             False, "--quiet", "-q", help="No live progress line (value i of k, run j of n, ETA; drawn on stderr "
             "only when it is a terminal, or with DIFFBENCH_PROGRESS=always)."
         ),
+        ray: str | None = typer.Option(
+            None, "--ray", metavar="ADDRESS", help="Run on a Ray cluster: local (a private one here, loopback "
+            "only) | auto | HOST:PORT. Each actor (one per GPU, or --ray-actors CPU actors with --threads each) "
+            "runs the whole interleaved protocol on its shard of the prompts; per-device speed-ups are pooled "
+            "per device class. The store's folder must be one every node sees."
+        ),
+        ray_actors: int | None = typer.Option(
+            None, "--ray-actors", min=1, help="[--ray] Actors = prompt shards (default: one per GPU with --device "
+            "cuda, else the cluster's CPUs // --threads)."
+        ),
     ) -> None:
         """Sweep a cache threshold or a pipeline option: speed-up (95 % paired bootstrap CI, baseline and values
         interleaved after each is warm) beside the timing noise floor, per-image quality vs the baseline
@@ -178,6 +249,10 @@ def register(app: typer.Typer) -> None:
         elif url is not None or url_per_value is not None:
             raise UsageError(f"{'--url' if url is not None else '--url-per-value'}: only --engine http sends "
                              "requests to services; add --engine http")
+        if ray is not None:
+            _check_ray(ray, engine, baseline, device)
+        elif ray_actors is not None:
+            raise UsageError("--ray-actors: only with --ray ADDRESS (the actors run on a Ray cluster)")
         if not math.isfinite(budget) or not 0 < budget <= 100:
             raise UsageError(f"--budget {budget:g}: must be a finite PSNR budget in (0, 100] dB, e.g. 30")
         check_number("--guidance", guidance, 0, 50, "guidance / CFG scale")
@@ -217,6 +292,9 @@ def register(app: typer.Typer) -> None:
         from diffbench.sweep.progress import SweepProgress
 
         console: Any = make_console()
+        if ray is not None:
+            _run_ray(opts, ray, ray_actors, threads or 1, store, mkdir, json_path, csv_path, console, quiet)
+            return
         try:
             with RunStore.open(store, mkdir=mkdir) as st, LiveLine.for_cli(quiet) as line:
                 prog = SweepProgress(axis, line.update)

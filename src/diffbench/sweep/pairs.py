@@ -60,22 +60,49 @@ def compare_images(baseline: Mapping[str, np.ndarray], candidate: Mapping[str, n
     Raises:
         InputError: a key is missing on one side, or shapes differ.
     """
+    ps, ss = pair_values(baseline, candidate, ssim)
+    return quality_of(ps, ss, against_run)
+
+
+def pair_values(baseline: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray], ssim: bool = True,
+                ) -> tuple[dict[str, float], dict[str, float]]:
+    """Per-image PSNR (dB) and SSIM of every candidate image against the baseline image with the same key,
+    as ``{key: value}`` (SSIM empty when ``ssim`` is false).
+
+    Raises:
+        InputError: a key is missing on one side, or shapes differ.
+    """
     from diffbench.quality.kernels import psnr
     from diffbench.quality.kernels import ssim as ssim_fn
-    from diffbench.quality.summary import Sample, summarize_metric
 
     missing = sorted(set(baseline) ^ set(candidate))
     if missing:
         raise InputError(f"outputs do not pair: {len(missing)} key(s) on one side only, e.g. {missing[0]}")
-    ps, ss = [], []
+    ps: dict[str, float] = {}
+    ss: dict[str, float] = {}
     for key in sorted(baseline):
         a, b = baseline[key], candidate[key]
         if a.shape != b.shape:
             raise InputError(f"output {key}: baseline shape {a.shape} vs candidate {b.shape}")
         flat_a, flat_b = (a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:])) if a.ndim == 4 else (a, b)
-        ps.append(Sample(value=psnr(flat_a, flat_b), key=key, baseline=key, candidate=key))
+        ps[key] = float(psnr(flat_a, flat_b))
         if ssim:
-            ss.append(Sample(value=_ssim(ssim_fn, a, b), key=key, baseline=key, candidate=key))
+            ss[key] = _ssim(ssim_fn, a, b)
+    return ps, ss
+
+
+def quality_of(psnr_by_key: Mapping[str, float], ssim_by_key: Mapping[str, float], against_run: str,
+               ) -> RunQuality:
+    """The :class:`RunQuality` of per-image values (``{key: value}``, see :func:`pair_values`); the values of
+    disjoint image sets (shards of a workload) may be merged into one mapping first.
+
+    Raises:
+        InputError: no values.
+    """
+    from diffbench.quality.summary import Sample, summarize_metric
+
+    ps = [Sample(value=v, key=k, baseline=k, candidate=k) for k, v in sorted(psnr_by_key.items())]
+    ss = [Sample(value=v, key=k, baseline=k, candidate=k) for k, v in sorted(ssim_by_key.items())]
     p = summarize_metric("psnr", ps, worst_n=1)
     s = summarize_metric("ssim", ss, worst_n=1) if ss else None
     if p is None:

@@ -74,7 +74,12 @@ def _quiet(_: str) -> None:
 
 
 def requests_for(opts: SweepOptions, info: EngineInfo) -> list[GenerationRequest]:
-    """Prompts × seeds at the sweep's one shape (tiny models: :data:`TINY_DEFAULTS`)."""
+    """Prompts × seeds at the sweep's one shape (tiny models: :data:`TINY_DEFAULTS`); with ``opts.shard``
+    (index, count) only the prompts at positions ``i % count == index``, with every seed.
+
+    Raises:
+        UsageError: a shard with no prompt (more shards than prompts).
+    """
     dh, dw, df, ds = TINY_DEFAULTS.get(opts.engine.model, VIDEO_DEFAULT if info.is_video else IMAGE_DEFAULT)
     bopts = BenchOptions(
         engine=opts.engine,
@@ -86,6 +91,14 @@ def requests_for(opts: SweepOptions, info: EngineInfo) -> list[GenerationRequest
         seeds=opts.seeds,
     )
     reqs = build_workload(bopts, info)
+    if opts.shard is not None:  # a device's share: whole prompts (all their seeds), by prompt position
+        index, count = opts.shard
+        order = list(dict.fromkeys(r.prompt_id for r in reqs))
+        mine = {pid for i, pid in enumerate(order) if i % count == index}
+        reqs = [r for r in reqs if r.prompt_id in mine]
+        if not reqs:
+            raise UsageError(f"--ray-actors {count}: {len(order)} prompt(s) cannot be split over {count} devices; "
+                             f"use at most {len(order)} actors or more prompts (--num-prompts / --prompts)")
     if not info.is_video and opts.frames is None:  # --frames on an image model is refused by validate()
         reqs = [r.model_copy(update={"frames": None}) for r in reqs]
     return reqs
