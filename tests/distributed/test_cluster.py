@@ -38,8 +38,10 @@ def test_local_cluster_listens_on_loopback_only(ray_cluster) -> None:
     assert ray_cluster.nodes and all(n.ip == "127.0.0.1" for n in ray_cluster.nodes)
     import ray
 
-    pids = {p.pid for p in psutil.process_iter() if any(k in " ".join(p.cmdline() if p.is_running() else [])
-                                                        for k in ("gcs_server", "raylet"))}
+    node = ray._private.worker._global_node  # this session's cluster only (other clusters may run on the machine)
+    pids = {info.process.pid for infos in node.all_processes.values() for info in infos}
+    kids = {c.pid for pid in pids if psutil.pid_exists(pid) for c in psutil.Process(pid).children(recursive=True)}
+    pids |= kids  # raylet's workers and agents
     assert pids, "no Ray processes found"
     listening = [c for c in psutil.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN and c.pid in pids]
     assert listening
