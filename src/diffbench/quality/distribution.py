@@ -35,38 +35,98 @@ class FeatureExtractor(Protocol):
     def __call__(self, images: np.ndarray) -> np.ndarray: ...
 
 
+def _two_sum_into(hi: np.ndarray, lo: np.ndarray, x: np.ndarray) -> None:
+    """``hi + lo += x`` in place, elementwise, keeping the rounding error of ``hi + x`` in ``lo``.
+
+    Knuth's TwoSum (error-free: ``hi + x == s + e`` exactly in float64), so ``hi + lo`` carries about 106 bits:
+    the rounded total ``hi + lo`` does not depend on the order in which terms (or partial sums) are added,
+    except for totals within ~2⁻¹⁰⁰ relative of a rounding boundary (Shewchuk 1997; Ogita, Rump & Oishi 2005).
+    """
+    s = hi + x
+    bp = s - hi
+    e = (hi - (s - bp)) + (x - bp)
+    lo += e
+    hi[...] = s
+
+
 class FeatureStats:
-    """Float64 running statistics of features: n, Σx, Σxxᵀ (and the raw features for KID)."""
+    """Float64 running statistics of features: n, Σx, Σxxᵀ (and, with ``keep``, the raw rows for KID).
+
+    The sums are compensated (each kept as a float64 pair ``hi + lo``, :func:`_two_sum_into`) and updated one
+    row at a time with elementwise products (no BLAS reduction), so statistics accumulated over shards and
+    combined with :meth:`merge`, in any order, give the same mean and covariance as one pass over all rows
+    (bit for bit in practice; the sums are the correctly rounded float64 sums, as ``math.fsum``). Cost per row:
+    about 7·d² float64 operations (d = 2048: ~60 ms on one core); memory 2·(d + d²) float64 (64 MiB at 2048).
+    """
 
     def __init__(self, dim: int, keep: bool = True) -> None:
         self.n = 0
         self.sum = np.zeros(dim, dtype=np.float64)
         self.outer = np.zeros((dim, dim), dtype=np.float64)
+        self._sum_lo = np.zeros(dim, dtype=np.float64)
+        self._outer_lo = np.zeros((dim, dim), dtype=np.float64)
         self.keep = keep
         self._feats: list[np.ndarray] = []
 
+    @property
+    def dim(self) -> int:
+        return int(self.sum.shape[0])
+
     def update(self, feats: np.ndarray) -> None:
+        """Add rows ``(N, d)`` (any float dtype; converted to float64).
+
+        Raises:
+            UsageError: not ``(N, d)``. InputError: NaN/Inf in the features.
+        """
         f = np.asarray(feats, dtype=np.float64)
-        if f.ndim != 2 or f.shape[1] != self.sum.shape[0]:
-            raise UsageError(f"features must be (N, {self.sum.shape[0]}), got {f.shape}")
+        if f.ndim != 2 or f.shape[1] != self.dim:
+            raise UsageError(f"features must be (N, {self.dim}), got {f.shape}")
         if not np.isfinite(f).all():
             raise InputError("feature extractor returned NaN/Inf")
+        for row in f:
+            _two_sum_into(self.sum, self._sum_lo, row)
+            _two_sum_into(self.outer, self._outer_lo, np.multiply.outer(row, row))
         self.n += f.shape[0]
-        self.sum += f.sum(axis=0)
-        self.outer += f.T @ f
         if self.keep:
             self._feats.append(f)
 
+    def merge(self, other: FeatureStats) -> FeatureStats:
+        """Add ``other``'s statistics (and its kept rows, after this one's) into this one; returns self.
+
+        Raises:
+            UsageError: the feature widths differ.
+        """
+        if other.dim != self.dim:
+            raise UsageError(f"cannot merge statistics of feature width {other.dim} into width {self.dim}")
+        _two_sum_into(self.sum, self._sum_lo, other.sum)
+        _two_sum_into(self.outer, self._outer_lo, other.outer)
+        self._sum_lo += other._sum_lo
+        self._outer_lo += other._outer_lo
+        self.n += other.n
+        if self.keep:
+            self._feats.extend(other._feats)
+        return self
+
+    def totals(self) -> tuple[np.ndarray, np.ndarray]:
+        """(Σx ``(d,)``, Σxxᵀ ``(d, d)``) rounded to float64."""
+        return self.sum + self._sum_lo, self.outer + self._outer_lo
+
     def mean_cov(self) -> tuple[np.ndarray, np.ndarray]:
+        """Mean ``(d,)`` and sample covariance ``(d, d)`` (ddof 1), float64.
+
+        Raises:
+            UsageError: fewer than 2 rows.
+        """
         if self.n < 2:
             raise UsageError(f"FID needs at least 2 samples per side, got {self.n}")
-        mu = self.sum / self.n
-        cov = (self.outer - self.n * np.outer(mu, mu)) / (self.n - 1)
+        total, outer = self.totals()
+        mu = total / self.n
+        cov = (outer - self.n * np.outer(mu, mu)) / (self.n - 1)
         return mu, cov
 
     @property
     def features(self) -> np.ndarray:
-        return np.concatenate(self._feats) if self._feats else np.zeros((0, self.sum.shape[0]))
+        return np.concatenate(self._feats) if self._feats else np.zeros((0, self.dim))
 
 
 def fid_from_stats(a: FeatureStats, b: FeatureStats) -> tuple[float, list[str]]:
