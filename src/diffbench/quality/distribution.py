@@ -234,7 +234,8 @@ class TorchFeatureExtractor:
 
 
 def load_inception(path: Path | None = None) -> TorchFeatureExtractor:
-    """The TF-Inception TorchScript (clean-fid's ``inception-2015-12-05.pt``): 2048-d pool features.
+    """The TF-Inception TorchScript (clean-fid's ``inception-2015-12-05.pt``): 2048-d pool features (or
+    ``num_features`` of a TorchScript module that sets that attribute: small stand-ins in tests).
 
     Called as ``model(x, return_features=True)`` with x float (N, 3, H, W) in [0, 255]; the model
     resizes to 299 internally. Not verified here against the real file (none offline).
@@ -268,7 +269,10 @@ def load_inception(path: Path | None = None) -> TorchFeatureExtractor:
     def f(x: torch.Tensor) -> torch.Tensor:
         return model(x, return_features=True)
 
-    return TorchFeatureExtractor(f, 2048, f"TF-Inception 2015-12-05 pool3 (TorchScript {p.name})")
+    # the feature width: a module attribute num_features when the file has one (torchmetrics' convention, used by
+    # test stand-ins), else the 2048 pool3 features of the real file
+    dim = int(getattr(model, "num_features", 2048))
+    return TorchFeatureExtractor(f, dim, f"TF-Inception 2015-12-05 pool3 (TorchScript {p.name})")
 
 
 class ClipScorer:
