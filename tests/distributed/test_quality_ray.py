@@ -37,8 +37,15 @@ def _fake_inception(path: Path) -> Path:
     return path
 
 
-def _runs(tmp: Path) -> tuple[Path, Path]:
+def _runs(tmp: Path, manifests: bool = False) -> tuple[Path, Path]:
+    """Twelve 32x32 RGB pairs (candidate = baseline + noise; pair 05 identical, candidate 07 truncated); with
+    ``manifests`` both sides hold manifest.json (prompts; the truncated file is then left intact: the manifest's
+    sha256 would catch it on the driver)."""
+    import hashlib
+
     from PIL import Image
+
+    from diffbench.core.manifest import Manifest, ManifestEntry, write_manifest
 
     rng = np.random.default_rng(7)
     a, b = tmp / "A", tmp / "B"
@@ -49,6 +56,14 @@ def _runs(tmp: Path) -> tuple[Path, Path]:
         y = np.clip(np.rint(x + rng.normal(0, 2 + i, x.shape)) + 10 * (i % 3), 0, 255).astype(np.uint8)
         Image.fromarray(x).save(a / f"{i:02d}.png")
         Image.fromarray(y if i != 5 else x).save(b / f"{i:02d}.png")  # pair 05 identical
+    if manifests:
+        for root in (a, b):
+            write_manifest(root, Manifest(entries=[
+                ManifestEntry(prompt_id=f"p{i}", prompt=f"a photo of thing {i}", seed=i, height=32, width=32,
+                              file=f"{i:02d}.png",
+                              sha256=hashlib.sha256((root / f"{i:02d}.png").read_bytes()).hexdigest())
+                for i in range(N_PAIRS)]))
+        return a, b
     bad = b / "07.png"
     bad.write_bytes(bad.read_bytes()[:60])  # unreadable on the worker: a pair error, the run goes on
     return a, b
@@ -113,3 +128,73 @@ def test_missing_ray_extra_exits_3_naming_it(tmp_path: Path, monkeypatch, capsys
     assert main(["quality", str(a), str(b), "--no-ms-ssim", "--ray", "local"]) == 3
     err = " ".join(capsys.readouterr().err.split())
     assert "--ray needs the ray extra" in err and ".[ray]" in err and "Traceback" not in err
+
+
+def test_ray_clip_scores_equal_single_process(ray_cluster, tmp_path: Path) -> None:
+    """CLIP scores come back per pair: the paired Δ statistics are computed from the same values."""
+    import torch
+    from tests.quality.conftest import make_tiny_clip
+
+    a, b = _runs(tmp_path, manifests=True)
+    clip = make_tiny_clip(tmp_path / "clip")
+    common = ["quality", str(a), str(b), "--clip", str(clip), "--no-ms-ssim"]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert main([*common, "--workers", "1", "--json", str(tmp_path / "one.json")]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    assert main([*common, "--ray", "local", "--ray-actors", "2", "--json", str(tmp_path / "ray.json")]) == 0
+    one = json.loads((tmp_path / "one.json").read_text())
+    ray = json.loads((tmp_path / "ray.json").read_text())
+    assert ray.pop("distributed")["actors"] == 2 and one.pop("distributed") is None
+    assert one["pairing"] == "manifest" and len(one["pairs"]) == N_PAIRS
+    assert sum(p["metrics"]["clip_baseline"] > 0 for p in one["pairs"]) >= 3  # not all clamped at 0
+    for pr, po in zip(ray["pairs"], one["pairs"], strict=True):
+        for k in ("clip_baseline", "clip_candidate", "clip_delta"):
+            assert pr["metrics"][k] == pytest.approx(po["metrics"][k], rel=1e-9, abs=1e-12)
+    assert ray["paired"]["clip"]["n"] == N_PAIRS
+    assert ray["paired"]["clip"]["mean_delta"] == pytest.approx(one["paired"]["clip"]["mean_delta"], rel=1e-9,
+                                                                abs=1e-12)
+
+
+class _DiesOnUse:
+    """A feature extractor that kills its process when called (shipped by value to the actors)."""
+
+    name = "dies"
+    dim = FEATURES
+
+    def __call__(self, images: np.ndarray) -> np.ndarray:
+        import os
+
+        os._exit(1)
+
+
+def test_an_actor_that_dies_is_actor_died_exit_5(ray_cluster, tmp_path: Path) -> None:
+    import ray
+
+    from diffbench.distributed.cluster import ActorDied
+    from diffbench.distributed.quality import RayPairs
+    from diffbench.quality.compare import compare_dirs
+    from diffbench.quality.models import QualityOptions
+
+    from .test_cluster import by_value
+
+    by_value(__name__)
+    a, b = _runs(tmp_path)
+    with pytest.raises(ActorDied, match="a quality actor died") as ei:
+        compare_dirs(a, b, QualityOptions(ms_ssim=False, fid=True), feature_extractor=_DiesOnUse(),
+                     executor=RayPairs(ray_cluster, actors=2))
+    assert ei.value.exit_code == 5
+    assert not [n for n in ray.util.list_named_actors() if n.startswith("diffbench-quality-")]  # all released
+
+
+@pytest.mark.parametrize(("n", "actors"), [(12, 2), (1, 4), (7, 3), (100, 1), (0, 2)])
+def test_shards_cover_the_pairs_contiguously_and_evenly(n: int, actors: int) -> None:
+    from diffbench.distributed.quality import SHARDS_PER_ACTOR, shards
+
+    cuts = shards(n, actors)
+    assert [i for s, e in cuts for i in range(s, e)] == list(range(n))
+    sizes = [e - s for s, e in cuts]
+    assert all(sz > 0 for sz in sizes) and (not sizes or max(sizes) - min(sizes) <= 1)
+    assert len(cuts) == min(n, actors * SHARDS_PER_ACTOR)

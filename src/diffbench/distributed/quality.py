@@ -108,6 +108,9 @@ class RayPairs:
         specs = list(specs)
         cuts = shards(len(specs), self.actors)
         self._shards = len(cuts)
+        if not cuts:  # nothing to score (every pair failed at pairing): no actors started
+            self.actors = 0
+            return
         n = max(1, min(self.actors, len(cuts)))
         self.actors = n
         args = (opt, pairing_mode, self.threads, lpips_model, feature_extractor)
