@@ -35,18 +35,24 @@ class FeatureExtractor(Protocol):
     def __call__(self, images: np.ndarray) -> np.ndarray: ...
 
 
-def _two_sum_into(hi: np.ndarray, lo: np.ndarray, x: np.ndarray) -> None:
-    """``hi + lo += x`` in place, elementwise, keeping the rounding error of ``hi + x`` in ``lo``.
+def _two_sum_into(hi: np.ndarray, lo: np.ndarray, x: np.ndarray, s: np.ndarray, t: np.ndarray,
+                  u: np.ndarray) -> np.ndarray:
+    """``hi + lo += x`` elementwise, the rounding error of ``hi + x`` going into ``lo``; returns the new ``hi``
+    (the buffer ``s``: the caller swaps it with the old ``hi``, which becomes scratch). ``s``, ``t``, ``u``:
+    scratch arrays of ``hi``'s shape.
 
     Knuth's TwoSum (error-free: ``hi + x == s + e`` exactly in float64), so ``hi + lo`` carries about 106 bits:
     the rounded total ``hi + lo`` does not depend on the order in which terms (or partial sums) are added,
     except for totals within ~2⁻¹⁰⁰ relative of a rounding boundary (Shewchuk 1997; Ogita, Rump & Oishi 2005).
     """
-    s = hi + x
-    bp = s - hi
-    e = (hi - (s - bp)) + (x - bp)
-    lo += e
-    hi[...] = s
+    np.add(hi, x, out=s)  # s = hi + x
+    np.subtract(s, hi, out=t)  # t = b' = s - hi
+    np.subtract(x, t, out=u)  # u = x - b'
+    np.subtract(s, t, out=t)  # t = a' = s - b'
+    np.subtract(hi, t, out=t)  # t = hi - a'
+    np.add(t, u, out=t)  # e = (hi - a') + (x - b')
+    np.add(lo, t, out=lo)
+    return s
 
 
 class FeatureStats:
@@ -56,7 +62,9 @@ class FeatureStats:
     row at a time with elementwise products (no BLAS reduction), so statistics accumulated over shards and
     combined with :meth:`merge`, in any order, give the same mean and covariance as one pass over all rows
     (bit for bit in practice; the sums are the correctly rounded float64 sums, as ``math.fsum``). Cost per row:
-    about 7·d² float64 operations (d = 2048: ~60 ms on one core); memory 2·(d + d²) float64 (64 MiB at 2048).
+    about 7·d² float64 operations, 3.5-4x the plain sum (``benchmarks/bench_feature_stats.py``: 40-60 ms per
+    row at d = 2048 on one shared core, against 11-18 ms); memory 5·d² float64 while updating (hi, lo, 3 scratch: 160 MiB at
+    d = 2048), 2·(d + d²) float64 when pickled (64 MiB).
     """
 
     def __init__(self, dim: int, keep: bool = True) -> None:
@@ -67,10 +75,29 @@ class FeatureStats:
         self._outer_lo = np.zeros((dim, dim), dtype=np.float64)
         self.keep = keep
         self._feats: list[np.ndarray] = []
+        self._scratch: dict[int, list[np.ndarray]] = {}  # per rank: 3 buffers (product, s, t); not pickled
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_scratch"] = {}
+        return state
 
     @property
     def dim(self) -> int:
         return int(self.sum.shape[0])
+
+    def _bufs(self, like: np.ndarray) -> list[np.ndarray]:
+        if like.ndim not in self._scratch:
+            self._scratch[like.ndim] = [np.empty_like(like) for _ in range(3)]
+        return self._scratch[like.ndim]
+
+    def _add(self, which: str, x: np.ndarray, consume: bool) -> None:
+        """``self.<which> (+ its lo part) += x``, compensated; ``consume``: ``x`` may be overwritten."""
+        hi, lo = getattr(self, which), getattr(self, "_" + which + "_lo")
+        b = self._bufs(hi)
+        new = _two_sum_into(hi, lo, x, b[1], b[2], x if consume else np.empty_like(x))
+        setattr(self, which, new)
+        b[1] = hi  # the old hi becomes scratch
 
     def update(self, feats: np.ndarray) -> None:
         """Add rows ``(N, d)`` (any float dtype; converted to float64).
@@ -83,9 +110,11 @@ class FeatureStats:
             raise UsageError(f"features must be (N, {self.dim}), got {f.shape}")
         if not np.isfinite(f).all():
             raise InputError("feature extractor returned NaN/Inf")
+        prod = self._bufs(self.outer)[0]
         for row in f:
-            _two_sum_into(self.sum, self._sum_lo, row)
-            _two_sum_into(self.outer, self._outer_lo, np.multiply.outer(row, row))
+            self._add("sum", row, consume=False)
+            np.multiply.outer(row, row, out=prod)
+            self._add("outer", prod, consume=True)
         self.n += f.shape[0]
         if self.keep:
             self._feats.append(f)
@@ -98,8 +127,8 @@ class FeatureStats:
         """
         if other.dim != self.dim:
             raise UsageError(f"cannot merge statistics of feature width {other.dim} into width {self.dim}")
-        _two_sum_into(self.sum, self._sum_lo, other.sum)
-        _two_sum_into(self.outer, self._outer_lo, other.outer)
+        self._add("sum", other.sum, consume=False)
+        self._add("outer", other.outer, consume=False)
         self._sum_lo += other._sum_lo
         self._outer_lo += other._outer_lo
         self.n += other.n
