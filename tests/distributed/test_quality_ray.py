@@ -130,14 +130,18 @@ def test_missing_ray_extra_exits_3_naming_it(tmp_path: Path, monkeypatch, capsys
     assert "--ray needs the ray extra" in err and ".[ray]" in err and "Traceback" not in err
 
 
-def test_ray_clip_scores_equal_single_process(ray_cluster, tmp_path: Path) -> None:
-    """CLIP scores come back per pair: the paired Δ statistics are computed from the same values."""
+def test_ray_clip_and_lpips_equal_single_process(ray_cluster, tmp_path: Path) -> None:
+    """CLIP scores and LPIPS come back per pair (models loaded on the actors from the same files): the paired Δ
+    statistics and LPIPS summaries are computed from the same values."""
     import torch
-    from tests.quality.conftest import make_tiny_clip
+    from tests.quality.conftest import make_random_alexnet_state, make_tiny_clip
 
     a, b = _runs(tmp_path, manifests=True)
     clip = make_tiny_clip(tmp_path / "clip")
-    common = ["quality", str(a), str(b), "--clip", str(clip), "--no-ms-ssim"]
+    alex = tmp_path / "alexnet.pth"
+    torch.save(make_random_alexnet_state(0), alex)
+    common = ["quality", str(a), str(b), "--clip", str(clip), "--lpips", "--lpips-backbone", str(alex),
+              "--no-ms-ssim"]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -150,10 +154,13 @@ def test_ray_clip_scores_equal_single_process(ray_cluster, tmp_path: Path) -> No
     assert ray.pop("distributed")["actors"] == 2 and one.pop("distributed") is None
     assert one["pairing"] == "manifest" and len(one["pairs"]) == N_PAIRS
     assert sum(p["metrics"]["clip_baseline"] > 0 for p in one["pairs"]) >= 3  # not all clamped at 0
+    assert sum(p["metrics"]["lpips"] > 0 for p in one["pairs"]) == N_PAIRS - 1  # all but the identical pair
     for pr, po in zip(ray["pairs"], one["pairs"], strict=True):
+        assert pr["metrics"]["lpips"] == pytest.approx(po["metrics"]["lpips"], rel=1e-9, abs=1e-12)
         for k in ("clip_baseline", "clip_candidate", "clip_delta"):
             assert pr["metrics"][k] == pytest.approx(po["metrics"][k], rel=1e-9, abs=1e-12)
-    assert ray["paired"]["clip"]["n"] == N_PAIRS
+    assert ray["paired"]["clip"]["n"] == N_PAIRS and ray["settings"] == one["settings"]
+    assert ray["summaries"]["lpips"] == one["summaries"]["lpips"]
     assert ray["paired"]["clip"]["mean_delta"] == pytest.approx(one["paired"]["clip"]["mean_delta"], rel=1e-9,
                                                                 abs=1e-12)
 
