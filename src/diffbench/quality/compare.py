@@ -372,8 +372,11 @@ def compare_dirs(
     report = QualityReport(baseline=str(baseline), candidate=str(candidate), pairing=pairing.mode,  # type: ignore[arg-type]
                            settings=settings, errors=list(pairing.errors), warnings=list(pairing.warnings),
                            noise_floor=noise_floor, settings_diff=list(pairing.settings_diff))
-    st_b, st_c = new_stats(sc)
+    st_b: FeatureStats | None = None
+    st_c: FeatureStats | None = None
     if executor is None:
+        st_b, st_c = new_stats(sc)
+
         def local() -> Iterator[_Outcome]:
             for out in _stream(pairing.pairs, lambda s: score_pair(s, opt, sc), opt.workers):
                 accumulate(out, st_b, st_c)
