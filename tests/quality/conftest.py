@@ -33,6 +33,11 @@ def random_alexnet_state() -> Callable[[int], dict]:
 @pytest.fixture(scope="session")
 def tiny_clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A random-weight CLIP (32-d towers, byte-level vocabulary) saved with its processor (no download)."""
+    return make_tiny_clip(tmp_path_factory.mktemp("clip"))
+
+
+def make_tiny_clip(d: Path) -> Path:
+    """Save the random-weight CLIP of :func:`tiny_clip` into ``d`` (also used by tests/distributed)."""
     import torch
     from tokenizers.pre_tokenizers import ByteLevel
     from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor, CLIPTokenizer
@@ -48,7 +53,6 @@ def tiny_clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
                            image_size=32, patch_size=8),
         projection_dim=16,
     )
-    d = tmp_path_factory.mktemp("clip")
     CLIPModel(cfg).save_pretrained(d)
     ip = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
     CLIPProcessor(image_processor=ip, tokenizer=tok).save_pretrained(d)

@@ -78,11 +78,18 @@ CASES = [
     ("corrupt-manifest", ["{BADMAN}", "{M}"], 2, "cannot read manifest"),
     ("truncated-png-iend", ["{A}", "{TR}"], 2, "{TR}/x.png: cannot decode image: truncated PNG"),
     ("pair-size-mismatch", ["{A}", "{B2}"], 2, "x.png: size mismatch: baseline 48x32, candidate 40x32"),
+    ("ray-bad-address", ["{A}", "{B}", "--ray", "10.0.0.1"], 2, "--ray '10.0.0.1': expected 'local'"),
+    ("ray-with-workers", ["{A}", "{B}", "--ray", "local", "--workers", "2"], 2,
+     "--workers sets the threads of the single-process run and cannot be distributed"),
+    ("ray-actors-without-ray", ["{A}", "{B}", "--ray-actors", "2"], 2, "--ray-actors needs --ray ADDRESS"),
+    ("ray-threads-without-ray", ["{A}", "{B}", "--ray-threads", "2"], 2, "--ray-threads needs --ray ADDRESS"),
+    ("ray-zero-actors", ["{A}", "{B}", "--ray", "local", "--ray-actors", "0"], 2, "--ray-actors must be >= 1"),
 ]
 BEFORE_WORK = {"bad-gate-syntax", "unknown-gate-metric", "unknown-gate-stat", "gate-not-a-number", "unknown-preset",
                "bad-alpha", "zero-workers", "negative-worst", "json-missing-parent", "csv-missing-parent",
                "json-is-a-directory", "csv-unwritable-dir", "csv-parent-is-a-file", "json-and-csv-same-file", "missing-baseline",
-               "missing-candidate", "baseline-is-a-file"}
+               "missing-candidate", "baseline-is-a-file", "ray-bad-address", "ray-with-workers",
+               "ray-actors-without-ray", "ray-threads-without-ray", "ray-zero-actors"}
 
 
 @pytest.mark.parametrize(("case", "argv", "code", "fragment"), CASES, ids=[c[0] for c in CASES])

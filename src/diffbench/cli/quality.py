@@ -7,10 +7,14 @@ inside the command. Generation settings that differ between the two manifests ar
 the JSON as ``settings_diff``) without failing the run. While pairs are scored, a live line on stderr
 shows pairs done / total, pairs/s and the ETA (off with ``--quiet`` or when stderr is not a terminal;
 ``DIFFBENCH_PROGRESS=always|never`` forces it); stdout carries only the tables.
+
+``--ray ADDRESS`` scores the pairs on Ray actors (:mod:`diffbench.distributed.quality`): the pairing, summaries,
+gates and exit codes are those of the single-process run; a missing ray extra exits 3, a bad address 2.
 """
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import typer
@@ -22,6 +26,32 @@ def progress_text(done: int, total: int, elapsed_s: float) -> str:
 
     rate = f"{done / elapsed_s:.1f} pairs/s" if elapsed_s > 0 and done > 0 else "? pairs/s"
     return f"quality: {done}/{total} pairs  {rate}  ETA {fmt_duration(eta_s(done, total, elapsed_s))}"
+
+
+def _check_ray(address: str | None, workers: int | None, actors: int | None, threads: int | None) -> str | None:
+    """The checked ``--ray`` address (None without it), before any work.
+
+    Raises:
+        UsageError: a malformed address; --ray-actors/--ray-threads without --ray or below 1; --workers with --ray
+            (its threads belong to the single-process run; actors and their threads replace them).
+    """
+    from diffbench.errors import UsageError
+
+    if address is None:
+        for flag, v in (("--ray-actors", actors), ("--ray-threads", threads)):
+            if v is not None:
+                raise UsageError(f"{flag} needs --ray ADDRESS (local | auto | HOST:PORT)")
+        return None
+    from diffbench.distributed.cluster import check_address
+
+    checked = check_address(address)
+    if workers is not None:
+        raise UsageError("--workers sets the threads of the single-process run and cannot be distributed; with --ray "
+                         "use --ray-actors N (and --ray-threads per actor)")
+    for flag, v in (("--ray-actors", actors), ("--ray-threads", threads)):
+        if v is not None and v < 1:
+            raise UsageError(f"{flag} must be >= 1, got {v}")
+    return checked
 
 
 def register(app: typer.Typer) -> None:
@@ -52,7 +82,15 @@ def register(app: typer.Typer) -> None:
         clip_iqa: Path | None = typer.Option(None, "--clip-iqa", help="Local CLIP dir for CLIP-IQA (torchmetrics): "
                                              "paired Δ of P('Good photo.') per pair."),
         worst: int = typer.Option(5, "--worst", help="How many worst pairs to list per metric."),
-        workers: int = typer.Option(2, "--workers", help="Threads decoding and scoring pairs."),
+        workers: int | None = typer.Option(None, "--workers", help="Threads decoding and scoring pairs "
+                                           "(default 2; one process, not with --ray)."),
+        ray: str | None = typer.Option(None, "--ray", help="Score the pairs on Ray actors: local (a private "
+                                       "cluster on this machine, loopback only) | auto | HOST:PORT. Paths must "
+                                       "be readable on every node."),
+        ray_actors: int | None = typer.Option(None, "--ray-actors", help="Actors for --ray (default: as many as "
+                                              "the cluster's CPUs hold at --ray-threads each)."),
+        ray_threads: int | None = typer.Option(None, "--ray-threads", help="CPUs and torch threads per actor "
+                                               "for --ray (default 1)."),
         noise_floor: bool = typer.Option(False, "--noise-floor", help="The two dirs are two baseline runs "
                                          "of one configuration: report the floor gates must sit below."),
         mkdir: bool = typer.Option(False, "--mkdir", help="Create missing parent directories of --json/--csv "
@@ -74,8 +112,9 @@ def register(app: typer.Typer) -> None:
 
         if alpha not in ALPHA_POLICIES:
             raise UsageError(f"--alpha {alpha!r}: choose one of {', '.join(ALPHA_POLICIES)}")
-        if workers < 1 or worst < 0:
+        if (workers is not None and workers < 1) or worst < 0:
             raise UsageError("--workers must be >= 1 and --worst >= 0")
+        address = _check_ray(ray, workers, ray_actors, ray_threads)
         gates = [parse_gate(g) for g in gate] + (preset_gates(preset) if preset else [])
         if json_out is not None:
             json_out = check_output_file(json_out, "--json", mkdir=mkdir)
@@ -91,12 +130,21 @@ def register(app: typer.Typer) -> None:
         opts = QualityOptions(alpha=alpha, allow_missing=allow_missing, ms_ssim=ms_ssim, lpips=lpips,  # type: ignore[arg-type]
                               lpips_backbone=lpips_backbone, fid=fid, inception=inception, clip=clip, pickscore=pickscore,
                               clip_iqa=clip_iqa, worst=worst,
-                              workers=workers)
+                              workers=workers if workers is not None else 2)
         console = Console()
-        with LiveLine.for_cli(quiet) as line:
+        with contextlib.ExitStack() as stack:
+            executor = None
+            if address is not None:
+                from diffbench.distributed.cluster import connect
+                from diffbench.distributed.quality import RayPairs
+
+                info = stack.enter_context(connect(address))
+                executor = RayPairs(info, actors=ray_actors, threads=ray_threads or 1)
+            line = stack.enter_context(LiveLine.for_cli(quiet))
             line.update("pairing outputs")
             report = compare_dirs(baseline, candidate, opts, gates=gates, noise_floor=noise_floor,
-                                  progress=lambda i, n: line.update(progress_text(i, n, line.elapsed_s())))
+                                  progress=lambda i, n: line.update(progress_text(i, n, line.elapsed_s())),
+                                  executor=executor)
         render_console(report, console)
         if json_out is not None:
             write_json(report, json_out)

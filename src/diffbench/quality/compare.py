@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from diffbench.quality.io import Loaded, load_any
 from diffbench.quality.kernels import SSIM_RADIUS, ms_ssim, psnr, ssim, ssim_border_difference
 from diffbench.quality.models import (
     SIDE_SCORES,
+    DistributedRun,
     DistributionResult,
     FrameRow,
     MetricSettings,
@@ -50,6 +51,87 @@ class _Outcome:
     frames: list[FrameRow] = field(default_factory=list)
     error: PairError | None = None
     feats: tuple[np.ndarray, np.ndarray] | None = None
+
+
+@dataclass
+class Scorers:
+    """The models a pair is scored with (each None when not asked for); loaded once per process or actor."""
+
+    lp: Callable | None = None
+    fx: FeatureExtractor | None = None
+    clip: ClipScorer | None = None
+    pick: PickScorer | None = None
+    iqa: ClipIqaScorer | None = None
+
+
+def load_scorers(opt: QualityOptions, pairing_mode: str, lpips_model: Callable | None = None,
+                 feature_extractor: FeatureExtractor | None = None) -> Scorers:
+    """Load the scorers ``opt`` asks for (given models are used as they are).
+
+    Raises:
+        UsageError: ``--clip``/``--pickscore`` without manifests (no prompts). MissingWeightsError: weights absent.
+    """
+    lp = lpips_model
+    if opt.lpips and lp is None:
+        from diffbench.quality.lpips import load_lpips
+
+        lp = load_lpips(opt.lpips_backbone)
+    fx = feature_extractor
+    if opt.fid and fx is None:
+        from diffbench.quality.distribution import load_inception
+
+        fx = load_inception(opt.inception)
+
+    def prompted(flag: str, path: Path | None, make: Callable[[Path], Any]) -> Any:
+        """A scorer that reads each pair's prompt: it needs manifests on both sides."""
+        if path is None:
+            return None
+        if pairing_mode != "manifest":
+            raise UsageError(f"{flag} needs prompts: both directories must hold manifest.json (--save-outputs)")
+        return make(path)
+
+    clip = prompted("--clip", opt.clip, ClipScorer)
+    pick = prompted("--pickscore", opt.pickscore, PickScorer)
+    iqa = ClipIqaScorer(opt.clip_iqa) if opt.clip_iqa is not None else None
+    return Scorers(lp=lp, fx=fx, clip=clip, pick=pick, iqa=iqa)
+
+
+def score_pair(spec: PairSpec, opt: QualityOptions, sc: Scorers) -> _Outcome:
+    """One pair's outcome: its row (and frames, and float64 feature rows for FID/KID) or its PairError."""
+    return _score(spec, opt, sc.lp, sc.fx, sc.clip, sc.pick, sc.iqa)
+
+
+def new_stats(sc: Scorers) -> tuple[FeatureStats | None, FeatureStats | None]:
+    """Empty FID statistics of both sides (None without a feature extractor); rows are not kept (KID takes
+    them from the outcomes, in pairing order)."""
+    if sc.fx is None:
+        return None, None
+    return FeatureStats(sc.fx.dim, keep=False), FeatureStats(sc.fx.dim, keep=False)
+
+
+def accumulate(out: _Outcome, st_b: FeatureStats | None, st_c: FeatureStats | None) -> None:
+    """Add a scored pair's features to the FID statistics of both sides (the single-process and the Ray paths
+    both use this, so their sums are the same compensated float64 sums)."""
+    if out.pair is not None and out.feats is not None and st_b is not None and st_c is not None:
+        st_b.update(out.feats[0])
+        st_c.update(out.feats[1])
+
+
+class PairExecutor(Protocol):
+    """Scores pairs elsewhere (``--ray``: :class:`diffbench.distributed.quality.RayPairs`)."""
+
+    def outcomes(self, specs: Sequence[PairSpec], opt: QualityOptions, pairing_mode: str,
+                 lpips_model: Callable | None, feature_extractor: FeatureExtractor | None) -> Iterator[_Outcome]:
+        """Outcomes in the order of ``specs``."""
+        ...
+
+    def stats(self) -> tuple[FeatureStats | None, FeatureStats | None]:
+        """The merged FID statistics of both sides, once ``outcomes`` is exhausted."""
+        ...
+
+    def describe(self) -> DistributedRun:
+        """What the run was distributed over (for the report)."""
+        ...
 
 
 def _err(spec: PairSpec, problem: str) -> _Outcome:
@@ -252,6 +334,7 @@ def compare_dirs(
     feature_extractor: FeatureExtractor | None = None,
     progress: Callable[[int, int], None] | None = None,
     noise_floor: bool = False,
+    executor: PairExecutor | None = None,
 ) -> QualityReport:
     """Compare every candidate output with its baseline counterpart.
 
@@ -263,6 +346,8 @@ def compare_dirs(
             ``options.lpips``); feature_extractor: for FID/KID (default: the Inception TorchScript when
             ``options.fid``).
         progress: called with (done, total) after each pair.
+        executor: scores the pairs elsewhere (``--ray``); the pairing, the summaries, gates and FID/KID are
+            computed here either way, from the same per-pair outcomes in pairing order.
 
     Returns:
         A :class:`QualityReport`; pair errors are listed in ``errors`` (the caller decides to fail).
@@ -273,53 +358,50 @@ def compare_dirs(
     opt = options or QualityOptions()
     pairing = pair_outputs(Path(baseline), Path(candidate), opt.verify_sha256)
     settings = MetricSettings(alpha_policy=opt.alpha, percentile_method=PERCENTILE_METHOD)
-    lp = lpips_model
-    if opt.lpips and lp is None:
-        from diffbench.quality.lpips import load_lpips
-
-        lp = load_lpips(opt.lpips_backbone)
+    sc = load_scorers(opt, pairing.mode, lpips_model, feature_extractor)
+    lp, fx, clip = sc.lp, sc.fx, sc.clip
     if lp is not None:
         settings.lpips = getattr(lp, "description", repr(lp))
         settings.lpips_calibrated = bool(getattr(lp, "calibrated", False))
     if opt.ms_ssim:
         settings.ms_ssim = MS_SSIM_DESC
-    fx = feature_extractor
-    if opt.fid and fx is None:
-        from diffbench.quality.distribution import load_inception
-
-        fx = load_inception(opt.inception)
-    def prompted(flag: str, path: Path | None, make: Callable[[Path], Any]) -> Any:
-        """A scorer that reads each pair's prompt: it needs manifests on both sides."""
-        if path is None:
-            return None
-        if pairing.mode != "manifest":
-            raise UsageError(f"{flag} needs prompts: both directories must hold manifest.json (--save-outputs)")
-        return make(path)
-
-    clip = prompted("--clip", opt.clip, ClipScorer)
-    pick = prompted("--pickscore", opt.pickscore, PickScorer)
     settings.clip = clip.name if clip is not None else None
-    settings.pickscore = pick.name if pick is not None else None
-    iqa = ClipIqaScorer(opt.clip_iqa) if opt.clip_iqa is not None else None
-    if iqa is not None:
-        settings.clip_iqa = iqa.name
+    settings.pickscore = sc.pick.name if sc.pick is not None else None
+    if sc.iqa is not None:
+        settings.clip_iqa = sc.iqa.name
     report = QualityReport(baseline=str(baseline), candidate=str(candidate), pairing=pairing.mode,  # type: ignore[arg-type]
                            settings=settings, errors=list(pairing.errors), warnings=list(pairing.warnings),
                            noise_floor=noise_floor, settings_diff=list(pairing.settings_diff))
-    st_b = FeatureStats(fx.dim) if fx is not None else None
-    st_c = FeatureStats(fx.dim) if fx is not None else None
+    st_b: FeatureStats | None = None
+    st_c: FeatureStats | None = None
+    if executor is None:
+        st_b, st_c = new_stats(sc)
+
+        def local() -> Iterator[_Outcome]:
+            for out in _stream(pairing.pairs, lambda s: score_pair(s, opt, sc), opt.workers):
+                accumulate(out, st_b, st_c)
+                yield out
+
+        outcomes = local()
+    else:
+        outcomes = executor.outcomes(pairing.pairs, opt, pairing.mode, lpips_model, feature_extractor)
+    rows_b: list[np.ndarray] = []
+    rows_c: list[np.ndarray] = []
     total = len(pairing.pairs)
-    for i, out in enumerate(_stream(pairing.pairs, lambda s: _score(s, opt, lp, fx, clip, pick, iqa), opt.workers), 1):
+    for i, out in enumerate(outcomes, 1):
         if out.error is not None:
             report.errors.append(out.error)
         elif out.pair is not None:
             report.pairs.append(out.pair)
             report.frames.extend(out.frames)
-            if out.feats is not None and st_b is not None and st_c is not None:
-                st_b.update(out.feats[0])
-                st_c.update(out.feats[1])
+            if out.feats is not None:
+                rows_b.append(out.feats[0])
+                rows_c.append(out.feats[1])
         if progress is not None:
             progress(i, total)
+    if executor is not None:
+        st_b, st_c = executor.stats()
+        report.distributed = executor.describe()
     if clip is not None:
         report.clip_truncated = [s.key for s in pairing.pairs if s.prompt and clip.is_truncated(s.prompt)]
         if report.clip_truncated:
@@ -337,19 +419,22 @@ def compare_dirs(
     _summaries(report, opt.worst)
     _paired(report)
     if fx is not None and st_b is not None and st_c is not None:
-        report.distribution = _distribution(fx, st_b, st_c)
+        report.distribution = _distribution(fx, st_b, st_c, rows_b, rows_c)
     if gates:
         report.gates = evaluate_gates(report.summaries, gates)
     return report
 
 
-def _distribution(fx: FeatureExtractor, a: FeatureStats, b: FeatureStats) -> DistributionResult:
+def _distribution(fx: FeatureExtractor, a: FeatureStats, b: FeatureStats, rows_a: list[np.ndarray],
+                  rows_b: list[np.ndarray]) -> DistributionResult:
+    """FID from the (merged) sufficient statistics; KID from the float64 feature rows in pairing order (KID's
+    pairwise kernel sums over random subsets have no such statistics)."""
     res = DistributionResult(extractor=fx.name, feature_dim=fx.dim, n_baseline=a.n, n_candidate=b.n)
     if min(a.n, b.n) < 2:
         res.warnings.append(f"FID/KID need >= 2 RGB images per side, got {a.n}/{b.n}; not computed")
         return res
     res.fid, w = fid_from_stats(a, b)
     res.warnings.extend(w)
-    res.kid_mean, res.kid_std, res.kid_subset_size = kid(a.features, b.features)
+    res.kid_mean, res.kid_std, res.kid_subset_size = kid(np.concatenate(rows_a), np.concatenate(rows_b))
     res.kid_subsets = 100
     return res

@@ -238,6 +238,24 @@ class SettingDiff(BaseModel):
     note: str = ""
 
 
+class DistributedRun(BaseModel):
+    """Where the pairs of a ``quality --ray`` run were scored and how the results were merged."""
+
+    address: str
+    actors: int
+    threads_per_actor: int
+    shards: int
+    nodes: list[str] = []  # IPs of the nodes the actors ran on
+    cluster_nodes: int = 0
+    ray_version: str = ""
+    merge: str = (
+        "pairing on the driver; per-pair rows returned to the driver and reported in pairing order; FID from "
+        "per-actor float64 sufficient statistics (n, sum x, sum x x^T, compensated sums) merged on the driver; "
+        "KID from the float64 feature rows returned per pair (8*d bytes per image, 16 KiB at d=2048); CLIP, "
+        "PickScore and CLIP-IQA from the per-pair scores"
+    )
+
+
 class QualityReport(BaseModel):
     """Result of comparing a candidate run with its baseline."""
 
@@ -263,3 +281,4 @@ class QualityReport(BaseModel):
     clip_truncated: list[str] = []  # pair keys whose prompt was truncated at the CLIP token limit
     paired: dict[str, PairedDelta] = {}  # per score with both sides (clip, pickscore, clip_iqa): paired Δ stats
     noise_floor: bool = False
+    distributed: DistributedRun | None = None  # set by ``--ray``: actors, nodes, how results were merged

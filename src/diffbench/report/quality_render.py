@@ -74,6 +74,10 @@ def render_console(report: QualityReport, console: Console | None = None) -> Non
             f"{report.n_pairs} pairs, {report.n_identical} identical, "
             + (f"{report.n_border_only} differ only in SSIM's 5-px border, " if report.n_border_only else "")
             + f"{len(report.errors)} errors")
+    if report.distributed is not None:
+        r = report.distributed
+        c.print(f"distributed: {r.actors} Ray actor(s) x {r.threads_per_actor} thread(s) on {len(r.nodes)} node(s) "
+                f"({', '.join(r.nodes)}), {r.shards} shards, --ray {r.address}")
     if report.settings_diff:
         st = Table(title=f"{len(report.settings_diff)} generation setting(s) differ between the two manifests "
                          "(expected only for the option under test)")
