@@ -7,7 +7,9 @@ Run::
 
 Rows (``--only`` names): ``500``, ``1000``, ``2000`` (the client pinned to one CPU and the server to
 another), ``inflight`` (5,000 in flight), ``large`` (8 MB answers at 20 req/s), ``sizes`` (1, 8, 32 MB),
-``workers`` (the ceiling of 1 vs 2 worker processes) and ``transport`` (bare aiohttp vs bare httpx).
+``workers`` (the ceiling of 1 vs 2 worker processes), ``transport`` (bare aiohttp vs bare httpx) and
+``scale`` (issue 15: the ceiling of one process, of ``--workers N`` processes and of N Ray actors on a
+local cluster, each pool kept open over its search; needs the ray extra, skipped without it).
 ``--quick`` is a smoke run (3 s per run, 2 s per ceiling probe, 1,500 in flight instead of 5,000): its
 numbers are not the issue's figures.
 
@@ -60,7 +62,7 @@ from diffbench.load.summary import RateSummary, summarize_rate
 from diffbench.queueing.schedules import constant, poisson
 
 T = TypeVar("T")
-ROWS = ("500", "1000", "2000", "inflight", "large", "sizes", "workers", "transport")
+ROWS = ("500", "1000", "2000", "inflight", "large", "sizes", "workers", "transport", "scale")
 MB = 1_000_000
 LARGE_RATES = {1 * MB: 20.0, 8 * MB: 20.0, 32 * MB: 5.0}
 """Offered rate per body size of the payload rows: 20 req/s (the issue's) up to 8 MB; 5 req/s at 32 MB, so
@@ -484,6 +486,90 @@ def row_workers(opts: Opts) -> None:
     SUMMARY.append(("workers", "ceiling 2 workers / 1 worker", f"ratio {r:.2f}", ">= 1.8x", met))
 
 
+class _PoolProbe:
+    """A sweep of open-loop probes on one pool kept open (its own event loop on a thread), so a Ray pool's
+    actor start-up and clock measurement are paid once per search, not per probe."""
+
+    def __init__(self, make_pool: Callable[[], Any]) -> None:
+        import threading
+
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.pool = make_pool()
+        self.size = image_size_for(0)
+        self.planner = RequestPlanner(default_workload(self.size[0], self.size[1], 1), ["p"], seed=0)
+        self._call(self.pool.start())
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def records(self, rate: float, d: float) -> list[RequestRecord]:
+        warm = warm_schedule(rate)
+        self._call(self.pool.open_loop(warm, self.planner.take(len(warm)), offered_rate=float(warm.size / 0.5),
+                                       duration_s=0.5))
+        schedule = constant(rate, d)
+        run = self._call(self.pool.open_loop(schedule, self.planner.take(len(schedule)), offered_rate=rate,
+                                             duration_s=d))
+        return list(run.records)
+
+    def close(self) -> None:
+        self._call(self.pool.close())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5.0)
+
+
+def row_scale(opts: Opts) -> None:
+    """Issue 15, limits: the highest sustained rate of one process, of N local worker processes and of N Ray
+    actors (a local cluster), against the no-op server on this machine, with the ratios."""
+    d = opts.probe_s
+    n = max(2, min(4, (os.cpu_count() or 2)))
+    print(f"\n== scale: ceiling (sent and ok >= 99 % of target, lag p99 <= 2 ms; {d:g} s probes, doubling from "
+          f"250 req/s then 3 bisections, a rate fails on 2 failed probes in a row) of 1 process, --workers {n} "
+          f"and {n} Ray actors (local cluster, {os.cpu_count()} CPUs, shared with the no-op server)")
+    try:
+        import ray  # noqa: F401  (the ray extra, needed for the Ray side)
+
+        from diffbench.distributed.cluster import connect
+        from diffbench.distributed.load import RayWorkerPool
+        from diffbench.load.client.executor import WorkerPool
+    except ImportError as exc:
+        print(f"  skipped: {exc} (install the ray extra)")
+        SUMMARY.append(("scale", "ceiling Ray actors / 1 process", "skipped", "stated", ""))
+        return
+    results: dict[str, tuple[float, float, list[tuple[float, bool]]]] = {}
+    clocks = ""
+    with ServerProcess(0) as srv:
+        target = Target(base_url=srv.url, timeout_s=5.0)
+        results["diffbench, 1 process"] = ceiling(lambda r: _probe_passes(
+            diffbench_run(srv.url, srv.size, constant(r, d), r, d, 5.0, opts), r, d))
+        local = _PoolProbe(lambda: WorkerPool(target, workers=n, use_uvloop=opts.use_uvloop))
+        try:
+            results[f"diffbench, --workers {n}"] = ceiling(lambda r: _probe_passes(local.records(r, d), r, d))
+        finally:
+            local.close()
+        with connect("local", num_cpus=max(n, os.cpu_count() or 1)):
+            ray_probe = _PoolProbe(lambda: RayWorkerPool(target, workers=n, address="local",
+                                                         use_uvloop=opts.use_uvloop,
+                                                         backend_options={"check_workers": 1}))
+            try:
+                results[f"diffbench, --ray local, {n} actors"] = ceiling(
+                    lambda r: _probe_passes(ray_probe.records(r, d), r, d))
+                clocks = "; ".join(c.describe() for c in ray_probe.pool.clocks)
+            finally:
+                ray_probe.close()
+    for name, (c, step, hist) in results.items():
+        trail = " ".join(f"{r:.0f}{'+' if ok else '-'}" for r, ok in hist)
+        shown = f"{c:>8,.0f}" if c > 0 else f"< {min(r for r, _ in hist):,.0f}"
+        print(f"  {name:<34} ceiling {shown:>8} req/s (step {step:,.0f})   probes: {trail}")
+    print(f"  Ray actors' clock offsets to the driver: {clocks}")
+    one, pool, ray = (v[0] for v in results.values())
+    print(f"  ceiling --workers {n} / 1 process: {ratio(pool, one):.2f};  Ray {n} actors / 1 process: "
+          f"{ratio(ray, one):.2f};  Ray / --workers: {ratio(ray, pool):.2f}  (resolution: the steps above)")
+    SUMMARY.append(("scale", f"ceiling 1 / --workers {n} / Ray {n}", f"{one:,.0f}/{pool:,.0f}/{ray:,.0f}",
+                    "stated", f"{ratio(ray, one):.2f}x"))
+
+
 def row_transport(opts: Opts) -> None:
     rate, d = 1000.0, opts.seconds
     print(f"\n== transport: bare aiohttp vs bare httpx (one AsyncClient, unbounded pool), constant {rate:,.0f} "
@@ -569,6 +655,7 @@ def main(argv: list[str] | None = None) -> None:
         "sizes": lambda: row_sizes(opts),
         "workers": lambda: row_workers(opts),
         "transport": lambda: row_transport(opts),
+        "scale": lambda: row_scale(opts),
     }
     for name in ROWS:
         if name in rows:

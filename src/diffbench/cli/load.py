@@ -807,7 +807,8 @@ def _render(sweep: SweepRun, console: Console) -> None:
         for row in sweep.result.rates:
             if row.hdr is not None and "latency_from_arrival" in row.hdr.quantities:
                 h = row.hdr.quantities["latency_from_arrival"]
-                console.print(f"{offered_text(row)}: HdrHistogram merge of the workers: {h.n} ok, latency from "
+                label = f"{row.users} users" if row.mode == "closed" else f"{offered_text(row)} req/s"
+                console.print(f"{label}: HdrHistogram merge of the workers: {h.n} ok, latency from "
                               f"arrival p50 {h.p50 * 1e3:.3f} ms, p99 {h.p99 * 1e3:.3f} ms ({row.hdr.error})")
             if row.slo_requests is not None:
                 att = "n/a" if row.slo_attainment is None else f"{row.slo_attainment:.1%}"
