@@ -156,3 +156,14 @@ def test_a_killed_actor_ends_the_run_naming_it_and_keeps_what_came_back(ray_clus
     assert back and len({r.id for r in back}) == len(back)  # what came back is kept, each once
     assert any(r.id % 2 == 0 for r in back)  # worker 0 was stopped and drained: its records came back too
     assert len(back) < len(times)  # the run ended early: the dead worker's share is lost
+
+
+def test_more_workers_than_free_cpus_is_refused_before_any_request(ray_cluster, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("diffbench.distributed.cluster.RELEASE_WAIT_S", 0.5)
+    out = tmp_path / "r.json"
+    # a closed port: a run that got as far as a request would fail differently (connection errors)
+    code = main(["load", "--url", "http://127.0.0.1:9", "--workers", "3", "--ray", "local", "--rates", "1",
+                 "--duration", "1", "--json", str(out)])
+    assert code == 2 and not out.exists()
+    err = capsys.readouterr().err
+    assert "--workers 3 --ray local: 3 actors need 3 CPUs" in err and "use fewer --workers" in err

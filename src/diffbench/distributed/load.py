@@ -291,10 +291,15 @@ class RayWorkerPool(WorkerPool):
             ray = import_ray()
             check_reachable(self.target.base_url, ray.util.get_node_ip_address(),
                             [n.ip for n in self.cluster.nodes])
-            handles = stack.enter_context(actor_pool(
-                LoadActor, self.workers, tag="load", num_cpus=ACTOR_CPUS, threads=1,
-                args=(self.target, self.workers, self.use_uvloop, self.backend_options),
-                options={"scheduling_strategy": "SPREAD"}))
+            try:
+                handles = stack.enter_context(actor_pool(
+                    LoadActor, self.workers, tag="load", num_cpus=ACTOR_CPUS, threads=1,
+                    args=(self.target, self.workers, self.use_uvloop, self.backend_options),
+                    options={"scheduling_strategy": "SPREAD"}))
+            except UsageError as exc:  # the pool names its own option; for load it is --workers
+                text = str(exc).removeprefix(f"--ray-actors {self.workers}: ").replace(
+                    "use fewer actors (or fewer --threads per actor)", "use fewer --workers")
+                raise UsageError(f"--workers {self.workers} --ray {self.address}: {text}") from None
             loop = asyncio.get_running_loop()
 
             def prepare() -> list[tuple[dict[str, Any], ClockOffset]]:
