@@ -519,14 +519,49 @@ class _PoolProbe:
         self.thread.join(5.0)
 
 
+def interleaved_ceilings(probes: dict[str, Callable[[float], bool]], start: float = 250.0,
+                         limit: float = 64_000.0, bisections: int = 3
+                         ) -> dict[str, tuple[float, float, list[tuple[float, bool]]]]:
+    """:func:`ceiling` for several clients at once, one search step of each client in turn (round-robin), so
+    a drift in the machine's load hits every client's search alike. Same rule per client: double from
+    ``start`` until a rate fails (two failed probes in a row), then bisect ``bisections`` times."""
+    state = {name: {"lo": 0.0, "hi": start, "doubling": True, "left": bisections, "step": 0.0, "hist": []}
+             for name in probes}
+
+    def passes(name: str, rate: float) -> bool:
+        for _ in range(2):
+            ok = probes[name](rate)
+            state[name]["hist"].append((rate, ok))  # type: ignore[union-attr]
+            if ok:
+                return True
+        return False
+
+    while any(st["doubling"] or st["left"] for st in state.values()):
+        for name, st in state.items():
+            if st["doubling"]:
+                if st["hi"] <= limit and passes(name, st["hi"]):
+                    st["lo"], st["hi"] = st["hi"], st["hi"] * 2
+                else:
+                    st["doubling"] = False
+                    st["step"] = (st["hi"] - st["lo"]) / 2 ** bisections
+            elif st["left"]:
+                mid = (st["lo"] + st["hi"]) / 2
+                st["lo"], st["hi"] = (mid, st["hi"]) if passes(name, mid) else (st["lo"], mid)
+                st["left"] -= 1
+    return {name: (st["lo"], st["step"], st["hist"]) for name, st in state.items()}  # type: ignore[misc]
+
+
 def row_scale(opts: Opts) -> None:
     """Issue 15, limits: the highest sustained rate of one process, of N local worker processes and of N Ray
-    actors (a local cluster), against the no-op server on this machine, with the ratios."""
+    actors (a local cluster), against the no-op server on this machine, with the ratios. The three searches
+    are interleaved step by step (:func:`interleaved_ceilings`) and repeated ``--repeats`` times; the ratio
+    printed is the median over repeats with its range (its noise floor) beside it."""
     d = opts.probe_s
     n = max(2, min(4, (os.cpu_count() or 2)))
     print(f"\n== scale: ceiling (sent and ok >= 99 % of target, lag p99 <= 2 ms; {d:g} s probes, doubling from "
           f"250 req/s then 3 bisections, a rate fails on 2 failed probes in a row) of 1 process, --workers {n} "
-          f"and {n} Ray actors (local cluster, {os.cpu_count()} CPUs, shared with the no-op server)")
+          f"and {n} Ray actors (local cluster, {os.cpu_count()} CPUs, shared with the no-op server); the three "
+          f"searches interleaved step by step, {opts.repeats} repeat(s)")
     try:
         import ray  # noqa: F401  (the ray extra, needed for the Ray side)
 
@@ -537,37 +572,45 @@ def row_scale(opts: Opts) -> None:
         print(f"  skipped: {exc} (install the ray extra)")
         SUMMARY.append(("scale", "ceiling Ray actors / 1 process", "skipped", "stated", ""))
         return
-    results: dict[str, tuple[float, float, list[tuple[float, bool]]]] = {}
+    names = ("diffbench, 1 process", f"diffbench, --workers {n}", f"diffbench, --ray local, {n} actors")
+    found: dict[str, list[float]] = {k: [] for k in names}
     clocks = ""
-    with ServerProcess(0) as srv:
+    with ServerProcess(0) as srv, connect("local", num_cpus=max(n, os.cpu_count() or 1)):
         target = Target(base_url=srv.url, timeout_s=5.0)
-        results["diffbench, 1 process"] = ceiling(lambda r: _probe_passes(
-            diffbench_run(srv.url, srv.size, constant(r, d), r, d, 5.0, opts), r, d))
         local = _PoolProbe(lambda: WorkerPool(target, workers=n, use_uvloop=opts.use_uvloop))
+        ray_probe = _PoolProbe(lambda: RayWorkerPool(target, workers=n, address="local", use_uvloop=opts.use_uvloop,
+                                                     backend_options={"check_workers": 1}))
         try:
-            results[f"diffbench, --workers {n}"] = ceiling(lambda r: _probe_passes(local.records(r, d), r, d))
+            clocks = "; ".join(c.describe() for c in ray_probe.pool.clocks)
+            for rep in range(opts.repeats):
+                results = interleaved_ceilings({
+                    names[0]: lambda r: _probe_passes(diffbench_run(srv.url, srv.size, constant(r, d), r, d, 5.0,
+                                                                    opts), r, d),
+                    names[1]: lambda r: _probe_passes(local.records(r, d), r, d),
+                    names[2]: lambda r: _probe_passes(ray_probe.records(r, d), r, d),
+                })
+                for name, (c, step, hist) in results.items():
+                    found[name].append(c)
+                    trail = " ".join(f"{r:.0f}{'+' if ok else '-'}" for r, ok in hist)
+                    shown = f"{c:>8,.0f}" if c > 0 else f"< {min(r for r, _ in hist):,.0f}"
+                    print(f"  [{rep + 1}] {name:<34} ceiling {shown:>8} req/s (step {step:,.0f})   probes: {trail}")
+                sys.stdout.flush()
         finally:
+            ray_probe.close()
             local.close()
-        with connect("local", num_cpus=max(n, os.cpu_count() or 1)):
-            ray_probe = _PoolProbe(lambda: RayWorkerPool(target, workers=n, address="local",
-                                                         use_uvloop=opts.use_uvloop,
-                                                         backend_options={"check_workers": 1}))
-            try:
-                results[f"diffbench, --ray local, {n} actors"] = ceiling(
-                    lambda r: _probe_passes(ray_probe.records(r, d), r, d))
-                clocks = "; ".join(c.describe() for c in ray_probe.pool.clocks)
-            finally:
-                ray_probe.close()
-    for name, (c, step, hist) in results.items():
-        trail = " ".join(f"{r:.0f}{'+' if ok else '-'}" for r, ok in hist)
-        shown = f"{c:>8,.0f}" if c > 0 else f"< {min(r for r, _ in hist):,.0f}"
-        print(f"  {name:<34} ceiling {shown:>8} req/s (step {step:,.0f})   probes: {trail}")
     print(f"  Ray actors' clock offsets to the driver: {clocks}")
-    one, pool, ray = (v[0] for v in results.values())
-    print(f"  ceiling --workers {n} / 1 process: {ratio(pool, one):.2f};  Ray {n} actors / 1 process: "
-          f"{ratio(ray, one):.2f};  Ray / --workers: {ratio(ray, pool):.2f}  (resolution: the steps above)")
-    SUMMARY.append(("scale", f"ceiling 1 / --workers {n} / Ray {n}", f"{one:,.0f}/{pool:,.0f}/{ray:,.0f}",
-                    "stated", f"{ratio(ray, one):.2f}x"))
+
+    def ratios(a: str, b: str) -> str:
+        rs = [ratio(x, y) for x, y in zip(found[a], found[b], strict=True)]
+        return f"{median(rs):.2f} [{min(rs):.2f}-{max(rs):.2f}]"
+
+    one, pool, ray_c = (median(found[k]) for k in names)
+    print(f"  ceilings (median over repeats): 1 process {one:,.0f}, --workers {n} {pool:,.0f}, Ray {n} actors "
+          f"{ray_c:,.0f} req/s")
+    print(f"  ratios, median [range over repeats]: --workers {n} / 1 process {ratios(names[1], names[0])};  "
+          f"Ray / 1 process {ratios(names[2], names[0])};  Ray / --workers {ratios(names[2], names[1])}")
+    SUMMARY.append(("scale", f"ceiling 1 / --workers {n} / Ray {n}", f"{one:,.0f}/{pool:,.0f}/{ray_c:,.0f}",
+                    "stated", f"Ray/1 {ratios(names[2], names[0])}"))
 
 
 def row_transport(opts: Opts) -> None:
