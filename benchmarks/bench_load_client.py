@@ -7,7 +7,9 @@ Run::
 
 Rows (``--only`` names): ``500``, ``1000``, ``2000`` (the client pinned to one CPU and the server to
 another), ``inflight`` (5,000 in flight), ``large`` (8 MB answers at 20 req/s), ``sizes`` (1, 8, 32 MB),
-``workers`` (the ceiling of 1 vs 2 worker processes) and ``transport`` (bare aiohttp vs bare httpx).
+``workers`` (the ceiling of 1 vs 2 worker processes), ``transport`` (bare aiohttp vs bare httpx) and
+``scale`` (issue 15: the ceiling of one process, of ``--workers N`` processes and of N Ray actors on a
+local cluster, each pool kept open over its search; needs the ray extra, skipped without it).
 ``--quick`` is a smoke run (3 s per run, 2 s per ceiling probe, 1,500 in flight instead of 5,000): its
 numbers are not the issue's figures.
 
@@ -60,7 +62,7 @@ from diffbench.load.summary import RateSummary, summarize_rate
 from diffbench.queueing.schedules import constant, poisson
 
 T = TypeVar("T")
-ROWS = ("500", "1000", "2000", "inflight", "large", "sizes", "workers", "transport")
+ROWS = ("500", "1000", "2000", "inflight", "large", "sizes", "workers", "transport", "scale")
 MB = 1_000_000
 LARGE_RATES = {1 * MB: 20.0, 8 * MB: 20.0, 32 * MB: 5.0}
 """Offered rate per body size of the payload rows: 20 req/s (the issue's) up to 8 MB; 5 req/s at 32 MB, so
@@ -484,6 +486,133 @@ def row_workers(opts: Opts) -> None:
     SUMMARY.append(("workers", "ceiling 2 workers / 1 worker", f"ratio {r:.2f}", ">= 1.8x", met))
 
 
+class _PoolProbe:
+    """A sweep of open-loop probes on one pool kept open (its own event loop on a thread), so a Ray pool's
+    actor start-up and clock measurement are paid once per search, not per probe."""
+
+    def __init__(self, make_pool: Callable[[], Any]) -> None:
+        import threading
+
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.pool = make_pool()
+        self.size = image_size_for(0)
+        self.planner = RequestPlanner(default_workload(self.size[0], self.size[1], 1), ["p"], seed=0)
+        self._call(self.pool.start())
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def records(self, rate: float, d: float) -> list[RequestRecord]:
+        warm = warm_schedule(rate)
+        self._call(self.pool.open_loop(warm, self.planner.take(len(warm)), offered_rate=float(warm.size / 0.5),
+                                       duration_s=0.5))
+        schedule = constant(rate, d)
+        run = self._call(self.pool.open_loop(schedule, self.planner.take(len(schedule)), offered_rate=rate,
+                                             duration_s=d))
+        return list(run.records)
+
+    def close(self) -> None:
+        self._call(self.pool.close())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5.0)
+
+
+def interleaved_ceilings(probes: dict[str, Callable[[float], bool]], start: float = 250.0,
+                         limit: float = 64_000.0, bisections: int = 3
+                         ) -> dict[str, tuple[float, float, list[tuple[float, bool]]]]:
+    """:func:`ceiling` for several clients at once, one search step of each client in turn (round-robin), so
+    a drift in the machine's load hits every client's search alike. Same rule per client: double from
+    ``start`` until a rate fails (two failed probes in a row), then bisect ``bisections`` times."""
+    state = {name: {"lo": 0.0, "hi": start, "doubling": True, "left": bisections, "step": 0.0, "hist": []}
+             for name in probes}
+
+    def passes(name: str, rate: float) -> bool:
+        for _ in range(2):
+            ok = probes[name](rate)
+            state[name]["hist"].append((rate, ok))  # type: ignore[union-attr]
+            if ok:
+                return True
+        return False
+
+    while any(st["doubling"] or st["left"] for st in state.values()):
+        for name, st in state.items():
+            if st["doubling"]:
+                if st["hi"] <= limit and passes(name, st["hi"]):
+                    st["lo"], st["hi"] = st["hi"], st["hi"] * 2
+                else:
+                    st["doubling"] = False
+                    st["step"] = (st["hi"] - st["lo"]) / 2 ** bisections
+            elif st["left"]:
+                mid = (st["lo"] + st["hi"]) / 2
+                st["lo"], st["hi"] = (mid, st["hi"]) if passes(name, mid) else (st["lo"], mid)
+                st["left"] -= 1
+    return {name: (st["lo"], st["step"], st["hist"]) for name, st in state.items()}  # type: ignore[misc]
+
+
+def row_scale(opts: Opts) -> None:
+    """Issue 15, limits: the highest sustained rate of one process, of N local worker processes and of N Ray
+    actors (a local cluster), against the no-op server on this machine, with the ratios. The three searches
+    are interleaved step by step (:func:`interleaved_ceilings`) and repeated ``--repeats`` times; the ratio
+    printed is the median over repeats with its range (its noise floor) beside it."""
+    d = opts.probe_s
+    n = max(2, min(4, (os.cpu_count() or 2)))
+    print(f"\n== scale: ceiling (sent and ok >= 99 % of target, lag p99 <= 2 ms; {d:g} s probes, doubling from "
+          f"250 req/s then 3 bisections, a rate fails on 2 failed probes in a row) of 1 process, --workers {n} "
+          f"and {n} Ray actors (local cluster, {os.cpu_count()} CPUs, shared with the no-op server); the three "
+          f"searches interleaved step by step, {opts.repeats} repeat(s)")
+    try:
+        import ray  # noqa: F401  (the ray extra, needed for the Ray side)
+
+        from diffbench.distributed.cluster import connect
+        from diffbench.distributed.load import RayWorkerPool
+        from diffbench.load.client.executor import WorkerPool
+    except ImportError as exc:
+        print(f"  skipped: {exc} (install the ray extra)")
+        SUMMARY.append(("scale", "ceiling Ray actors / 1 process", "skipped", "stated", ""))
+        return
+    names = ("diffbench, 1 process", f"diffbench, --workers {n}", f"diffbench, --ray local, {n} actors")
+    found: dict[str, list[float]] = {k: [] for k in names}
+    clocks = ""
+    with ServerProcess(0) as srv, connect("local", num_cpus=max(n, os.cpu_count() or 1)):
+        target = Target(base_url=srv.url, timeout_s=5.0)
+        local = _PoolProbe(lambda: WorkerPool(target, workers=n, use_uvloop=opts.use_uvloop))
+        ray_probe = _PoolProbe(lambda: RayWorkerPool(target, workers=n, address="local", use_uvloop=opts.use_uvloop,
+                                                     backend_options={"check_workers": 1}))
+        try:
+            clocks = "; ".join(c.describe() for c in ray_probe.pool.clocks)
+            for rep in range(opts.repeats):
+                results = interleaved_ceilings({
+                    names[0]: lambda r: _probe_passes(diffbench_run(srv.url, srv.size, constant(r, d), r, d, 5.0,
+                                                                    opts), r, d),
+                    names[1]: lambda r: _probe_passes(local.records(r, d), r, d),
+                    names[2]: lambda r: _probe_passes(ray_probe.records(r, d), r, d),
+                })
+                for name, (c, step, hist) in results.items():
+                    found[name].append(c)
+                    trail = " ".join(f"{r:.0f}{'+' if ok else '-'}" for r, ok in hist)
+                    shown = f"{c:>8,.0f}" if c > 0 else f"< {min(r for r, _ in hist):,.0f}"
+                    print(f"  [{rep + 1}] {name:<34} ceiling {shown:>8} req/s (step {step:,.0f})   probes: {trail}")
+                sys.stdout.flush()
+        finally:
+            ray_probe.close()
+            local.close()
+    print(f"  Ray actors' clock offsets to the driver: {clocks}")
+
+    def ratios(a: str, b: str) -> str:
+        rs = [ratio(x, y) for x, y in zip(found[a], found[b], strict=True)]
+        return f"{median(rs):.2f} [{min(rs):.2f}-{max(rs):.2f}]"
+
+    one, pool, ray_c = (median(found[k]) for k in names)
+    print(f"  ceilings (median over repeats): 1 process {one:,.0f}, --workers {n} {pool:,.0f}, Ray {n} actors "
+          f"{ray_c:,.0f} req/s")
+    print(f"  ratios, median [range over repeats]: --workers {n} / 1 process {ratios(names[1], names[0])};  "
+          f"Ray / 1 process {ratios(names[2], names[0])};  Ray / --workers {ratios(names[2], names[1])}")
+    SUMMARY.append(("scale", f"ceiling 1 / --workers {n} / Ray {n}", f"{one:,.0f}/{pool:,.0f}/{ray_c:,.0f}",
+                    "stated", f"Ray/1 {ratios(names[2], names[0])}"))
+
+
 def row_transport(opts: Opts) -> None:
     rate, d = 1000.0, opts.seconds
     print(f"\n== transport: bare aiohttp vs bare httpx (one AsyncClient, unbounded pool), constant {rate:,.0f} "
@@ -569,6 +698,7 @@ def main(argv: list[str] | None = None) -> None:
         "sizes": lambda: row_sizes(opts),
         "workers": lambda: row_workers(opts),
         "transport": lambda: row_transport(opts),
+        "scale": lambda: row_scale(opts),
     }
     for name in ROWS:
         if name in rows:

@@ -119,6 +119,10 @@ ROWS = [
                                                         "exist; create it first or pass --mkdir"),
     (["--rates", "1", "--csv", "."], 2, "--csv . is a directory"),
     (["--rates", "1", "--workers", "0"], 2, "--workers must be >= 1 load processes, got 0"),
+    # issue 15: the Ray address is checked before anything starts
+    (["--rates", "1", "--workers", "2", "--ray", "bogus"], 2, "--ray 'bogus': expected 'local'"),
+    (["--rates", "1", "--ray", "http://head:6379"], 2, "--ray 'http://head:6379': expected 'local'"),
+    (["--rates", "1", "--ray", "local", "--workers", "0"], 2, "--workers must be >= 1 load processes, got 0"),
     # issue 14: traces, per-request SLOs, AIPerf prompt files
     (["--trace", "nots.csv"], 2, "nots.csv:1 (header): no timestamp column"),
     (["--trace", "half.csv"], 2, "half.csv:1 (header): column height is missing"),

@@ -56,6 +56,9 @@ def register(app: typer.Typer) -> None:
                                                    "(vllm bench serve)."),
         workers: int = typer.Option(1, "--workers", help="Load processes (each one event loop; the schedule "
                                     "is split between them)."),
+        ray: str | None = typer.Option(None, "--ray", help="Run the --workers N load workers as Ray actors "
+                                       "(SPREAD across nodes): 'local' (a private cluster on this machine), "
+                                       "'auto' or HOST:PORT of a head node; needs the ray extra."),
         think_time: float = typer.Option(0.0, "--think-time", help="Closed loop: seconds between requests."),
         timeout: float = typer.Option(600.0, "--timeout", help="Per-request deadline in seconds from the "
                                       "send (video: create+polls+download). Printed in the report."),
@@ -103,7 +106,7 @@ def register(app: typer.Typer) -> None:
         opts = LoadOptions(
             url=url, dialect=dialect, mode=mode, rates=rates, users=users, duration=duration,
             request_rate=request_rate, num_requests=num_requests, num_prompts=num_prompts,
-            goodput=list(goodput), max_concurrency=max_concurrency, workers=workers,
+            goodput=list(goodput), max_concurrency=max_concurrency, workers=workers, ray=ray,
             csv_out=str(csv_out) if csv_out else None, quiet=quiet,
             arrival=arrival, burstiness=burstiness, seed=seed, slo=slo, max_inflight=max_inflight,
             think_time=think_time, timeout=timeout, drain=drain, warmup=warmup,
@@ -161,6 +164,7 @@ class LoadOptions:
     goodput: list[str] = field(default_factory=list)
     max_concurrency: int | None = None
     workers: int = 1
+    ray: str | None = None
     csv_out: str | None = None
     quiet: bool = False
     scrape: str | None = None
@@ -340,6 +344,10 @@ def run_load_command(o: LoadOptions) -> None:
         raise UsageError(f"{count_opt} applies to the open loop; a closed loop runs for --duration")
     if o.workers < 1:
         raise UsageError(f"--workers must be >= 1 load processes, got {o.workers}")
+    if o.ray is not None:
+        from diffbench.distributed.cluster import check_address
+
+        o.ray = check_address(o.ray)
     if o.warmup < 0:
         raise UsageError(f"--warmup must be >= 0 requests per shape, got {o.warmup}")
     if o.seed < 0:
@@ -381,7 +389,8 @@ def run_load_command(o: LoadOptions) -> None:
         for other, real2 in given[i + 1:]:
             if real == real2 and real != os.devnull:
                 raise UsageError(f"{name} and {other} name the same file {real}; give each output its own path")
-    _check_workers(o.workers)
+    if o.ray is None:
+        _check_workers(o.workers)
     scraper = _scraper(o)
     schedule = spec_from_cli(arrival=o.arrival, duration_s=o.duration, burstiness=o.burstiness, seed=o.seed)
     cfg = SweepConfig(mode=o.mode, rates=rates, users=users, duration_s=o.duration, schedule=schedule,  # type: ignore[arg-type]
@@ -512,8 +521,13 @@ def _checked(scraper: object) -> object:
 
 
 def _executor(o: LoadOptions, target: object) -> object | None:
-    """The multi-process executor for ``--workers N`` (N > 1), None for one process (the runners then run
-    in this process on ``backend``)."""
+    """The multi-process executor for ``--workers N`` (N > 1), or the Ray actors of ``--ray`` (any N), None
+    for one process (the runners then run in this process on ``backend``)."""
+    if o.ray is not None:
+        from diffbench.distributed.load import RayWorkerPool
+
+        # one CPU per actor (its event loop); its payload checks in one process beside it
+        return RayWorkerPool(target, workers=o.workers, address=o.ray, backend_options={"check_workers": 1})
     if o.workers <= 1:
         return None
     import os
@@ -680,6 +694,11 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
         try:
             if executor is not None:
                 await executor.start()  # type: ignore[attr-defined]  # spawn before the warm-up, not in a run
+                if o.ray is not None:  # the cluster, where each actor ran, the measured clock offsets
+                    conditions.update(executor.conditions())  # type: ignore[attr-defined]
+                    for w in executor.clocks:  # type: ignore[attr-defined]
+                        for text in w.warnings():
+                            console.print(f"[yellow]warning: {text}[/yellow]")
             return await run_sweep(cfg, backend, planner, control=control, sink=sink, conditions=conditions,
                                    progress=_noop if o.quiet else lambda msg: console.print(f"[dim]{msg}[/dim]"),
                                    monitor=row_monitor, replay=replay, slo=slo if slo.active else None,
@@ -699,7 +718,8 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
 
     from diffbench.load.client.eventloop import choose_loop, run
 
-    conditions["event_loop"] = choose_loop() + (f" (in each of {o.workers} worker processes)"
+    conditions["event_loop"] = choose_loop() + (f" (in each of {o.workers} Ray actors)" if o.ray is not None
+                                                else f" (in each of {o.workers} worker processes)"
                                                 if o.workers > 1 else "")
     from diffbench.load.client.executor import WorkerDied
 
@@ -785,6 +805,11 @@ def _render(sweep: SweepRun, console: Console) -> None:
         from diffbench.report.load_table import offered_text
 
         for row in sweep.result.rates:
+            if row.hdr is not None and "latency_from_arrival" in row.hdr.quantities:
+                h = row.hdr.quantities["latency_from_arrival"]
+                label = f"{row.users} users" if row.mode == "closed" else f"{offered_text(row)} req/s"
+                console.print(f"{label}: HdrHistogram merge of the workers: {h.n} ok, latency from "
+                              f"arrival p50 {h.p50 * 1e3:.3f} ms, p99 {h.p99 * 1e3:.3f} ms ({row.hdr.error})")
             if row.slo_requests is not None:
                 att = "n/a" if row.slo_attainment is None else f"{row.slo_attainment:.1%}"
                 console.print(f"{offered_text(row)}: SLO attainment {att} ({row.slo_met} of {row.slo_requests} "

@@ -163,8 +163,11 @@ def default_actors(info: ClusterInfo, *, gpu: bool, cpus_per_actor: float) -> in
 
 @contextmanager
 def actor_pool(cls: type, n: int, *, tag: str, args: tuple[Any, ...] = (), num_cpus: float = 1.0,
-               num_gpus: float = 0.0, threads: int = 1) -> Iterator[list[Any]]:
+               num_gpus: float = 0.0, threads: int = 1,
+               options: dict[str, Any] | None = None) -> Iterator[list[Any]]:
     """``n`` Ray actors of ``cls`` (a plain class, made remote here), killed when the block ends.
+
+    ``options``: further keyword arguments of ``.options()`` (e.g. ``scheduling_strategy="SPREAD"``).
 
     Each actor is named ``diffbench-<tag>-<i>-<random>`` (found with ``ray.util.list_named_actors``) and runs with
     its math libraries capped at ``threads`` threads (:func:`thread_env`).
@@ -192,7 +195,8 @@ def actor_pool(cls: type, n: int, *, tag: str, args: tuple[Any, ...] = (), num_c
     suffix = uuid.uuid4().hex[:6]
     handles = [
         remote.options(name=f"diffbench-{tag}-{i}-{suffix}", num_cpus=num_cpus, num_gpus=num_gpus,
-                       max_restarts=0, runtime_env={"env_vars": thread_env(threads)}).remote(*args)
+                       max_restarts=0, runtime_env={"env_vars": thread_env(threads)},
+                       **(options or {})).remote(*args)
         for i in range(n)
     ]
     try:

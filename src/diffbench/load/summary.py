@@ -53,6 +53,7 @@ from pydantic import BaseModel, ConfigDict
 from diffbench.core.records import OUTCOMES, RequestRecord
 from diffbench.core.stats import Summary, summarize
 from diffbench.load.goodput import GoodputConstraint, count_good
+from diffbench.load.merge import HdrSummary
 from diffbench.load.saturation import Saturation, check_saturation
 from diffbench.load.scrape import ServerSide
 
@@ -177,6 +178,10 @@ class RateSummary(BaseModel):
     """``slo_met / slo_requests`` (vLLM-Omni's ``slo_attainment_rate``; failures count as not met)."""
     server: ServerSide | None = None
     """The server's own view of the row, scraped from its ``/metrics`` (``load --scrape``; None without)."""
+    hdr: HdrSummary | None = None
+    """The HdrHistogram merge of the workers' ok requests, with its error bound (``load --ray``, and
+    ``--workers`` runs of more than 100,000 planned requests; None otherwise). The other figures of the row
+    come from the exact merge of the records."""
 
 
 def detect_divergence(

@@ -221,6 +221,7 @@ class WorkerPool:
         self.target, self.workers, self.merge, self.use_uvloop = target, workers, merge, use_uvloop
         self.backend_options = dict(backend_options or {})
         self.spin_tail_s = spin_tail_s
+        self.start_delay_s = POOL_START_DELAY_S  # how far ahead the shared t0 is set (a Ray pool sets more)
         self._procs: list[_Worker] = []
         self._broken: str | None = None
 
@@ -384,7 +385,7 @@ class WorkerPool:
             w.send(jobs[w.index])
         for w in active:
             await self._expect(w, "ready")
-        t0_ns = start_time_ns(POOL_START_DELAY_S)
+        t0_ns = start_time_ns(self.start_delay_s)
         for w in active:
             w.send(("go", t0_ns))
 

@@ -234,6 +234,8 @@ def _summarize(run: RunResult, cfg: SweepConfig, *, schedule: str | None = None,
                          slo_s=cfg.knee_slo_s, mode=run.mode, users=run.users, goodput=cfg.goodput or None,
                          schedule=schedule)
     update: dict[str, object] = {"stopped_by": stopped_by} if stopped_by else {}
+    if run.hdr is not None:
+        update["hdr"] = run.hdr
     if slo is not None and slo.active:
         defined, met, rate = slo.attainment(run.records)
         update.update(slo_requests=defined, slo_met=met, slo_attainment=rate)
