@@ -92,7 +92,7 @@ def test_killed_actor_loses_no_finished_output_and_the_rerun_does_only_the_rest(
 
 def test_actors_on_two_device_classes_are_refused() -> None:
     from diffbench.bench.result import WorkerInfo
-    from diffbench.distributed.bench import one_device_class
+    from diffbench.distributed.bench_tasks import one_device_class
     from diffbench.errors import UsageError
 
     def w(i: int, cls: str) -> WorkerInfo:

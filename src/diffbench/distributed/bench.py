@@ -20,214 +20,30 @@ tasks in flight are recorded, and the rerun does only the rest.
 
 from __future__ import annotations
 
-import base64
-import pickle
 import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-from pydantic import BaseModel
 
-from diffbench.bench.protocol import (
-    BenchConfig,
-    ShapeRun,
-    add_timed,
-    group_by_shape,
-    make_attempt,
-    repro_result,
-    shape_label,
-    timed_run,
-    warm_up,
-)
-from diffbench.bench.result import (
-    BenchResult,
-    DistributedRun,
-    FailedRun,
-    Note,
-    Protocol,
-    ShapeResult,
-    WorkerInfo,
+from diffbench.bench.protocol import BenchConfig, group_by_shape, shape_label
+from diffbench.bench.result import BenchResult, DistributedRun, Note, Protocol
+from diffbench.distributed.bench_actor import BenchActor
+from diffbench.distributed.bench_tasks import (
+    BenchTask,
+    assemble_shapes,
+    manifest_entries,
+    one_device_class,
+    plan_tasks,
 )
 from diffbench.distributed.cluster import ActorDied, actor_pool, connect, default_actors, import_ray
-from diffbench.distributed.taskstore import TaskRecord, TaskStore, task_id
-from diffbench.engines.base import GenerationRequest, GenerationResult
-from diffbench.engines.config import EngineConfig
+from diffbench.distributed.taskstore import TaskRecord, TaskStore
+from diffbench.engines.base import GenerationRequest
 from diffbench.errors import DiffbenchError, GenerationError, UsageError
 
 MANIFEST_EVERY_S = 1.0  # the driver rewrites manifest.json and the partial JSON at most this often
-
-
-class BenchTask(BaseModel):
-    """One unit of work: the ``run``-th timed run of shape ``shape`` (request ``request`` of that shape's group),
-    or an untimed ``output`` run; ``save``: this task writes the request's output (its first occurrence)."""
-
-    id: str
-    shape: int
-    request: int
-    phase: Literal["timed", "output"]
-    run: int
-    save: bool
-
-
-def plan_tasks(groups: list[list[GenerationRequest]], cfg: BenchConfig, identity: dict[str, Any]) -> list[BenchTask]:
-    """The tasks of a bench, in the order a single process runs them: per shape, ``cfg.runs`` timed runs cycling
-    through the group, then one untimed output task for every request no timed run reached.
-
-    ``identity`` is what decides the outputs besides the request (engine configuration, diffbench version): it is
-    hashed into every id, so a changed configuration never reuses an earlier run's records."""
-    tasks = []
-    saved: set[tuple[str, int]] = set()  # output files are named by (prompt_id, seed): the first shape's is kept
-    for si, group in enumerate(groups):
-        seen: set[tuple[str, int]] = set()
-
-        def add(ri: int, phase: Literal["timed", "output"], run: int, si: int = si,
-                group: list[GenerationRequest] = group, seen: set[tuple[str, int]] = seen) -> None:
-            req = group[ri]
-            key = (req.prompt_id, req.seed)
-            fields = {"identity": identity, "request": req.model_dump(mode="python"), "phase": phase, "run": run}
-            tasks.append(BenchTask(id=task_id("bench", fields), shape=si, request=ri, phase=phase, run=run,
-                                   save=key not in saved))
-            seen.add(key)
-            saved.add(key)
-
-        for i in range(cfg.runs):
-            add(i % len(group), "timed", i)
-        for ri, req in enumerate(group):
-            if (req.prompt_id, req.seed) not in seen | saved:
-                add(ri, "output", 0)
-    return tasks
-
-
-def _pack(obj: object) -> str:
-    return base64.b64encode(pickle.dumps(obj)).decode()
-
-
-def _unpack(text: str) -> Any:
-    return pickle.loads(base64.b64decode(text))  # noqa: S301 - our own records, written by our actors
-
-
-class BenchActor:
-    """An engine on one device (a Ray actor): warms each shape up on first use, runs tasks, writes their outputs
-    and records to the shared directory."""
-
-    def __init__(self, engine: EngineConfig, threads: int, out_dir: str, inputs: dict[str, str]):
-        # Ray gives a GPU actor one device (CUDA_VISIBLE_DEVICES): it is cuda:0 inside the actor, whatever index was asked
-        device = "cuda" if engine.device.startswith("cuda") else engine.device
-        self.cfg_engine = engine.model_copy(update={"threads": threads, "device": device})
-        self.threads, self.dir, self.inputs, self.index = threads, Path(out_dir), inputs, 0
-        self.groups: list[list[GenerationRequest]] = []
-        self.cfg = BenchConfig()
-        self.runs: dict[int, ShapeRun] = {}
-        self.attempts: dict[int, Any] = {}
-
-    def start(self, index: int) -> dict[str, Any]:
-        """Start the engine as actor ``index``; return its info, this worker's description and the deployment
-        fingerprint (captured on this actor's node: its GPU and driver)."""
-        import os
-
-        self.index = index
-
-        from diffbench.bench.session import engine_fingerprint
-        from diffbench.core.clock import Timer
-        from diffbench.core.env import capture_env
-        from diffbench.engines.registry import create_engine
-
-        self.engine = create_engine(self.cfg_engine)
-        self.info = self.engine.start()
-        self.timer = Timer(sync=self.engine.sync, clock=self.engine.clock)
-        env = capture_env()
-        gpu = self.info.device.startswith("cuda")
-        hardware = ", ".join(g.name for g in env.gpus) if gpu else env.cpu
-        ray = import_ray()
-        worker = WorkerInfo(index=self.index, node_ip=ray.util.get_node_ip_address(), pid=os.getpid(),
-                            device=self.info.device, device_class=f"{hardware} (driver {env.driver})" if gpu else hardware,
-                            driver=env.driver, threads=self.threads)
-        self.store = TaskStore(self.dir)
-        return {"info": self.info, "worker": worker, "env": env,
-                "fingerprint": engine_fingerprint(self.engine, self.info, env)}
-
-    def validate(self, requests: list[GenerationRequest]) -> None:
-        """Check every request against the model (ShapeError for one it cannot take)."""
-        for r in requests:
-            self.engine.validate(r)
-
-    def set_workload(self, groups: list[list[GenerationRequest]], cfg: BenchConfig) -> None:
-        """The workload grouped by shape (as :func:`~diffbench.bench.protocol.group_by_shape`) and the protocol."""
-        self.groups, self.cfg = groups, cfg
-
-    def run(self, task: BenchTask) -> TaskRecord:
-        """Run ``task`` (after this actor's warmup of its shape), write its outputs, then its record."""
-        from diffbench.bench.outputs import save_images
-
-        group = self.groups[task.shape]
-        warm: list[float] = []
-        notes: list[Note] = []
-        if task.shape not in self.runs:
-            run = self.runs[task.shape] = ShapeRun(group[0])
-            self.attempts[task.shape] = make_attempt(self.engine, run.result)
-            warm_up(self.attempts[task.shape], self.timer, group, self.cfg, run.result)
-            warm, notes = list(run.result.warmup_s), list(run.result.warnings)
-        run, attempt = self.runs[task.shape], self.attempts[task.shape]
-        failed_before = len(run.result.failed_runs)
-        req = group[task.request]
-        data: dict[str, Any] = {"phase": task.phase, "run": task.run, "warmup_s": warm,
-                                "notes": [n.model_dump() for n in notes]}
-        res: GenerationResult | None
-        if task.phase == "timed":
-            timed = timed_run(attempt, self.engine, self.timer, task.run, req)
-            res = timed[1] if timed else None
-            if timed is not None:
-                e2e, got, pending = timed
-                slim = GenerationResult(images=None, stages=got.stages, memory=got.memory, extra=dict(got.extra),
-                                        signals=got.signals)
-                data.update(e2e_s=e2e, pending_s=pending, result=_pack(slim))
-        else:
-            res = attempt("output", 0, req)
-            self.engine.sync()
-        data["failed"] = [f.model_dump() for f in run.result.failed_runs[failed_before:]]
-        files: dict[str, str] = {}
-        if task.save and res is not None and res.images is not None:
-            entries = save_images(self.dir, req, res.images, self.inputs)
-            files = {e.file: e.sha256 for e in entries}
-            data["entries"] = [e.model_dump(mode="json") for e in entries]
-        import os
-
-        record = TaskRecord(id=task.id, kind="bench", files=files, data=data,
-                            worker={"index": self.index, "pid": os.getpid()})
-        self.store.write(record)
-        return record
-
-    def regenerate(self, shape: int, request: int) -> np.ndarray | None:
-        """The images of one request generated again (the reproducibility check)."""
-        res = self.engine.generate(self.groups[shape][request])
-        self.engine.sync()
-        return res.images
-
-    def repro_result(self, cfg: BenchConfig, prompt_id: str, seed: int, psnr: float | None) -> Any:
-        """The :class:`~diffbench.bench.result.ReproResult` of this actor's engine for a PSNR (dB)."""
-        return repro_result(self.engine, cfg, prompt_id, seed, psnr)
-
-    def stop(self) -> None:
-        """Stop the engine (release the device)."""
-        self.engine.stop()
-
-
-def one_device_class(workers: list[WorkerInfo]) -> list[str]:
-    """The device classes of the actors, when there is one.
-
-    Raises:
-        UsageError: actors on several device classes (their timings cannot be pooled); names each class and how
-            many actors it has.
-    """
-    classes = sorted({w.device_class for w in workers})
-    if len(classes) > 1:
-        counts = ", ".join(f"{c} ({sum(w.device_class == c for w in workers)} actors)" for c in classes)
-        raise UsageError(f"bench --ray pools the timings of one device class, and the actors run on {counts}; bench "
-                         "one class at a time (a cluster of one GPU model, or --ray-actors within one class)")
-    return classes
 
 
 def _unwrap(ray: Any, exc: BaseException) -> BaseException:
@@ -295,44 +111,6 @@ class _Driver:
                 self.on_record()
                 last = time.monotonic()
         return died
-
-
-def assemble_shapes(groups: list[list[GenerationRequest]], tasks: list[BenchTask], records: dict[str, TaskRecord],
-                    cfg: BenchConfig, fps: tuple[float | None, str | None], shape_errors: dict[int, str],
-                    repros: dict[int, Any]) -> list[ShapeResult]:
-    """Per-shape results from the task records, as a single process computes them from its runs: timed runs in
-    task order, the warmup of the first actor that warmed the shape up, failed requests, the repro check."""
-    out = []
-    for si, group in enumerate(groups):
-        run = ShapeRun(group[0])
-        if run.result.frames is not None:
-            run.result.fps, run.result.fps_source = fps
-        warmed = False
-        for t in (t for t in tasks if t.shape == si):
-            rec = records.get(t.id)
-            if rec is None:
-                continue
-            d = rec.data
-            if d.get("warmup_s") and not warmed:
-                warmed = True
-                run.result.warmup_s = list(d["warmup_s"])
-                run.result.warnings.extend(Note.model_validate(n) for n in d.get("notes", []))
-            run.result.failed_runs.extend(FailedRun.model_validate(f) for f in d.get("failed", []))
-            if t.phase == "timed" and "result" in d:
-                add_timed(run, float(d["e2e_s"]), _unpack(d["result"]), float(d["pending_s"]))
-        if si in shape_errors:
-            run.result.error = shape_errors[si]
-            run.result.warnings.append(Note(code="shape_failed", message=f"{run.result.shape}: {shape_errors[si]}"))
-        run.result.repro = repros.get(si)
-        out.append(run.finish(cfg))
-    return out
-
-
-def manifest_entries(tasks: list[BenchTask], records: dict[str, TaskRecord]) -> list[Any]:
-    """The manifest entries of the recorded tasks, in task order (the order a single process writes them)."""
-    from diffbench.core.manifest import ManifestEntry
-
-    return [ManifestEntry.model_validate(e) for t in tasks if (r := records.get(t.id)) for e in r.data.get("entries", [])]
 
 
 def run_distributed_session(opts: Any, address: str, actors: int | None,
