@@ -205,3 +205,59 @@ def test_shards_cover_the_pairs_contiguously_and_evenly(n: int, actors: int) -> 
     sizes = [e - s for s, e in cuts]
     assert all(sz > 0 for sz in sizes) and (not sizes or max(sizes) - min(sizes) <= 1)
     assert len(cuts) == min(n, actors * SHARDS_PER_ACTOR)
+
+
+class _DiesWhenFlagged:
+    """The fake Inception's features, but the process dies at its fifth call (third pair) while ``flag`` exists (shipped by
+    value to the actors; the same ``name`` as a healthy run, so the pair ids match)."""
+
+    name = "fake-inception"
+    dim = FEATURES
+
+    def __init__(self, inception: Path, flag: Path) -> None:
+        self.inception, self.flag, self.calls = str(inception), str(flag), 0
+
+    def __call__(self, images: np.ndarray) -> np.ndarray:
+        import os
+
+        from diffbench.quality.distribution import load_inception
+
+        self.calls += 1
+        if self.calls >= 5 and os.path.exists(self.flag):
+            os._exit(1)
+        return load_inception(Path(self.inception))(images)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_ray_state_keeps_scored_pairs_and_the_rerun_scores_only_the_rest(ray_cluster, tmp_path: Path) -> None:
+    from diffbench.distributed.cluster import ActorDied
+    from diffbench.distributed.quality import RayPairs
+    from diffbench.distributed.taskstore import TASKS_DIR
+    from diffbench.quality.compare import compare_dirs
+    from diffbench.quality.models import QualityOptions
+
+    from .test_cluster import by_value
+
+    by_value(__name__)
+    a, b = _runs(tmp_path, manifests=True)
+    inc = _fake_inception(tmp_path / "fake-inception.pt")
+    flag = tmp_path / "die"
+    flag.write_text("1")
+    state = tmp_path / "state"
+    opt = QualityOptions(ms_ssim=False, fid=True)
+    with pytest.raises(ActorDied, match=r"pairs are scored and kept in .*state"):
+        compare_dirs(a, b, opt, feature_extractor=_DiesWhenFlagged(inc, flag),
+                     executor=RayPairs(ray_cluster, actors=2, state=state))
+    kept = len(list((state / TASKS_DIR).glob("*.json")))
+    assert 0 < kept < N_PAIRS  # each actor died at its third pair; the shards that came back are kept
+    flag.unlink()
+    resumed = compare_dirs(a, b, opt, feature_extractor=_DiesWhenFlagged(inc, flag),
+                           executor=RayPairs(ray_cluster, actors=2, state=state))
+    assert resumed.distributed.resumed == kept and len(list((state / TASKS_DIR).glob("*.json"))) == N_PAIRS
+    one = compare_dirs(a, b, opt.model_copy(update={"workers": 1}), feature_extractor=_DiesWhenFlagged(inc, flag))
+    assert [p.model_dump() for p in resumed.pairs] == [p.model_dump() for p in one.pairs]  # pairing order kept
+    assert resumed.distribution.fid == pytest.approx(one.distribution.fid, rel=1e-9)
+    again = compare_dirs(a, b, opt, feature_extractor=_DiesWhenFlagged(inc, flag),
+                         executor=RayPairs(ray_cluster, actors=2, state=state))
+    assert again.distributed.resumed == N_PAIRS and again.distributed.actors == 0  # nothing left: no actor started
+    assert again.distribution.fid == pytest.approx(one.distribution.fid, rel=1e-9)

@@ -84,12 +84,16 @@ CASES = [
     ("ray-actors-without-ray", ["{A}", "{B}", "--ray-actors", "2"], 2, "--ray-actors needs --ray ADDRESS"),
     ("ray-threads-without-ray", ["{A}", "{B}", "--ray-threads", "2"], 2, "--ray-threads needs --ray ADDRESS"),
     ("ray-zero-actors", ["{A}", "{B}", "--ray", "local", "--ray-actors", "0"], 2, "--ray-actors must be >= 1"),
+    ("ray-state-without-ray", ["{A}", "{B}", "--ray-state", "{A}"], 2, "--ray-state needs --ray ADDRESS"),
+    ("ray-state-is-a-file", ["{A}", "{B}", "--ray", "local", "--ray-state", "{A}/x.png"], 2,
+     "exists and is not a directory"),
 ]
 BEFORE_WORK = {"bad-gate-syntax", "unknown-gate-metric", "unknown-gate-stat", "gate-not-a-number", "unknown-preset",
                "bad-alpha", "zero-workers", "negative-worst", "json-missing-parent", "csv-missing-parent",
                "json-is-a-directory", "csv-unwritable-dir", "csv-parent-is-a-file", "json-and-csv-same-file", "missing-baseline",
                "missing-candidate", "baseline-is-a-file", "ray-bad-address", "ray-with-workers",
-               "ray-actors-without-ray", "ray-threads-without-ray", "ray-zero-actors"}
+               "ray-actors-without-ray", "ray-threads-without-ray", "ray-zero-actors", "ray-state-without-ray",
+               "ray-state-is-a-file"}
 
 
 @pytest.mark.parametrize(("case", "argv", "code", "fragment"), CASES, ids=[c[0] for c in CASES])

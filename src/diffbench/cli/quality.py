@@ -91,6 +91,10 @@ def register(app: typer.Typer) -> None:
                                               "the cluster's CPUs hold at --ray-threads each)."),
         ray_threads: int | None = typer.Option(None, "--ray-threads", help="CPUs and torch threads per actor "
                                                "for --ray (default 1)."),
+        ray_state: Path | None = typer.Option(None, "--ray-state", help="[--ray] Keep each scored pair's result "
+                                              "in this directory (one record per pair, its id a hash of the key, "
+                                              "both files' sha256 and the metric settings) and skip those pairs "
+                                              "on a rerun: an actor that dies loses no scored pair."),
         noise_floor: bool = typer.Option(False, "--noise-floor", help="The two dirs are two baseline runs "
                                          "of one configuration: report the floor gates must sit below."),
         mkdir: bool = typer.Option(False, "--mkdir", help="Create missing parent directories of --json/--csv "
@@ -115,6 +119,12 @@ def register(app: typer.Typer) -> None:
         if (workers is not None and workers < 1) or worst < 0:
             raise UsageError("--workers must be >= 1 and --worst >= 0")
         address = _check_ray(ray, workers, ray_actors, ray_threads)
+        if ray_state is not None:
+            if address is None:
+                raise UsageError("--ray-state needs --ray ADDRESS (local | auto | HOST:PORT)")
+            from diffbench.core.outpath import check_output_dir
+
+            check_output_dir(ray_state, "--ray-state", mkdir=mkdir)
         gates = [parse_gate(g) for g in gate] + (preset_gates(preset) if preset else [])
         if json_out is not None:
             json_out = check_output_file(json_out, "--json", mkdir=mkdir)
@@ -139,7 +149,7 @@ def register(app: typer.Typer) -> None:
                 from diffbench.distributed.quality import RayPairs
 
                 info = stack.enter_context(connect(address))
-                executor = RayPairs(info, actors=ray_actors, threads=ray_threads or 1)
+                executor = RayPairs(info, actors=ray_actors, threads=ray_threads or 1, state=ray_state)
             line = stack.enter_context(LiveLine.for_cli(quiet))
             line.update("pairing outputs")
             report = compare_dirs(baseline, candidate, opts, gates=gates, noise_floor=noise_floor,

@@ -16,9 +16,14 @@ name on every node (a shared directory): the actors open them. Ray is imported o
 
 from __future__ import annotations
 
+import base64
+import pickle
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
+from diffbench.distributed.taskstore import TaskRecord, TaskStore, task_id
 from diffbench.quality.compare import _Outcome, accumulate, load_scorers, new_stats, score_pair
 from diffbench.quality.distribution import FeatureExtractor, FeatureStats
 from diffbench.quality.models import DistributedRun, QualityOptions
@@ -89,11 +94,13 @@ class RayPairs:
         UsageError: the cluster lacks the CPUs for the actors. ActorDied: an actor died mid-run (exit 5).
     """
 
-    def __init__(self, info: Any, actors: int | None = None, threads: int = 1) -> None:
+    def __init__(self, info: Any, actors: int | None = None, threads: int = 1, state: Path | None = None) -> None:
         from diffbench.distributed.cluster import default_actors
 
         self.info = info
         self.threads = threads
+        self.state = state
+        self._resumed = 0
         self.actors = actors if actors is not None else default_actors(info, gpu=False, cpus_per_actor=threads)
         self._stats: tuple[FeatureStats | None, FeatureStats | None] = (None, None)
         self._nodes: list[str] = []
@@ -105,12 +112,36 @@ class RayPairs:
         from diffbench.distributed.cluster import ActorDied, actor_pool, import_ray
 
         ray = import_ray()
-        specs = list(specs)
+        all_specs = list(specs)
+        store = TaskStore(self.state) if self.state is not None else None
+        ids = pair_task_ids(all_specs, opt, lpips_model, feature_extractor) if store is not None else []
+        stored: dict[int, _Outcome] = {}
+        if store is not None:
+            for i, tid in enumerate(ids):
+                rec = store.done(tid)
+                if rec is not None:
+                    stored[i] = _unpack(rec.data["outcome"])
+        self._resumed = len(stored)
+        todo_idx = [i for i in range(len(all_specs)) if i not in stored]
+        specs = [all_specs[i] for i in todo_idx]
+        # resumed pairs' features go into driver-side statistics, merged with the actors' (compensated sums: the
+        # grouping does not change the result)
+        res_b: FeatureStats | None = None
+        res_c: FeatureStats | None = None
+        for out in stored.values():
+            if opt.fid and out.feats is not None and res_b is None:
+                dim = int(out.feats[0].shape[1])
+                res_b, res_c = FeatureStats(dim, keep=False), FeatureStats(dim, keep=False)
+            accumulate(out, res_b, res_c)
         cuts = shards(len(specs), self.actors)
         self._shards = len(cuts)
-        if not cuts:  # nothing to score (every pair failed at pairing): no actors started
+        if not cuts:  # nothing (left) to score: no actors started
             self.actors = 0
+            yield from (stored[i] for i in range(len(all_specs)))
+            self._stats = _merge([(res_b, res_c)])
             return
+        rest = deque(range(len(all_specs)))  # pairing order, not yet yielded: stored ones wait for their place
+        kept = [len(stored)]
         n = max(1, min(self.actors, len(cuts)))
         self.actors = n
         args = (opt, pairing_mode, self.threads, lpips_model, feature_extractor)
@@ -132,22 +163,76 @@ class RayPairs:
                         i, a = running.pop(ref)
                         done[i] = ray.get(ref)
                         idle.append(a)
-                    while nxt in done:
-                        yield from done.pop(nxt)
+                        if store is not None:  # each finished pair is kept at once: a death loses none of it
+                            for j, out in zip(range(*cuts[i]), done[i], strict=True):
+                                store.write(TaskRecord(id=ids[todo_idx[j]], kind="quality-pair",
+                                                       data={"key": specs[j].key, "outcome": _pack(out)}))
+                                kept[0] += 1
+                    while nxt in done:  # pairing order: a stored pair is yielded where it stands
+                        for j, out in zip(range(*cuts[nxt]), done.pop(nxt), strict=True):
+                            g = todo_idx[j]
+                            while rest[0] < g:  # every index before g still waiting is a stored pair
+                                yield stored[rest.popleft()]
+                            rest.popleft()
+                            yield out
                         nxt += 1
                 parts = ray.get([a.stats.remote() for a in pool])
             except ray.exceptions.RayActorError as exc:
-                raise ActorDied(f"a quality actor died during the run ({exc.__class__.__name__}); rerun the "
-                                "command (pairs are scored again: quality keeps no partial state)") from None
-        self._stats = _merge(parts)
+                what = (f"{kept[0]} of {len(all_specs)} pairs are scored and kept in {self.state}; rerun the same "
+                        "command to score only the rest") if store is not None else \
+                    "rerun the command (pairs are scored again; --ray-state DIR keeps scored pairs for a rerun)"
+                raise ActorDied(f"a quality actor died during the run ({exc.__class__.__name__}); {what}") from None
+        yield from (stored[k] for k in rest)  # stored pairs after the last shard
+        self._stats = _merge([*parts, (res_b, res_c)])
 
     def stats(self) -> tuple[FeatureStats | None, FeatureStats | None]:
         return self._stats
 
     def describe(self) -> DistributedRun:
         return DistributedRun(address=self.info.address, actors=self.actors, threads_per_actor=self.threads,
-                              shards=self._shards, nodes=self._nodes, cluster_nodes=len(self.info.nodes),
+                              shards=self._shards, resumed=self._resumed,
+                              state=str(self.state) if self.state is not None else None, nodes=self._nodes, cluster_nodes=len(self.info.nodes),
                               ray_version=self.info.ray_version)
+
+
+def _pack(obj: object) -> str:
+    return base64.b64encode(pickle.dumps(obj)).decode()
+
+
+def _unpack(text: str) -> Any:
+    return pickle.loads(base64.b64decode(text))  # noqa: S301 - our own records, written by this driver
+
+
+def _weights_identity(path: Path | None) -> object:
+    """A weight file or folder as (path, bytes, mtime ns): a changed file changes the ids (cheap: no hashing)."""
+    if path is None:
+        return None
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError:
+        return str(p)
+    return [str(p.resolve()), st.st_size, st.st_mtime_ns]
+
+
+def pair_task_ids(specs: Sequence[PairSpec], opt: QualityOptions, lpips_model: Callable | None,
+                  feature_extractor: FeatureExtractor | None) -> list[str]:
+    """A deterministic id per pair (``--ray-state``): the pair's key, the sha256 of both files (or frame folders)
+    and every setting that decides its scores (metric options, weight files as path + size + mtime, given models
+    by name); an edited output or another setting gives another id, so it is scored again."""
+    from diffbench.quality.pairing import sha256_of
+
+    settings = opt.model_dump(mode="json", exclude={"workers", "worst", "allow_missing", "verify_sha256"})
+    settings["weights"] = [_weights_identity(w) for w in (opt.lpips_backbone, opt.inception, opt.clip, opt.pickscore,
+                                                          opt.clip_iqa)]
+    settings["models"] = [getattr(m, "description", None) or getattr(m, "name", None) or type(m).__name__
+                          if m is not None else None for m in (lpips_model, feature_extractor)]
+    out = []
+    for spec in specs:
+        shas = [sha256_of(p) if Path(p).exists() else "missing" for p in (spec.baseline, spec.candidate)]
+        out.append(task_id("quality-pair", {"settings": settings, "key": spec.key, "prompt": spec.prompt,
+                                             "sha256": shas}))
+    return out
 
 
 def _merge(parts: list[tuple[FeatureStats | None, FeatureStats | None]]

@@ -248,6 +248,8 @@ class DistributedRun(BaseModel):
     nodes: list[str] = []  # IPs of the nodes the actors ran on
     cluster_nodes: int = 0
     ray_version: str = ""
+    resumed: int = 0  # pairs whose results --ray-state kept from an earlier run (not scored again)
+    state: str | None = None  # the --ray-state directory
     merge: str = (
         "pairing on the driver; per-pair rows returned to the driver and reported in pairing order; FID from "
         "per-actor float64 sufficient statistics (n, sum x, sum x x^T, compensated sums) merged on the driver; "

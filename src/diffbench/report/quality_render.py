@@ -77,7 +77,8 @@ def render_console(report: QualityReport, console: Console | None = None) -> Non
     if report.distributed is not None:
         r = report.distributed
         c.print(f"distributed: {r.actors} Ray actor(s) x {r.threads_per_actor} thread(s) on {len(r.nodes)} node(s) "
-                f"({', '.join(r.nodes)}), {r.shards} shards, --ray {r.address}")
+                f"({', '.join(r.nodes)}), {r.shards} shards, --ray {r.address}"
+                + (f"; {r.resumed} pair(s) kept from an earlier run in {r.state}" if r.resumed else ""))
     if report.settings_diff:
         st = Table(title=f"{len(report.settings_diff)} generation setting(s) differ between the two manifests "
                          "(expected only for the option under test)")
