@@ -127,7 +127,7 @@ def test_a_killed_actor_ends_the_run_naming_it_and_keeps_what_came_back(ray_clus
     from diffbench.load.client.executor import WorkerDied
     from diffbench.queueing.schedules import constant
 
-    times = constant(20.0, 3.0)  # 60 requests over 3 s; the actor dies after ~0.6 s
+    times = constant(20.0, 3.0)  # 60 requests over 3 s; actor 1 is killed once its first record is back
     planner = RequestPlanner(default_workload(48, 32, 2), ["p"], seed=1)
     sink = JsonlSink(tmp_path / "r.jsonl")
 
@@ -135,15 +135,19 @@ def test_a_killed_actor_ends_the_run_naming_it_and_keeps_what_came_back(ray_clus
         pool = RayWorkerPool(Target(base_url=sim_service, timeout_s=5.0), workers=2, address="local",
                              clock_samples=4, backend_options={"check_workers": 1})
         await pool.start()
+        running = asyncio.Event()  # set by worker 1's first record: the run has started on both actors
         try:
             async def kill_later():
-                await asyncio.sleep(0.6 + pool.start_delay_s)
+                # not a fixed sleep: on a busy machine the start of the run can take longer than one, and
+                # an actor killed before the run starts is the other error ("before the run started")
+                await running.wait()
                 ray.kill(pool._procs[1].actor, no_restart=True)
 
             killer = asyncio.create_task(kill_later())
             with pytest.raises(WorkerDied, match=r"load worker 1 exited .*Ray actor") as err:
                 await pool.open_loop(times, planner.take(len(times)), offered_rate=20.0, duration_s=3.0,
-                                     drain_s=1.0, sink=sink)
+                                     drain_s=1.0, sink=sink,
+                                     on_record=lambda r: running.set() if r.id % 2 == 1 else None)
             await killer
             return str(err.value)
         finally:
