@@ -18,7 +18,8 @@ def by_value(module: str) -> None:
     ray.cloudpickle.register_pickle_by_value(sys.modules[module])
 
 
-@pytest.mark.parametrize("bad", ["", "10.0.0.1", "http://x:1", "local ", "a b:1", "host:port"])
+@pytest.mark.parametrize("bad", ["", "10.0.0.1", "http://x:1", "local ", "a b:1", "host:port", "127.0.0.1:99999",
+                                 "127.0.0.1:0"])
 def test_bad_addresses_are_refused(bad: str) -> None:
     if bad.strip() == "local":
         assert check_address(bad) == "local"
@@ -104,3 +105,26 @@ def test_missing_ray_extra_names_it(monkeypatch, capsys, tmp_path) -> None:
                "--ray", "local"])
     err = capsys.readouterr().err
     assert rc == 3 and "--ray needs the ray extra" in err and '.[ray]' in err, err
+
+
+def test_an_unreachable_address_is_refused_in_seconds_not_retried_for_minutes() -> None:
+    """Reproduction (user trial): ``--ray 127.0.0.1:1`` printed Ray's GCS retry lines for 5 min 28 s until
+    killed (Ray maps a loopback host to the node's IP and retries); ``--ray auto`` with no ``ray start`` cluster
+    did the same against another process's private cluster. The probe refuses both before ``ray.init``."""
+    import socket
+    import time
+
+    pytest.importorskip("ray")
+    from diffbench.distributed.cluster import PROBE_TIMEOUT_S, _probe
+    from diffbench.errors import DiffbenchError
+
+    with socket.socket() as s:  # a port nothing listens on: bound, never listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        t0 = time.monotonic()
+        with pytest.raises(DiffbenchError, match=rf"--ray 127.0.0.1:{port}: nothing accepts connections at .*:{port}"):
+            _probe(f"127.0.0.1:{port}")
+        assert time.monotonic() - t0 < 2 * PROBE_TIMEOUT_S + 5
+    # auto: no `ray start --head` cluster here; the suite's private one (loopback only) is never joined
+    with pytest.raises(DiffbenchError, match=r"--ray auto: (no Ray cluster found|nothing accepts connections|the only Ray cluster found here .* private)"):
+        _probe("auto")

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from diffbench.errors import DiffbenchError, MissingDependencyError, UsageError
 
 RAY_INSTALL = 'pip install -c constraints.txt -e ".[ray]"'
+PROBE_TIMEOUT_S = 3.0  # seconds a TCP connect to a --ray HOST:PORT may take before it is called unreachable
 RELEASE_WAIT_S = 10.0  # how long actor_pool waits for the resources of just-killed actors to come back
 _ADDRESS = re.compile(r"^(local|auto|(ray://)?[A-Za-z0-9.\-_\[\]:]+:\d{1,5})$")
 
@@ -71,7 +72,44 @@ def check_address(address: str) -> str:
     if not _ADDRESS.match(text):
         raise UsageError(f"--ray {address!r}: expected 'local' (a private cluster on this machine, loopback only), "
                          "'auto' (the cluster `ray start --head` started here) or HOST:PORT of a head node")
+    if text not in ("local", "auto") and not 1 <= int(text.rsplit(":", 1)[1]) <= 65535:
+        raise UsageError(f"--ray {address!r}: the port must be 1-65535 (Ray's head listens on 6379 by default)")
     return text
+
+
+def _probe(address: str) -> str:
+    """The ``host:port`` Ray connects to for ``address`` (``auto`` resolved, a loopback host mapped to the
+    node's IP as Ray does), after checking that something accepts a TCP connection there within
+    :data:`PROBE_TIMEOUT_S` (``ray.init`` itself retries an unreachable address for minutes).
+
+    Raises:
+        DiffbenchError: no cluster was found (``auto``) or nothing listens at the address.
+    """
+    import socket
+
+    from ray._private import services
+
+    try:
+        resolved = (services.canonicalize_bootstrap_address_or_die(address) if address == "auto"
+                    else services.canonicalize_bootstrap_address(address.removeprefix("ray://")))
+    except (ConnectionError, ValueError) as exc:
+        raise DiffbenchError(f"--ray {address}: no Ray cluster found ({exc}); start one with `ray start --head` "
+                             "on the head node, or use --ray local") from None
+    host, _, port = str(resolved).rpartition(":")
+    if address == "auto" and (host.startswith("127.") or host.strip("[]") == "::1"):
+        # `ray start --head` listens on the node's IP; a loopback-only GCS is a private cluster of another
+        # process (another diffbench --ray local, a test suite): never join it
+        raise DiffbenchError(f"--ray auto: the only Ray cluster found here ({resolved}) is another process's "
+                             "private loopback cluster, not one `ray start --head` started; start one with "
+                             "`ray start --head`, or use --ray local")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT_S).close()
+    except OSError as exc:
+        mapped = f" (Ray's address for {address})" if resolved != address.removeprefix("ray://") else ""
+        raise DiffbenchError(f"--ray {address}: nothing accepts connections at {resolved}{mapped} ({exc}); start "
+                             "a cluster with `ray start --head` on the head node and give its address, or use "
+                             "--ray local") from None
+    return str(resolved)
 
 
 def import_ray() -> Any:
@@ -142,11 +180,18 @@ def connect(address: str, *, num_cpus: int | None = None, num_gpus: int | None =
         kwargs.update(num_cpus=num_cpus, num_gpus=num_gpus)
     elif num_cpus is not None or num_gpus is not None:
         raise UsageError(f"--ray {address}: the CPUs and GPUs of an existing cluster are set by `ray start`, not here")
+    if address != "local":
+        _probe(address)
     try:
+        # the address as given: Ray reads the token of a token-authenticated cluster (~/.ray/auth_token) for
+        # 'auto' only; an explicit address needs RAY_AUTH_MODE=token (Ray's token-auth docs)
         ray.init(address=address, **kwargs)
     except (ConnectionError, RuntimeError) as exc:
+        auth = ("; if the cluster uses token authentication (Ray's default), set RAY_AUTH_MODE=token and put "
+                "its token in ~/.ray/auth_token or RAY_AUTH_TOKEN" if address != "auto"
+                and not os.environ.get("RAY_AUTH_MODE") else "")
         raise DiffbenchError(f"--ray {address}: no Ray cluster could be reached ({exc}); start one with "
-                             "`ray start --head` on the head node, or use --ray local") from None
+                             f"`ray start --head` on the head node, or use --ray local{auth}") from None
     try:
         yield cluster_info(ray, address, started_here=True)
     finally:
