@@ -111,3 +111,36 @@ def test_an_out_of_memory_shape_is_recorded_and_the_rest_reported(ray_cluster, t
     small, big = json.loads((tmp_path / "r.json").read_text())["shapes"]
     assert len(small["samples_s"]) == 3 and small["error"] is None and small["repro"]["reproducible"] is True
     assert big["samples_s"] == [] and "out of memory" in big["error"] and big["repro"] is None
+
+
+def test_a_planted_or_corrupt_record_is_never_run_and_its_task_is_done_again(ray_cluster, tmp_path: Path) -> None:
+    """Reproduction (user trial): a record whose ``result`` was a pickle of ``os.system("touch …")`` ran the
+    command on the rerun, then died with AttributeError; ``"result": "not base64!!"`` died with binascii.Error.
+    The shared directory is not trusted: neither record is loaded, both tasks are done again."""
+    import base64
+    import os
+    import pickle
+
+    out = tmp_path / "out"
+    fast = [a for a in SIM if a != "--sim-realtime"]
+    args = ["bench", *fast, "--save-outputs", str(out), "--json", str(tmp_path / "r.json"), "--ray", "local",
+            "--ray-actors", "2"]
+    assert main(args) == 0
+    timed = sorted(p for p in (out / TASKS_DIR).glob("*.json") if "result" in json.loads(p.read_text())["data"])
+    assert len(timed) >= 2
+    marker = tmp_path / "PWNED"
+
+    class Planted:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    for path, value in ((timed[0], base64.b64encode(pickle.dumps(Planted())).decode()), (timed[1], "not base64!!")):
+        rec = json.loads(path.read_text())
+        rec["data"]["result"] = value
+        path.write_text(json.dumps(rec))
+    assert main(args) == 0
+    assert not marker.exists()  # never unpickled into a call
+    dist = json.loads((tmp_path / "r.json").read_text())["distributed"]
+    assert dist["done_now"] == 2 and dist["resumed"] == 24 - 2 and dist["not_done"] == 0
+    assert main(["bench", *fast, "--save-outputs", str(tmp_path / "one")]) == 0
+    assert _files(out) == _files(tmp_path / "one")  # the redone tasks' outputs are those of one process

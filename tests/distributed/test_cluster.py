@@ -128,3 +128,34 @@ def test_an_unreachable_address_is_refused_in_seconds_not_retried_for_minutes() 
     # auto: no `ray start --head` cluster here; the suite's private one (loopback only) is never joined
     with pytest.raises(DiffbenchError, match=r"--ray auto: (no Ray cluster found|nothing accepts connections|the only Ray cluster found here .* private)"):
         _probe("auto")
+
+
+def test_packed_results_round_trip_and_foreign_pickles_are_refused(tmp_path) -> None:
+    """Our result types come back equal (float32 features bit for bit); any other global is refused unloaded."""
+    import base64
+    import os
+    import pickle
+
+    import numpy as np
+
+    from diffbench.distributed.taskstore import pack, unpack
+    from diffbench.engines.base import GenerationResult, StageTimes
+    from diffbench.quality.compare import _Outcome
+
+    feats = np.random.default_rng(0).normal(size=(2, 8)).astype(np.float32)
+    out = unpack(pack(_Outcome(feats=(feats, feats * 2))))
+    assert out.feats[0].dtype == np.float32 and np.array_equal(out.feats[1], feats * 2)
+    gen = GenerationResult(images=None, stages=StageTimes(text_encode_s=0.1, denoise_s=1.0, vae_decode_s=0.2, step_s=[0.5, 0.5]),
+                           extra={"x": 1.5})
+    assert unpack(pack(gen)) == gen
+    marker = tmp_path / "ran"
+
+    class Planted:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    for bad in (base64.b64encode(pickle.dumps(Planted())).decode(), "not base64!!", "", 3,
+                base64.b64encode(pickle.dumps(tmp_path)).decode()):
+        with pytest.raises(ValueError, match="packed"):
+            unpack(bad)
+    assert not marker.exists()

@@ -261,3 +261,12 @@ def test_ray_state_keeps_scored_pairs_and_the_rerun_scores_only_the_rest(ray_clu
                          executor=RayPairs(ray_cluster, actors=2, state=state))
     assert again.distributed.resumed == N_PAIRS and again.distributed.actors == 0  # nothing left: no actor started
     assert again.distribution.fid == pytest.approx(one.distribution.fid, rel=1e-9)
+    # a corrupt kept pair (here: not base64) is scored again, never loaded (reproduction: binascii.Error traceback)
+    victim = sorted((state / TASKS_DIR).glob("*.json"))[0]
+    rec = json.loads(victim.read_text())
+    rec["data"]["outcome"] = "not base64!!"
+    victim.write_text(json.dumps(rec))
+    healed = compare_dirs(a, b, opt, feature_extractor=_DiesWhenFlagged(inc, flag),
+                          executor=RayPairs(ray_cluster, actors=1, state=state))
+    assert healed.distributed.resumed == N_PAIRS - 1
+    assert healed.distribution.fid == pytest.approx(one.distribution.fid, rel=1e-9)

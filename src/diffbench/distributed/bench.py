@@ -39,7 +39,7 @@ from diffbench.distributed.bench_tasks import (
     plan_tasks,
 )
 from diffbench.distributed.cluster import ActorDied, actor_pool, connect, default_actors, import_ray
-from diffbench.distributed.taskstore import TaskRecord, TaskStore
+from diffbench.distributed.taskstore import TaskRecord, TaskStore, decodes
 from diffbench.engines.base import GenerationRequest
 from diffbench.errors import DiffbenchError, GenerationError, UsageError
 
@@ -171,7 +171,7 @@ def run_distributed_session(opts: Any, address: str, actors: int | None,
             identity = {"engine": opts.engine.model_dump(mode="json", exclude={"threads"}), "threads": threads,
                         "sync": cfg.sync, "version": diffbench.__version__}
             tasks = plan_tasks(groups, cfg, identity)
-            records = {t.id: rec for t in tasks if (rec := store.done(t.id)) is not None}
+            records = {t.id: rec for t in tasks if (rec := decodes(store.done(t.id), "result")) is not None}
             by_id = {t.id: t for t in tasks}
             resumed = len(records)
             hw = descs[0]["worker"].device_class if not gpu else ", ".join(g.name for g in env.gpus)

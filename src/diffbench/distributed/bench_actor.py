@@ -9,9 +9,9 @@ import numpy as np
 
 from diffbench.bench.protocol import BenchConfig, ShapeRun, make_attempt, repro_result, timed_run, warm_up
 from diffbench.bench.result import Note, WorkerInfo
-from diffbench.distributed.bench_tasks import BenchTask, pack
+from diffbench.distributed.bench_tasks import BenchTask
 from diffbench.distributed.cluster import import_ray
-from diffbench.distributed.taskstore import TaskRecord, TaskStore
+from diffbench.distributed.taskstore import TaskRecord, TaskStore, pack
 from diffbench.engines.base import GenerationRequest, GenerationResult
 from diffbench.engines.config import EngineConfig
 

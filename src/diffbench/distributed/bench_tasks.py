@@ -3,15 +3,13 @@ the assembly of per-shape results and manifest entries from task records (see :m
 
 from __future__ import annotations
 
-import base64
-import pickle
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
 from diffbench.bench.protocol import BenchConfig, ShapeRun, add_timed
 from diffbench.bench.result import FailedRun, Note, ShapeResult, WorkerInfo
-from diffbench.distributed.taskstore import TaskRecord, task_id
+from diffbench.distributed.taskstore import TaskRecord, task_id, unpack
 from diffbench.engines.base import GenerationRequest
 from diffbench.errors import UsageError
 
@@ -57,12 +55,6 @@ def plan_tasks(groups: list[list[GenerationRequest]], cfg: BenchConfig, identity
     return tasks
 
 
-def pack(obj: object) -> str:
-    return base64.b64encode(pickle.dumps(obj)).decode()
-
-
-def unpack(text: str) -> Any:
-    return pickle.loads(base64.b64decode(text))  # noqa: S301 - our own records, written by our actors
 
 
 def one_device_class(workers: list[WorkerInfo]) -> list[str]:

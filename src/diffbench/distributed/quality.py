@@ -16,14 +16,13 @@ name on every node (a shared directory): the actors open them. Ray is imported o
 
 from __future__ import annotations
 
-import base64
-import pickle
+import contextlib
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from diffbench.distributed.taskstore import TaskRecord, TaskStore, task_id
+from diffbench.distributed.taskstore import TaskRecord, TaskStore, pack, task_id, unpack
 from diffbench.quality.compare import _Outcome, accumulate, load_scorers, new_stats, score_pair
 from diffbench.quality.distribution import FeatureExtractor, FeatureStats
 from diffbench.quality.models import DistributedRun, QualityOptions
@@ -120,7 +119,8 @@ class RayPairs:
             for i, tid in enumerate(ids):
                 rec = store.done(tid)
                 if rec is not None:
-                    stored[i] = _unpack(rec.data["outcome"])
+                    with contextlib.suppress(ValueError):  # a corrupt or foreign record: score the pair again
+                        stored[i] = unpack(rec.data.get("outcome"))
         self._resumed = len(stored)
         todo_idx = [i for i in range(len(all_specs)) if i not in stored]
         specs = [all_specs[i] for i in todo_idx]
@@ -166,7 +166,7 @@ class RayPairs:
                         if store is not None:  # each finished pair is kept at once: a death loses none of it
                             for j, out in zip(range(*cuts[i]), done[i], strict=True):
                                 store.write(TaskRecord(id=ids[todo_idx[j]], kind="quality-pair",
-                                                       data={"key": specs[j].key, "outcome": _pack(out)}))
+                                                       data={"key": specs[j].key, "outcome": pack(out)}))
                                 kept[0] += 1
                     while nxt in done:  # pairing order: a stored pair is yielded where it stands
                         for j, out in zip(range(*cuts[nxt]), done.pop(nxt), strict=True):
@@ -195,12 +195,6 @@ class RayPairs:
                               ray_version=self.info.ray_version)
 
 
-def _pack(obj: object) -> str:
-    return base64.b64encode(pickle.dumps(obj)).decode()
-
-
-def _unpack(text: str) -> Any:
-    return pickle.loads(base64.b64decode(text))  # noqa: S301 - our own records, written by this driver
 
 
 def _weights_identity(path: Path | None) -> object:

@@ -6,13 +6,23 @@ finishes a task writes its output files first and then its record ``DIR/.diffben
 temp file + rename), so a record exists only for a task whose files were completely written. On a rerun,
 :meth:`TaskStore.done` accepts a record only when every file it lists exists with the sha256 it recorded: a task
 killed mid-write, or whose output was changed or deleted since, is done again.
+
+A record may carry a Python result (:func:`pack` / :func:`unpack`: base64 of a pickle). The shared directory is
+not trusted: :func:`unpack` rebuilds only diffbench's dataclasses and pydantic models, NumPy arrays and plain
+builtins, and refuses anything else (a planted ``os.system`` is an error, never a call), so a record someone else
+wrote can at most be wrong data, which the caller treats as a task not done.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import dataclasses
 import hashlib
+import io
 import json
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +31,56 @@ from pydantic import BaseModel
 from diffbench.errors import InputError
 
 TASKS_DIR = ".diffbench-tasks"
+_SAFE_GLOBALS = {  # what a pickle of our results names besides diffbench's own models and dataclasses
+    ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "scalar"), ("copyreg", "_reconstructor"), ("collections", "OrderedDict"),
+    *{("builtins", n) for n in ("object", "set", "frozenset", "complex", "tuple", "list", "dict", "float", "int",
+                                "str", "bytes", "bytearray", "bool")},
+}
+
+
+class _SafeUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _SAFE_GLOBALS:
+            return super().find_class(module, name)
+        if module == "diffbench" or module.startswith("diffbench."):
+            obj = super().find_class(module, name)
+            if isinstance(obj, type) and (dataclasses.is_dataclass(obj) or issubclass(obj, BaseModel)):
+                return obj
+        raise pickle.UnpicklingError(f"{module}.{name} is not a diffbench result type")
+
+
+def pack(obj: object) -> str:
+    """``obj`` (a diffbench dataclass or model, NumPy arrays, builtins) as base64 text for a record."""
+    return base64.b64encode(pickle.dumps(obj)).decode()
+
+
+def unpack(text: object) -> Any:
+    """The object :func:`pack` wrote, rebuilt from diffbench result types, NumPy arrays and builtins only.
+
+    Raises:
+        ValueError: ``text`` is not base64 of such a pickle (names what it refused).
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"a packed result is base64 text, not {type(text).__name__}")
+    try:
+        return _SafeUnpickler(io.BytesIO(base64.b64decode(text, validate=True))).load()
+    except (binascii.Error, pickle.UnpicklingError, EOFError, AttributeError, ImportError, TypeError,
+            IndexError, KeyError) as exc:
+        raise ValueError(f"not a packed diffbench result ({type(exc).__name__}: {exc})") from None
+
+
+def decodes(rec: TaskRecord | None, key: str) -> TaskRecord | None:
+    """``rec`` when its ``data[key]`` (if present) unpacks, else None: a record with a corrupt or foreign
+    result is a task not done, done again on this run."""
+    if rec is None or key not in rec.data:
+        return rec
+    try:
+        unpack(rec.data[key])
+    except ValueError:
+        return None
+    return rec
 ID_CHARS = 20  # 80 bits of sha256: collisions are negligible for any workload size
 
 
