@@ -144,3 +144,69 @@ def test_a_planted_or_corrupt_record_is_never_run_and_its_task_is_done_again(ray
     assert dist["done_now"] == 2 and dist["resumed"] == 24 - 2 and dist["not_done"] == 0
     assert main(["bench", *fast, "--save-outputs", str(tmp_path / "one")]) == 0
     assert _files(out) == _files(tmp_path / "one")  # the redone tasks' outputs are those of one process
+
+
+def test_ctrl_c_writes_an_interrupted_partial_result(ray_cluster, tmp_path: Path, monkeypatch) -> None:
+    """Reproduction (user trial): Ctrl-C during ``bench --ray`` printed "interrupted: the partial result was
+    written" but the JSON said ``interrupted: false`` with no interrupted note (one process says true)."""
+    from diffbench.distributed import bench as dbench
+
+    run = dbench._Driver.run
+
+    def interrupted_after_three(self):
+        flush, seen = self.on_record, [0]
+
+        def hook():
+            flush()
+            seen[0] += 1
+            if seen[0] == 3:
+                raise KeyboardInterrupt
+
+        self.on_record = hook
+        return run(self)
+
+    monkeypatch.setattr(dbench._Driver, "run", interrupted_after_three)
+    monkeypatch.setattr(dbench, "MANIFEST_EVERY_S", 0.0)  # on_record after every record, not at most 1/s
+    out, js = tmp_path / "out", tmp_path / "r.json"
+    args = ["bench", *[a for a in SIM if a != "--sim-realtime"], "--save-outputs", str(out), "--json", str(js),
+            "--ray", "local", "--ray-actors", "2"]
+    assert main(args) == 130
+    r = json.loads(js.read_text())
+    assert r["partial"] is True and r["interrupted"] is True
+    assert "interrupted" in {w["code"] for w in r["warnings"]}
+    assert 3 <= 24 - r["distributed"]["not_done"] < 24
+    monkeypatch.setattr(dbench._Driver, "run", run)
+    assert main(args) == 0  # and the rerun completes it
+    assert json.loads(js.read_text())["distributed"]["not_done"] == 0
+
+
+class _FakeRay:
+    @staticmethod
+    def get(value, timeout=None):
+        return value
+
+
+class _FakeActor:
+    def __init__(self, reading):
+        self.load = type("M", (), {"remote": staticmethod(lambda: reading)})
+
+
+def test_busy_node_rule_discounts_this_runs_own_actors() -> None:
+    """Reproduction (user trial): ``bench --ray`` on a machine CI was loading gave p50 52 ms (27 ms in one
+    process) and no ``machine_busy`` warning. The rule: load average - own actors x threads > 0.75 x CPUs -
+    threads (the single-process allowance)."""
+    from diffbench.bench.result import WorkerInfo
+    from diffbench.distributed.bench import busy_notes
+
+    def descs(n):
+        return [{"worker": WorkerInfo(index=i, node_ip="10.0.0.1", pid=i, device="cpu", device_class="cpu", threads=1)}
+                for i in range(n)]
+
+    # 2 actors x 1 thread on 2 CPUs: their own load is 2; the rest may be up to 0.75 * 2 - 1 = 0.5
+    assert busy_notes(_FakeRay, [_FakeActor((2.4, 2))] * 2, descs(2), 1) == []
+    busy = busy_notes(_FakeRay, [_FakeActor((2.6, 2))] * 2, descs(2), 1)
+    assert [n.code for n in busy] == ["machine_busy"] and "10.0.0.1" in busy[0].message
+    # one process on 2 CPUs is busy above a load of 1.5 (core/env rule): one actor gives the same threshold
+    assert busy_notes(_FakeRay, [_FakeActor((1.4, 2))], descs(1), 1) == []
+    assert len(busy_notes(_FakeRay, [_FakeActor((1.6, 2))], descs(1), 1)) == 1
+    assert busy_notes(_FakeRay, [_FakeActor(None)], descs(1), 1) == []  # no load average: no note

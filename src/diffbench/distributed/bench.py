@@ -186,7 +186,7 @@ def run_distributed_session(opts: Any, address: str, actors: int | None,
             fps = (cfg.fps, "--fps") if cfg.fps else (info.fps, info.fps_source)
             driver = _Driver(ray, handles, tasks, records, on_record=lambda: None)
 
-            def result(partial: bool, repros: dict[int, Any] | None = None) -> BenchResult:
+            def result(partial: bool, repros: dict[int, Any] | None = None, interrupted: bool = False) -> BenchResult:
                 shapes = assemble_shapes(groups, tasks, records, cfg, fps, driver.shape_errors, repros or {})
                 warm: dict[int, dict[str, list[float]]] = {}
                 for tid in driver.new_ids:  # this run's warmups, per actor and shape
@@ -200,7 +200,8 @@ def run_distributed_session(opts: Any, address: str, actors: int | None,
                 dist = DistributedRun(address=cluster.address, ray_version=cluster.ray_version, nodes=len(cluster.nodes),
                                       actors=workers, tasks=len(tasks), resumed=resumed, done_now=driver.done_now,
                                       not_done=len(tasks) - len(records), repro_across_actors=bool(repros) and n > 1)
-                r = base.model_copy(update={"shapes": shapes, "partial": partial, "distributed": dist}).with_primary()
+                r = base.model_copy(update={"shapes": shapes, "partial": partial, "interrupted": interrupted,
+                                            "distributed": dist}).with_primary()
                 if not cfg.sync:
                     r = r.model_copy(update={"valid": False})
                 notes = [Note(code="distributed", message=(
@@ -211,13 +212,17 @@ def run_distributed_session(opts: Any, address: str, actors: int | None,
                     notes.append(Note(code="resumed", message=(
                         f"{resumed} of {len(tasks)} tasks were finished by an earlier run of this command (records and "
                         f"output sha256 checked in {out_dir}) and were not redone; their timings are in the statistics")))
+                if not partial or interrupted:
+                    notes.extend(busy_notes(ray, handles, descs, threads))
+                if interrupted:
+                    notes.append(Note(code="interrupted", message="interrupted: results cover the tasks done so far"))
                 r.warnings.extend(notes)
                 return r
 
-            def flush(partial: bool) -> BenchResult:
+            def flush(partial: bool, interrupted: bool = False) -> BenchResult:
                 manifest.entries = manifest_entries(tasks, records)
                 write_manifest(out_dir, manifest)
-                r = result(partial)
+                r = result(partial, interrupted=interrupted)
                 _write(opts, r, markdown=not partial)
                 if on_update:
                     on_update(r)
@@ -227,7 +232,7 @@ def run_distributed_session(opts: Any, address: str, actors: int | None,
             try:
                 died = driver.run()
             except KeyboardInterrupt:
-                flush(partial=True)
+                flush(partial=True, interrupted=True)
                 raise
             if died is not None:
                 flush(partial=True)
@@ -242,6 +247,35 @@ def run_distributed_session(opts: Any, address: str, actors: int | None,
             _write(opts, r, markdown=True)
             ray.get([h.stop.remote() for h in handles])
             return r
+
+
+def busy_notes(ray: Any, handles: list[Any], descs: list[dict[str, Any]], threads: int) -> list[Note]:
+    """``machine_busy`` for each node where other work competed with this run's actors.
+
+    Each node's 1-minute load average counts this run's own actors there (``k`` actors x ``threads``, at most its
+    CPUs); the node is busy when the rest exceeds ``0.75 x CPUs - threads``: the allowance of the single-process
+    rule (load average above 0.75 x CPUs, one bench of ``threads`` threads included), kept per actor. A node whose
+    actors cannot answer (dead, or no load average on its OS) gives no note.
+    """
+    by_node: dict[str, list[int]] = {}
+    for i, d in enumerate(descs):
+        by_node.setdefault(str(d["worker"].node_ip), []).append(i)
+    notes = []
+    for ip, idx in by_node.items():
+        try:
+            got = ray.get(handles[idx[0]].load.remote(), timeout=10)
+        except Exception:  # noqa: BLE001 - a dead or slow actor: no reading, no note
+            continue
+        if got is None:
+            continue
+        load, cpus = got
+        own = min(float(cpus), len(idx) * threads)
+        if load - own > 0.75 * cpus - threads:
+            notes.append(Note(code="machine_busy", message=(
+                f"node {ip} was busy while timing (1-minute load average {load:.1f} on {cpus} CPUs, about "
+                f"{own:g} of it this run's {len(idx)} actor(s)): timings are slower and more spread than on a "
+                "quiet machine")))
+    return notes
 
 
 def _repro(ray: Any, handles: list[Any], groups: list[list[GenerationRequest]], tasks: list[BenchTask],

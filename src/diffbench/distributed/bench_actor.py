@@ -117,6 +117,15 @@ class BenchActor:
         """The :class:`~diffbench.bench.result.ReproResult` of this actor's engine for a PSNR (dB)."""
         return repro_result(self.engine, cfg, prompt_id, seed, psnr)
 
+    def load(self) -> tuple[float, int] | None:
+        """This node's 1-minute load average and CPU count (None where ``os.getloadavg`` is unavailable)."""
+        import os
+
+        try:
+            return float(os.getloadavg()[0]), int(os.cpu_count() or 1)
+        except (AttributeError, OSError):
+            return None
+
     def stop(self) -> None:
         """Stop the engine (release the device)."""
         self.engine.stop()
