@@ -270,3 +270,22 @@ def test_ray_state_keeps_scored_pairs_and_the_rerun_scores_only_the_rest(ray_clu
                           executor=RayPairs(ray_cluster, actors=1, state=state))
     assert healed.distributed.resumed == N_PAIRS - 1
     assert healed.distribution.fid == pytest.approx(one.distribution.fid, rel=1e-9)
+
+
+@pytest.mark.parametrize(("actors", "threads", "named"), [
+    (20, 1, r"--ray-actors 20 \(\d+ used: one per shard of 12 pair\(s\)\): \d+ actors need"),
+    (None, 64, r"--ray-actors \(default: the cluster's 2 CPUs / --ray-threads 64\): 1 actors need 64 CPUs.*"
+               r"fewer --ray-threads per actor"),
+])
+def test_a_refused_pool_names_what_the_user_typed(ray_cluster, tmp_path: Path, actors, threads, named) -> None:
+    """Reproduction (user trial): ``--ray-actors 1000`` on 16 pairs was refused as "--ray-actors 16", and
+    ``--ray-threads 64`` as "--ray-actors 1 ... fewer --threads", options the user had not typed."""
+    from diffbench.distributed.quality import RayPairs
+    from diffbench.errors import UsageError
+    from diffbench.quality.compare import compare_dirs
+    from diffbench.quality.models import QualityOptions
+
+    a, b = _runs(tmp_path)
+    with pytest.raises(UsageError, match=named):
+        compare_dirs(a, b, QualityOptions(ms_ssim=False), executor=RayPairs(ray_cluster, actors=actors,
+                                                                             threads=threads))

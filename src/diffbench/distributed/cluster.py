@@ -209,10 +209,13 @@ def default_actors(info: ClusterInfo, *, gpu: bool, cpus_per_actor: float) -> in
 @contextmanager
 def actor_pool(cls: type, n: int, *, tag: str, args: tuple[Any, ...] = (), num_cpus: float = 1.0,
                num_gpus: float = 0.0, threads: int = 1,
-               options: dict[str, Any] | None = None) -> Iterator[list[Any]]:
+               options: dict[str, Any] | None = None, asked: str | None = None,
+               threads_option: str = "--threads") -> Iterator[list[Any]]:
     """``n`` Ray actors of ``cls`` (a plain class, made remote here), killed when the block ends.
 
     ``options``: further keyword arguments of ``.options()`` (e.g. ``scheduling_strategy="SPREAD"``).
+    ``asked`` / ``threads_option``: how the error names what the user typed (default ``--ray-actors n``) and the
+    option that sets threads per actor.
 
     Each actor is named ``diffbench-<tag>-<i>-<random>`` (found with ``ray.util.list_named_actors``) and runs with
     its math libraries capped at ``threads`` threads (:func:`thread_env`).
@@ -234,8 +237,8 @@ def actor_pool(cls: type, n: int, *, tag: str, args: tuple[Any, ...] = (), num_c
             break
         time.sleep(0.1)
     for what, per, have in short:
-        raise UsageError(f"--ray-actors {n}: {n} actors need {n * per:g} {what}s and the cluster has {have:g} "
-                             f"free; use fewer actors (or fewer --threads per actor)")
+        raise UsageError(f"{asked or f'--ray-actors {n}'}: {n} actors need {n * per:g} {what}s and the cluster "
+                         f"has {have:g} free; use fewer actors (or fewer {threads_option} per actor)")
     remote = ray.remote(cls)
     suffix = uuid.uuid4().hex[:6]
     handles = [

@@ -101,6 +101,8 @@ class RayPairs:
         self.state = state
         self._resumed = 0
         self.actors = actors if actors is not None else default_actors(info, gpu=False, cpus_per_actor=threads)
+        self._asked = (f"--ray-actors {actors}" if actors is not None
+                       else f"--ray-actors (default: the cluster's {info.cpus:g} CPUs / --ray-threads {threads})")
         self._stats: tuple[FeatureStats | None, FeatureStats | None] = (None, None)
         self._nodes: list[str] = []
         self._shards = 0
@@ -143,10 +145,11 @@ class RayPairs:
         rest = deque(range(len(all_specs)))  # pairing order, not yet yielded: stored ones wait for their place
         kept = [len(stored)]
         n = max(1, min(self.actors, len(cuts)))
+        asked = self._asked + (f" ({n} used: one per shard of {len(specs)} pair(s))" if n < self.actors else "")
         self.actors = n
         args = (opt, pairing_mode, self.threads, lpips_model, feature_extractor)
         with actor_pool(QualityActor, n, tag="quality", args=args, num_cpus=self.threads,
-                        threads=self.threads) as pool:
+                        threads=self.threads, asked=asked, threads_option="--ray-threads") as pool:
             try:
                 self._nodes = sorted(set(ray.get([a.node_ip.remote() for a in pool])))
                 done: dict[int, list[_Outcome]] = {}

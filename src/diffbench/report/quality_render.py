@@ -76,9 +76,13 @@ def render_console(report: QualityReport, console: Console | None = None) -> Non
             + f"{len(report.errors)} errors")
     if report.distributed is not None:
         r = report.distributed
-        c.print(f"distributed: {r.actors} Ray actor(s) x {r.threads_per_actor} thread(s) on {len(r.nodes)} node(s) "
-                f"({', '.join(r.nodes)}), {r.shards} shards, --ray {r.address}"
-                + (f"; {r.resumed} pair(s) kept from an earlier run in {r.state}" if r.resumed else ""))
+        if r.actors == 0:  # everything was kept by an earlier run: nothing was scored, no actor started
+            c.print(f"distributed: all {r.resumed} pair(s) kept from an earlier run in {r.state}; no actor started "
+                    f"(--ray {r.address})")
+        else:
+            c.print(f"distributed: {r.actors} Ray actor(s) x {r.threads_per_actor} thread(s) on {len(r.nodes)} "
+                    f"node(s) ({', '.join(r.nodes)}), {r.shards} shards, --ray {r.address}"
+                    + (f"; {r.resumed} pair(s) kept from an earlier run in {r.state}" if r.resumed else ""))
     if report.settings_diff:
         st = Table(title=f"{len(report.settings_diff)} generation setting(s) differ between the two manifests "
                          "(expected only for the option under test)")
