@@ -209,3 +209,23 @@ def test_a_failing_shard_is_an_error_with_the_partial_result(ray_cluster, tmp_pa
     with pytest.raises(UsageError, match="1 GPUs and the cluster has 0 free"):
         run_sweep_ray(_opts(engine=EngineConfig(engine="sim", model="sim-flux", device="cuda")),
                       tmp_path / "s.sqlite", "local")
+
+
+def test_the_pooled_result_keeps_every_devices_warmup_runs(tmp_path) -> None:
+    """Reproduction (user trial): the pooled ``sweep --ray`` CSV had an empty ``warmup_runs`` column and the JSON
+    ``warmup_s: {}``, though each shard had warmed every arm (single process: 5 and 6)."""
+    import csv
+    import io
+
+    from diffbench.distributed.sweep import pool_group, shard_run
+    from diffbench.report.sweep_report import to_csv
+
+    opts = _opts(warmup=2)
+    shards = [shard_run(opts.model_copy(update={"shard": (i, 2)}), tmp_path / f"s{i}.sqlite") for i in range(2)]
+    assert all(s.result.warmup_s.get("baseline") for s in shards)
+    pooled = pool_group(opts, shards[0].device_class, shards)
+    for key in ("baseline", *VALUES):
+        assert pooled.warmup_s[key] == shards[0].result.warmup_s[key] + shards[1].result.warmup_s[key]
+    rows = {r["value"]: r for r in csv.DictReader(io.StringIO(to_csv(pooled)))}
+    assert int(rows["baseline"]["warmup_runs"]) == sum(len(s.result.warmup_s["baseline"]) for s in shards)
+    assert all(int(rows[v]["warmup_runs"]) == len(pooled.warmup_s[v]) for v in VALUES)

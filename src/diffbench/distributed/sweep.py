@@ -230,6 +230,10 @@ def pool_group(opts: SweepOptions, device_cls: str, shards: list[ShardResult]) -
         noise_floor=noise_q, noise_floor_psnr=noise_q.psnr if noise_q else None, timing_floor=floor, gates=gates,
         budget_db=None if opts.gates else opts.budget_db, points=points,
         warnings=list(dict.fromkeys(w for s in shards for w in s.result.warnings)),
+        # every device warmed each arm itself: the pooled lists hold all devices' warmup times, in shard order
+        # (the per-device lists stay in each shard's result)
+        warmup_s={k: [x for s in shards for x in s.result.warmup_s.get(k, [])]
+                  for k in dict.fromkeys(k for s in shards for k in s.result.warmup_s)},
     )
     result.working_point = choose(points, gates)
     return result
