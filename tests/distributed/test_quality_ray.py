@@ -289,3 +289,27 @@ def test_a_refused_pool_names_what_the_user_typed(ray_cluster, tmp_path: Path, a
     with pytest.raises(UsageError, match=named):
         compare_dirs(a, b, QualityOptions(ms_ssim=False), executor=RayPairs(ray_cluster, actors=actors,
                                                                              threads=threads))
+
+
+def test_ctrl_c_says_how_many_pairs_ray_state_kept(ray_cluster, tmp_path: Path, monkeypatch, capsys) -> None:
+    """Reproduction (user trial): Ctrl-C during ``quality --ray --ray-state DIR`` exited 130 silently, though 150
+    pairs were kept there (the rerun used them)."""
+    from diffbench.cli.main import main
+    from diffbench.distributed.taskstore import TASKS_DIR, TaskRecord, TaskStore
+    from diffbench.quality import compare
+
+    a, b = _runs(tmp_path)
+    state = tmp_path / "state"
+    store = TaskStore(state)
+    for i in range(3):
+        store.write(TaskRecord(id=f"{i:020d}", kind="quality-pair", data={}))
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(compare, "compare_dirs", interrupted)
+    assert len(list((state / TASKS_DIR).glob("*.json"))) == 3
+    assert main(["quality", str(a), str(b), "--no-ms-ssim", "--ray", "local", "--ray-state", str(state)]) == 130
+    assert f"interrupted: 3 scored pair(s) are kept in {state}" in capsys.readouterr().err.replace("\n", " ")
+    assert main(["quality", str(a), str(b), "--no-ms-ssim"]) == 130
+    assert "no report was written" in capsys.readouterr().err

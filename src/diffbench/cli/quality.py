@@ -28,6 +28,18 @@ def progress_text(done: int, total: int, elapsed_s: float) -> str:
     return f"quality: {done}/{total} pairs  {rate}  ETA {fmt_duration(eta_s(done, total, elapsed_s))}"
 
 
+def interrupted_text(state: Path | None) -> str:
+    """What an interrupted ``quality`` keeps: the pairs recorded in ``--ray-state`` (counted there), else nothing."""
+    if state is None:
+        return ("interrupted: no report was written (quality keeps no partial result; with --ray, --ray-state DIR "
+                "keeps each scored pair so that a rerun scores only the rest)")
+    from diffbench.distributed.taskstore import TASKS_DIR
+
+    kept = len(list((state / TASKS_DIR).glob("*.json"))) if (state / TASKS_DIR).is_dir() else 0
+    return (f"interrupted: {kept} scored pair(s) are kept in {state}; rerun the same command to score only the "
+            "rest (no report was written)")
+
+
 def _check_ray(address: str | None, workers: int | None, actors: int | None, threads: int | None) -> str | None:
     """The checked ``--ray`` address (None without it), before any work.
 
@@ -152,9 +164,15 @@ def register(app: typer.Typer) -> None:
                 executor = RayPairs(info, actors=ray_actors, threads=ray_threads or 1, state=ray_state)
             line = stack.enter_context(LiveLine.for_cli(quiet))
             line.update("pairing outputs")
-            report = compare_dirs(baseline, candidate, opts, gates=gates, noise_floor=noise_floor,
-                                  progress=lambda i, n: line.update(progress_text(i, n, line.elapsed_s())),
-                                  executor=executor)
+            try:
+                report = compare_dirs(baseline, candidate, opts, gates=gates, noise_floor=noise_floor,
+                                      progress=lambda i, n: line.update(progress_text(i, n, line.elapsed_s())),
+                                      executor=executor)
+            except KeyboardInterrupt:
+                report = None
+        if report is None:  # Ctrl-C: the live line and the cluster are closed; say what is kept
+            typer.secho(interrupted_text(ray_state), fg="red", err=True)
+            raise typer.Exit(130)
         render_console(report, console)
         if json_out is not None:
             write_json(report, json_out)
