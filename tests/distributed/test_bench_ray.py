@@ -42,6 +42,10 @@ def test_sixteen_outputs_byte_identical_to_single_process(ray_cluster, tmp_path:
     assert dist["tasks"] == 16 and dist["done_now"] == 16 and dist["resumed"] == 0 and dist["not_done"] == 0
     assert len(dist["actors"]) == 2 and sum(a["tasks"] for a in dist["actors"]) == 16
     assert all(a["node_ip"] == "127.0.0.1" and a["threads"] == 1 for a in dist["actors"])
+    import os
+
+    assert all(a["nice"] == os.nice(0) for a in dist["actors"])  # the local cluster's actors: this process's priority
+    assert not [w for w in r["warnings"] if w["code"] == "actor_niceness"]
     shape = r["shapes"][0]
     assert len(shape["samples_s"]) == 16  # --runs 16 timed runs over both actors
     assert shape["latency_s"]["p50"] == pytest.approx(float(np.median(shape["samples_s"])), rel=1e-12)

@@ -53,6 +53,38 @@ def test_local_cluster_listens_on_loopback_only(ray_cluster) -> None:
     assert ray.is_initialized()
 
 
+def test_local_cluster_workers_run_at_the_commands_priority(ray_cluster) -> None:
+    """Ray starts workers at nice 15; beside two busy loops such actors got ~4 % of a core and the distributed
+    tests crawled past CI's limit (reproduction: ``ps -o ni`` of a quality actor showed 15)."""
+    import os
+
+    import ray
+
+    from diffbench.distributed.cluster import actor_pool
+
+    class _Nice:
+        def nice(self) -> int:
+            return os.nice(0)
+
+    by_value(__name__)
+    with actor_pool(_Nice, 1, tag="nice-test", threads=1) as handles:
+        assert ray.get(handles[0].nice.remote()) == os.nice(0)  # the driver's (this test process's) priority
+
+
+def test_the_niceness_warning_names_the_nodes_below_normal_priority_and_the_fix() -> None:
+    from diffbench.bench.result import WorkerInfo
+    from diffbench.distributed.bench import nice_by_node
+    from diffbench.distributed.cluster import niceness_warning
+
+    assert niceness_warning({"10.0.0.1": 0, "10.0.0.2": None}, "timings") is None
+    w = [WorkerInfo(index=i, node_ip=ip, pid=i, device="cpu", device_class="cpu", nice=n)
+         for i, (ip, n) in enumerate([("10.0.0.1", 0), ("10.0.0.2", None), ("10.0.0.2", 15), ("10.0.0.1", None)])]
+    assert nice_by_node(w) == {"10.0.0.1": 0, "10.0.0.2": 15}
+    text = niceness_warning(nice_by_node(w), "timings")
+    assert text is not None and "10.0.0.2 (nice 15)" in text and "10.0.0.1" not in text
+    assert "RAY_worker_niceness=0 ray start" in text and "timings" in text
+
+
 def test_task_ids_are_deterministic_and_content_checked(tmp_path) -> None:
     a = task_id("bench", {"prompt": "x", "seed": 1, "image": b"\x00\x01"})
     assert a == task_id("bench", {"seed": 1, "image": b"\x00\x01", "prompt": "x"})  # order does not matter

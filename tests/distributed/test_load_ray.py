@@ -97,6 +97,7 @@ def test_ray_load_merges_exactly_and_runs_the_one_process_schedule(ray_cluster, 
     assert "2 load actors (SPREAD" in cond["ray"] and cond["clock_offsets"].count("worker") == 2
     assert "Ray actors" in cond["event_loop"]
     assert all(s in cond["clock_offsets"] for s in ("worker 0:", "worker 1:", "min RTT"))
+    assert "actor_niceness" not in cond  # the local cluster's actors run at this process's priority
 
 
 def test_clock_offsets_of_actors_on_one_machine_contain_zero(ray_cluster, sim_service):
@@ -113,6 +114,9 @@ def test_clock_offsets_of_actors_on_one_machine_contain_zero(ray_cluster, sim_se
 
     clocks, nodes = asyncio.run(go())
     assert len(clocks) == 2 and len({n["pid"] for n in nodes}) == 2
+    import os
+
+    assert [n["nice"] for n in nodes] == [os.nice(0)] * 2  # Ray's default would be 15
     for c in clocks:
         assert c.samples == 8 and c.uncertainty_s == pytest.approx(c.rtt_s / 2)
         # one wall clock: the true offset 0 is inside [offset - u, offset + u] (1 ns of rounding)

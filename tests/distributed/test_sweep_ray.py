@@ -46,12 +46,16 @@ def test_two_value_sweep_on_two_actors_pools_the_per_device_results(ray_cluster,
     res = run_sweep_ray(opts, tmp_path / "s.sqlite", "local", actors=2)
     assert [s.shard for s in res.shards] == [0, 1] and not res.failed and not res.partial
     assert len(res.groups) == 1 and res.groups[0].shards == [0, 1]
+    assert not [w for w in res.warnings if "below normal priority" in w]
     node_ips = {n.ip for n in ray_cluster.nodes}
     for s in res.shards:
         # the environment was captured in the actor: its node, CPU, GPUs and driver are in the fingerprint
         assert s.fingerprint["node"] in node_ips
         assert {"gpus", "driver", "cuda", "cpu", "hardware"} <= set(s.fingerprint)
         assert s.device_class == f"cpu: {s.fingerprint['cpu']}"
+        import os
+
+        assert s.nice == os.nice(0)  # the shard ran at this process's priority (Ray's default would be 15)
         # the actor ran exactly the single-process protocol: the same shard here gives the same samples
         mine = opts.model_copy(update={"shard": (s.shard, 2)})
         with RunStore.open(tmp_path / f"here-{s.shard}.sqlite") as st:

@@ -255,7 +255,8 @@ class WorkerInfo(BaseModel):
     """One actor of a distributed bench (``bench --ray``): where it ran and what it did.
 
     ``device_class`` is what its timings are pooled by (GPU name and driver, or the CPU model); ``tasks`` counts
-    the tasks it finished in this run; ``warmup_s`` its warmup times per shape label (seconds)."""
+    the tasks it finished in this run; ``warmup_s`` its warmup times per shape label (seconds); ``nice`` its
+    process's nice value (Ray's default for workers is 15: see :mod:`diffbench.distributed.cluster`)."""
 
     index: int
     node_ip: str
@@ -264,6 +265,7 @@ class WorkerInfo(BaseModel):
     device_class: str
     driver: str | None = None
     threads: int | None = None
+    nice: int | None = None
     tasks: int = 0
     warmup_s: dict[str, list[float]] = {}
 

@@ -10,7 +10,7 @@ import numpy as np
 from diffbench.bench.protocol import BenchConfig, ShapeRun, make_attempt, repro_result, timed_run, warm_up
 from diffbench.bench.result import Note, WorkerInfo
 from diffbench.distributed.bench_tasks import BenchTask
-from diffbench.distributed.cluster import import_ray
+from diffbench.distributed.cluster import import_ray, process_nice
 from diffbench.distributed.taskstore import TaskRecord, TaskStore, pack
 from diffbench.engines.base import GenerationRequest, GenerationResult
 from diffbench.engines.config import EngineConfig
@@ -51,7 +51,7 @@ class BenchActor:
         ray = import_ray()
         worker = WorkerInfo(index=self.index, node_ip=ray.util.get_node_ip_address(), pid=os.getpid(),
                             device=self.info.device, device_class=f"{hardware} (driver {env.driver})" if gpu else hardware,
-                            driver=env.driver, threads=self.threads)
+                            driver=env.driver, threads=self.threads, nice=process_nice())
         self.store = TaskStore(self.dir)
         return {"info": self.info, "worker": worker, "env": env,
                 "fingerprint": engine_fingerprint(self.engine, self.info, env)}

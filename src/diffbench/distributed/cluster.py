@@ -8,6 +8,12 @@ Loopback: Ray binds its servers to the node IP it detects, which is the machine'
 makes Ray take ``127.0.0.1`` as the node IP (its single-machine mode, see ``ray/_private/services.py``
 ``get_node_ip_address``), so every Ray process listens on 127.0.0.1 only. Usage statistics are disabled
 (``RAY_USAGE_STATS_ENABLED=0``): nothing leaves the machine.
+
+Priority: Ray starts its workers at nice 15 (its ``worker_niceness`` setting), so on a node with any other
+work the OS gives an actor a small share of a CPU (CFS weight 36 against 1024 at nice 0) and every time it
+measures is inflated. A ``local`` cluster starts its workers at nice :data:`WORKER_NICENESS` (0, the
+priority of the command itself); for a cluster started with ``ray start`` the actors report their nice value
+and :func:`niceness_warning` says how to start the nodes (``RAY_worker_niceness=0 ray start ...``).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from diffbench.errors import DiffbenchError, MissingDependencyError, UsageError
 RAY_INSTALL = 'pip install -c constraints.txt -e ".[ray]"'
 PROBE_TIMEOUT_S = 3.0  # seconds a TCP connect to a --ray HOST:PORT may take before it is called unreachable
 RELEASE_WAIT_S = 10.0  # how long actor_pool waits for the resources of just-killed actors to come back
+WORKER_NICENESS = 0  # nice value of a local cluster's workers (Ray's default 15 starves them on a busy node)
 _ADDRESS = re.compile(r"^(local|auto|(ray://)?[A-Za-z0-9.\-_\[\]:]+:\d{1,5})$")
 
 
@@ -133,6 +140,30 @@ def thread_env(threads: int) -> dict[str, str]:
     return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n, "TOKENIZERS_PARALLELISM": "false"}
 
 
+def process_nice() -> int | None:
+    """This process's nice value (-20..19; None where the OS has none): what an actor reports of its priority."""
+    try:
+        return os.nice(0)
+    except (AttributeError, OSError):
+        return None
+
+
+def niceness_warning(nice_by_node: dict[str, int | None], what: str) -> str | None:
+    """The warning for actors that ran below normal priority, or None when every actor ran at nice <= 0.
+
+    Args:
+        nice_by_node: node IP -> the highest nice value of this run's actors there (None: not known).
+        what: what the actors measured (``"timings"``, ``"latencies"``), named in the message.
+    """
+    low = {ip: n for ip, n in nice_by_node.items() if n is not None and n > 0}
+    if not low:
+        return None
+    where = ", ".join(f"{ip} (nice {n})" for ip, n in sorted(low.items()))
+    return (f"actors ran below normal priority on {where}: Ray starts workers at nice 15 (worker_niceness), so any "
+            f"other work on those nodes takes most of their CPU and the {what} are slower than the deployment's; "
+            "start each node with `RAY_worker_niceness=0 ray start ...` (or use --ray local, which does)")
+
+
 def cluster_info(ray: Any, address: str, started_here: bool) -> ClusterInfo:
     """The alive nodes of the connected cluster."""
     nodes = [
@@ -177,7 +208,7 @@ def connect(address: str, *, num_cpus: int | None = None, num_gpus: int | None =
     kwargs: dict[str, Any] = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False,
                                   configure_logging=True)
     if address == "local":
-        kwargs.update(num_cpus=num_cpus, num_gpus=num_gpus)
+        kwargs.update(num_cpus=num_cpus, num_gpus=num_gpus, _system_config={"worker_niceness": WORKER_NICENESS})
     elif num_cpus is not None or num_gpus is not None:
         raise UsageError(f"--ray {address}: the CPUs and GPUs of an existing cluster are set by `ray start`, not here")
     if address != "local":

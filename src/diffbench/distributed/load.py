@@ -44,6 +44,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from diffbench.distributed.clock import CLOCK_SAMPLES, ClockOffset
+from diffbench.distributed.cluster import niceness_warning
 from diffbench.errors import UsageError
 from diffbench.load.client.executor import WorkerDied, WorkerPool
 from diffbench.load.client.runners import SPIN_TAIL_S
@@ -122,13 +123,16 @@ class LoadActor:
         return time.time_ns()
 
     def where(self) -> dict[str, Any]:
-        """Node IP, host name and process id of this actor."""
+        """Node IP, host name, process id and nice value of this actor."""
         import os
         import socket
 
         import ray
 
-        return {"ip": ray.util.get_node_ip_address(), "host": socket.gethostname(), "pid": os.getpid()}
+        from diffbench.distributed.cluster import process_nice
+
+        return {"ip": ray.util.get_node_ip_address(), "host": socket.gethostname(), "pid": os.getpid(),
+                "nice": process_nice()}
 
     def push(self, msg: tuple[Any, ...]) -> None:
         """A message for the worker loop. ``("go_at", wall_ns)`` (the shared start on this node's wall clock)
@@ -269,6 +273,14 @@ class RayWorkerPool(WorkerPool):
         warns = [f"worker {i}: {w}" for i, c in enumerate(self.clocks) for w in c.warnings()]
         if warns:
             out["clock_warnings"] = "; ".join(warns)
+        nices: dict[str, int | None] = {}
+        for n in self.nodes:
+            nice, prev = n.get("nice"), nices.get(str(n.get("ip")))
+            if isinstance(nice, int):
+                nices[str(n.get("ip"))] = nice if prev is None else max(prev, nice)
+        low = niceness_warning(nices, "latencies (and the rate each worker keeps)")
+        if low:
+            out["actor_niceness"] = low
         return out
 
     async def start(self) -> None:

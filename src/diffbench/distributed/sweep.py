@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from diffbench.distributed.cluster import ClusterInfo
+from diffbench.distributed.cluster import ClusterInfo, niceness_warning, process_nice
 from diffbench.errors import DiffbenchError, UsageError
 from diffbench.sweep.bootstrap import SpeedupCI
 from diffbench.sweep.combine import POOLED, DeviceSamples
@@ -47,6 +47,7 @@ class ShardResult(BaseModel):
     ``ssim``: per value (and ``"noise-floor"``), the per-image values (dB / unitless) by image key.
     ``skipped``: per value, (computed, total) cache-hooked computations (None for option axes).
     ``fingerprint``: the baseline's deployment fingerprint plus the actor's node, GPUs, driver, CUDA and CPU.
+    ``nice``: the nice value the shard's process ran at (Ray's default for workers is 15; None: not known).
     """
 
     shard: int
@@ -62,6 +63,7 @@ class ShardResult(BaseModel):
     skipped: dict[str, tuple[int, int] | None] = {}
     resumed: bool = False
     wall_s: float = 0.0
+    nice: int | None = None
 
 
 class DeviceGroup(BaseModel):
@@ -168,7 +170,7 @@ def shard_run(opts: SweepOptions, store_path: Path) -> ShardResult:
     return ShardResult(shard=index, shards=count, node=str(fp["node"]), fingerprint=fp,
                        device_class=device_class(device, gpus, env.driver, env.cpu), result=result, samples=samples,
                        floor_baseline_s=newest[1], psnr=psnr, ssim=ssim, skipped=skipped,
-                       wall_s=time.monotonic() - t0)
+                       wall_s=time.monotonic() - t0, nice=process_nice())
 
 
 def _node_ip() -> str:
@@ -345,6 +347,14 @@ def run_sweep_ray(opts: SweepOptions, store_path: Path, address: str, *, actors:
         out.shards.sort(key=lambda s: s.shard)
         if out.shards:
             out.groups = combine(opts, out.shards)
+        nices: dict[str, int | None] = {}
+        for sh in out.shards:
+            if sh.nice is not None:
+                prev = nices.get(sh.node)
+                nices[sh.node] = sh.nice if prev is None else max(prev, sh.nice)
+        low = niceness_warning(nices, "timings")
+        if low:
+            out.warnings.append(low)
         if len(out.groups) > 1:
             out.warnings.append("devices of different classes are reported per class, never pooled: "
                                 + "; ".join(f"{g.device_class} (shards {g.shards})" for g in out.groups))
