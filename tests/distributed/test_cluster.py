@@ -72,16 +72,12 @@ def test_local_cluster_workers_run_at_the_commands_priority(ray_cluster) -> None
 
 
 def test_the_niceness_warning_names_the_nodes_below_normal_priority_and_the_fix() -> None:
-    from diffbench.bench.result import WorkerInfo
-    from diffbench.distributed.bench import nice_by_node
     from diffbench.distributed.cluster import niceness_warning
 
-    assert niceness_warning({"10.0.0.1": 0, "10.0.0.2": None}, "timings") is None
-    w = [WorkerInfo(index=i, node_ip=ip, pid=i, device="cpu", device_class="cpu", nice=n)
-         for i, (ip, n) in enumerate([("10.0.0.1", 0), ("10.0.0.2", None), ("10.0.0.2", 15), ("10.0.0.1", None)])]
-    assert nice_by_node(w) == {"10.0.0.1": 0, "10.0.0.2": 15}
-    text = niceness_warning(nice_by_node(w), "timings")
-    assert text is not None and "10.0.0.2 (nice 15)" in text and "10.0.0.1" not in text
+    assert niceness_warning([("10.0.0.1", 0), ("10.0.0.2", None), ("10.0.0.1", -5)], "timings") is None
+    text = niceness_warning([("10.0.0.1", 0), ("10.0.0.2", None), ("10.0.0.2", 5), ("10.0.0.2", 15),
+                             ("10.0.0.3", 10)], "timings")
+    assert text is not None and "10.0.0.2 (nice 15), 10.0.0.3 (nice 10):" in text and "10.0.0.1" not in text
     assert "RAY_worker_niceness=0 ray start" in text and "timings" in text
 
 

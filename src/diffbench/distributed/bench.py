@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from diffbench.bench.protocol import BenchConfig, group_by_shape, shape_label
-from diffbench.bench.result import BenchResult, DistributedRun, Note, Protocol, WorkerInfo
+from diffbench.bench.result import BenchResult, DistributedRun, Note, Protocol
 from diffbench.distributed.bench_actor import BenchActor
 from diffbench.distributed.bench_tasks import (
     BenchTask,
@@ -221,7 +221,7 @@ def run_distributed_session(opts: Any, address: str, actors: int | None,
                         f"output sha256 checked in {out_dir}) and were not redone; their timings are in the statistics")))
                 if not partial or interrupted:
                     notes.extend(busy_notes(ray, handles, descs, threads))
-                low = niceness_warning(nice_by_node(workers), "timings")
+                low = niceness_warning([(w.node_ip, w.nice) for w in workers], "timings")
                 if low:
                     notes.append(Note(code="actor_niceness", message=low))
                 if interrupted:
@@ -257,15 +257,6 @@ def run_distributed_session(opts: Any, address: str, actors: int | None,
             _write(opts, r, markdown=True)
             ray.get([h.stop.remote() for h in handles])
             return r
-
-
-def nice_by_node(workers: list[WorkerInfo]) -> dict[str, int | None]:
-    """Node IP -> the highest nice value the actors there reported (None when none reported one)."""
-    out: dict[str, int | None] = {}
-    for w in workers:
-        prev = out.get(w.node_ip)
-        out[w.node_ip] = w.nice if prev is None else prev if w.nice is None else max(prev, w.nice)
-    return out
 
 
 def busy_notes(ray: Any, handles: list[Any], descs: list[dict[str, Any]], threads: int) -> list[Note]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -148,14 +148,18 @@ def process_nice() -> int | None:
         return None
 
 
-def niceness_warning(nice_by_node: dict[str, int | None], what: str) -> str | None:
+def niceness_warning(actors: Iterable[tuple[str, int | None]], what: str) -> str | None:
     """The warning for actors that ran below normal priority, or None when every actor ran at nice <= 0.
 
     Args:
-        nice_by_node: node IP -> the highest nice value of this run's actors there (None: not known).
+        actors: (node IP, nice value) of each actor of the run (None: not reported); a node is named with the
+            highest nice value of its actors.
         what: what the actors measured (``"timings"``, ``"latencies"``), named in the message.
     """
-    low = {ip: n for ip, n in nice_by_node.items() if n is not None and n > 0}
+    low: dict[str, int] = {}
+    for ip, nice in actors:
+        if nice is not None and nice > 0:
+            low[ip] = max(low.get(ip, nice), nice)
     if not low:
         return None
     where = ", ".join(f"{ip} (nice {n})" for ip, n in sorted(low.items()))

@@ -273,12 +273,8 @@ class RayWorkerPool(WorkerPool):
         warns = [f"worker {i}: {w}" for i, c in enumerate(self.clocks) for w in c.warnings()]
         if warns:
             out["clock_warnings"] = "; ".join(warns)
-        nices: dict[str, int | None] = {}
-        for n in self.nodes:
-            nice, prev = n.get("nice"), nices.get(str(n.get("ip")))
-            if isinstance(nice, int):
-                nices[str(n.get("ip"))] = nice if prev is None else max(prev, nice)
-        low = niceness_warning(nices, "latencies (and the rate each worker keeps)")
+        low = niceness_warning([(str(n.get("ip")), n.get("nice")) for n in self.nodes],
+                               "latencies (and the rate each worker keeps)")
         if low:
             out["actor_niceness"] = low
         return out

@@ -347,12 +347,7 @@ def run_sweep_ray(opts: SweepOptions, store_path: Path, address: str, *, actors:
         out.shards.sort(key=lambda s: s.shard)
         if out.shards:
             out.groups = combine(opts, out.shards)
-        nices: dict[str, int | None] = {}
-        for sh in out.shards:
-            if sh.nice is not None:
-                prev = nices.get(sh.node)
-                nices[sh.node] = sh.nice if prev is None else max(prev, sh.nice)
-        low = niceness_warning(nices, "timings")
+        low = niceness_warning([(sh.node, sh.nice) for sh in out.shards], "timings")
         if low:
             out.warnings.append(low)
         if len(out.groups) > 1:
