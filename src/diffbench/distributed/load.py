@@ -44,7 +44,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from diffbench.distributed.clock import CLOCK_SAMPLES, ClockOffset
-from diffbench.distributed.cluster import niceness_warning
+from diffbench.distributed.cluster import niceness_warning, process_nice
 from diffbench.errors import UsageError
 from diffbench.load.client.executor import WorkerDied, WorkerPool
 from diffbench.load.client.runners import SPIN_TAIL_S
@@ -128,8 +128,6 @@ class LoadActor:
         import socket
 
         import ray
-
-        from diffbench.distributed.cluster import process_nice
 
         return {"ip": ray.util.get_node_ip_address(), "host": socket.gethostname(), "pid": os.getpid(),
                 "nice": process_nice()}
