@@ -4,7 +4,10 @@ torch) answers each POST as told: an image, an error status, a malformed body, o
 - one failed request among the timed runs is a failed run (status and message), not a sample, and the
   run goes on;
 - a service that stops answering fails each request at ``--timeout`` and the shape after three in a row,
-  with one clear line and exit 2 when every shape failed (never a hang).
+  with one clear line and exit 2 when every shape failed (never a hang);
+- ``--timeout`` is a total deadline (connect, send, whole body): a service that sends its headers at once
+  and then drips its body is a ``timeout`` outcome, not a sample (issue 24 item 1);
+- a redirect is reported with its target (the ``Location`` header; issue 24 item 9).
 """
 
 from __future__ import annotations
@@ -32,8 +35,13 @@ def _png(width: int, height: int) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
+DRIP_BYTES, DRIP_EVERY_S = 20, 0.3
+"""``drip``: the last DRIP_BYTES bytes of a valid answer are sent one every DRIP_EVERY_S seconds."""
+
+
 class Script:
-    """What the service does for the n-th POST: ``ok``, an int status, ``garbage`` or ``hang``."""
+    """What the service does for the n-th POST: ``ok``, an int status, ``garbage``, ``hang``, ``drip``
+    or ``redirect``."""
 
     def __init__(self, plan: list[object], default: object = "ok") -> None:
         self.plan, self.default, self.bodies = list(plan), default, []  # type: ignore[var-annotated]
@@ -64,6 +72,29 @@ def scripted() -> Iterator[tuple[str, Script]]:
             what = script.plan.pop(0) if script.plan else script.default
             if what == "hang":
                 time.sleep(1.5)
+                return
+            if what == "redirect":
+                self.send_response(307)
+                self.send_header("Location", "http://127.0.0.1:9/elsewhere/v1/images/generations")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            if what == "drip":  # headers and most of a valid answer at once, the rest a byte at a time
+                w, h = (int(x) for x in body["size"].split("x"))
+                data = json.dumps({"data": [{"b64_json": _png(w, h)}]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data[:-DRIP_BYTES])
+                self.wfile.flush()
+                try:
+                    for i in range(len(data) - DRIP_BYTES, len(data)):
+                        time.sleep(DRIP_EVERY_S)
+                        self.wfile.write(data[i:i + 1])
+                        self.wfile.flush()
+                except OSError:  # the client gave up: stop dripping
+                    pass
                 return
             if what == "garbage":
                 self._send(200, b"not json")
@@ -135,3 +166,34 @@ def test_a_service_that_stops_answering_is_one_clear_line(scripted, capsys, one_
     one_line_error(rc, capsys.readouterr().err, 2,
                    ["every shape failed", "3 requests in a row failed", "no complete response within 0.3 s"])
     assert took < 3 * 0.3 + 5  # three timeouts, not fifty (generous bound for a loaded machine)
+
+
+def test_a_dripping_body_is_a_timeout_not_a_sample(scripted, tmp_path: Path) -> None:
+    """Headers at once, then the body a byte every 0.3 s: under --timeout 1 the request fails as a timeout
+    (per-read timeouts never fire: each byte arrives within 0.3 s) and the run goes on without waiting for
+    the drip to end."""
+    url, script = scripted
+    script.plan = ["drip", "ok"]
+    out = tmp_path / "r.json"
+    t0 = time.perf_counter()
+    rc = main([*BENCH, "--url", url, "--warmup", "0", "--runs", "2", "--timeout", "1", "--json", str(out)])
+    took = time.perf_counter() - t0
+    assert rc == 0
+    (shape,) = json.loads(out.read_text())["shapes"]
+    drip_s = DRIP_BYTES * DRIP_EVERY_S
+    assert shape["latency_s"]["n"] == 1 and max(shape["samples_s"]) < drip_s
+    (failed,) = shape["failed_runs"]
+    assert (failed["phase"], failed["index"], failed["status"], failed["outcome"]) == ("timed", 0, None, "timeout")
+    assert "within 1 s" in failed["error"]
+    assert took < drip_s  # the client gave up at its deadline, it did not read the drip to its end
+
+
+def test_a_redirect_is_reported_with_its_target(scripted, tmp_path: Path) -> None:
+    url, script = scripted
+    script.plan = ["redirect"]
+    out = tmp_path / "r.json"
+    assert main([*BENCH, "--url", url, "--warmup", "0", "--runs", "2", "--json", str(out)]) == 0
+    (shape,) = json.loads(out.read_text())["shapes"]
+    (failed,) = shape["failed_runs"]
+    assert failed["status"] == 307 and failed["outcome"] == "http_error"
+    assert "http://127.0.0.1:9/elsewhere/v1/images/generations" in failed["error"]

@@ -106,3 +106,51 @@ def test_server_stages_fill_the_split_including_an_edits_image_encode() -> None:
     assert st.other_s == pytest.approx(0.5 - 0.38) and st.total_s == 0.5
     assert stage_times({"text_encode": 0.01}, 0.5).image_encode_s == 0.0
     assert stage_times({"service_time": 0.4}, 0.5) is None
+
+
+BLOCKED_HTTPX = """
+import sys
+sys.modules["httpx"] = None  # any `import httpx` now raises ImportError
+import base64, io, json, threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import numpy as np
+from PIL import Image
+
+buf = io.BytesIO()
+Image.fromarray(np.zeros((32, 48, 3), np.uint8)).save(buf, format="PNG")
+ANSWER = json.dumps({"data": [{"b64_json": base64.b64encode(buf.getvalue()).decode()}]}).encode()
+
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+    def _send(self, code, data):
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    def do_GET(self):
+        self._send(200, json.dumps({"data": [{"id": "m"}]}).encode())
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self._send(200, ANSWER)
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+from diffbench.cli.main import main
+rc = main(["bench", "--engine", "http", "--url", f"http://127.0.0.1:{server.server_address[1]}",
+           "--shapes", "48x32", "--steps", "2", "--warmup", "0", "--runs", "2", "--no-repro", "-q"])
+print("RC", rc)
+"""
+
+
+def test_the_engine_runs_without_httpx() -> None:
+    """``bench --engine http`` with httpx unimportable (it is only in the test extra, issue 24 item 2): the
+    engine's transport is aiohttp, a core dependency."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    proc = subprocess.run([sys.executable, "-c", BLOCKED_HTTPX], capture_output=True, text=True, timeout=120,
+                          env=env)
+    assert "RC 0" in proc.stdout, proc.stdout + proc.stderr

@@ -190,3 +190,5 @@ def test_redirects_are_not_followed(fake):
     """A 3xx is the server's answer (http_error), never silently followed to another URL."""
     a = _one(Target(base_url=fake.url("r301"), timeout_s=5.0))
     assert a.outcome == "http_error" and a.status == 301
+    # reported with its target (issue 24 item 9): the fake's relative Location resolved against the request URL
+    assert f"redirect to http://127.0.0.1:{fake.port}/ok/v1/images/generations" in (a.error or ""), a.error

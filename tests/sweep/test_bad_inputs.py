@@ -54,7 +54,7 @@ ROWS = [
       "http://127.0.0.1:1", "--store", "{tmp}/s.sqlite"], 2, ["--option 'Bad Name'", "lower case"]),
     ([*SWEEP, "--url-per-value", "http://127.0.0.1:1"], 2, ["--url-per-value", "add --engine http"]),
     ([*HTTP_SWEEP, "--url", "{dead}", "--url-per-value", "http://127.0.0.1:1,http://127.0.0.1:2"], 2,
-     ["--url http://127.0.0.1:", "no service answers", "ConnectError"]),
+     ["--url http://127.0.0.1:", "no service answers", "ConnectionRefusedError"]),
     ([*SWEEP, "--gate", "psnr.p10>>30"], 2, ["psnr.p10>>30"]),
     # sweep: every number checked before anything loads (a nan budget once ran the whole sweep first, then
     # failed on a gate the user never typed, and left the sweep 'running' in the store)

@@ -370,7 +370,8 @@ def make_attempt(engine: Engine, result: ShapeResult) -> Attempt:
         try:
             res = engine.generate(req)
         except RequestFailed as exc:
-            result.failed_runs.append(FailedRun(phase=phase, index=index, status=exc.status, error=str(exc)))
+            result.failed_runs.append(FailedRun(phase=phase, index=index, status=exc.status, error=str(exc),
+                                                outcome=exc.outcome))
             failures[0] += 1
             if failures[0] >= MAX_CONSECUTIVE_FAILURES:
                 raise GenerationError(

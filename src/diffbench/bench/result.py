@@ -106,13 +106,17 @@ class FailedRun(BaseModel):
     """One request of a remote engine that failed (``bench --engine http``): it is not in the samples.
 
     ``phase`` is ``warmup``, ``timed`` or ``output`` (an untimed request for ``--save-outputs`` or the
-    reproducibility check); ``status`` the HTTP status (None for a transport error or a timeout).
+    reproducibility check); ``status`` the HTTP status (None for a transport error or a timeout);
+    ``outcome`` the load client's name for what happened (``timeout``: no complete answer within the
+    total deadline; ``connection_error``, ``rejected``, ``http_error``, ``invalid_payload``), None in records
+    written before it was kept.
     """
 
     phase: str
     index: int
     status: int | None
     error: str
+    outcome: str | None = None
 
 
 class ServerStage(BaseModel):

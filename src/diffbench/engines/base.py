@@ -115,12 +115,15 @@ class RequestFailed(GenerationError):
     """One request to a remote engine failed (transport error, timeout, non-2xx status, invalid payload).
 
     The bench protocol records it as a failed run (``status``: the HTTP status or None, and the message)
-    and goes on; a local engine's :class:`GenerationError` fails the whole shape instead.
+    and goes on; a local engine's :class:`GenerationError` fails the whole shape instead. ``outcome``: the
+    load client's outcome name (``timeout``, ``connection_error``, ``rejected``, ``http_error``,
+    ``invalid_payload``), None when the engine does not say.
     """
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, outcome: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.outcome = outcome
 
 
 @dataclass

@@ -4,8 +4,17 @@
 one request at a time, timed at the client. Request bodies come from the load client's dialects
 (:func:`diffbench.load.client.dialects.image_body`: ``openai``, ``vllm-omni``, ``sglang``) and the
 server-reported stage durations and peak memory from :func:`~diffbench.load.client.dialects.server_timings`,
-so ``bench`` and ``load`` send and read the same fields. The transport is one ``httpx.Client`` (keep-alive,
-no proxies from the environment, no redirects followed).
+so ``bench`` and ``load`` send and read the same fields. The transport is the load client's library,
+aiohttp (a core dependency, so ``pip install diffbench`` runs it): one ``ClientSession`` (keep-alive, no
+proxies from the environment, no redirects followed, no cookies) on an event loop the engine owns; the
+synchronous methods run it to completion (call them from a thread without a running event loop, as bench and
+sweep do).
+
+Deadlines: ``timeout_s`` is a *total* deadline per request, enforced by the client with one asyncio deadline
+around connect, send and the whole body (a service that sends its headers and then drips its body fails at
+the deadline, it is never a sample); aiohttp's own timeouts are off except the TCP connect, bounded by
+``min(connect_timeout_s, timeout_s)``. ``GET /v1/models`` at start has the total deadline
+``min(connect_timeout_s, timeout_s)``.
 
 Timing: :meth:`HttpEngine.generate` reports ``extra["client_latency_s"]``, from just before the request is
 sent to the last byte of the response, before the JSON is parsed and the PNGs decoded (as ``load`` times
@@ -15,21 +24,25 @@ present (:func:`stage_times`);
 every reported stage, including ``service_time`` and ``queue_wait``, is kept in ``extra`` as
 ``server_<name>_s``. Peak memory is the server's ``peak_memory_bytes`` (or ``peak_memory_mb`` × 2**20).
 
-Errors are data: a non-2xx answer, a malformed payload or a request past ``timeout_s`` raises
-:class:`~diffbench.engines.base.RequestFailed` with the status and the server's message (the protocol counts
-it as a failed run and goes on). A service that does not answer at start is an
-:class:`~diffbench.errors.InputError` naming the URL.
+Errors are data: a non-2xx answer (a redirect with its ``Location``), a malformed payload or a request past
+``timeout_s`` raises :class:`~diffbench.engines.base.RequestFailed` with the status, the server's message and
+the load client's outcome name (``timeout``, ``connection_error``, ``rejected``, ``http_error``,
+``invalid_payload``); the protocol counts it as a failed run and goes on. A service that does not answer at
+start is an :class:`~diffbench.errors.InputError` naming the URL.
 
 Images only: a video model behind the videos API is measured with ``load`` (asynchronous jobs).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import io
+import json
 import time
-from typing import Any
+from collections.abc import Coroutine, Mapping
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -45,6 +58,7 @@ from diffbench.engines.base import (
 from diffbench.engines.config import EngineConfig, HttpParams
 from diffbench.errors import InputError, ShapeError, UsageError, require
 
+T = TypeVar("T")
 MODELS_PATH = "/v1/models"
 MAX_N = 10  # images per request the load client's workload accepts (OpenAI's n <= 10)
 _MEMORY_KINDS = ("cuda", "cpu-rss", "sim")
@@ -70,8 +84,6 @@ def check_url(url: str, option: str = "--url") -> str:
 def _snippet(body: bytes) -> str:
     text = body[:300].decode("utf-8", "replace")
     try:
-        import json
-
         obj = json.loads(body)
         err = obj.get("error") if isinstance(obj, dict) else None
         if isinstance(err, dict) and isinstance(err.get("message"), str):
@@ -83,21 +95,78 @@ def _snippet(body: bytes) -> str:
     return " ".join(text.split())
 
 
+def _session(connect_s: float) -> Any:
+    """The one aiohttp session of an engine (call on its loop): keep-alive, no proxies from the environment,
+    no cookies, identity bodies; every aiohttp timeout off but the TCP connect (``connect_s``): the total
+    deadline is the caller's (:func:`~diffbench.load.client.http.with_deadline`)."""
+    import aiohttp
+
+    from diffbench.load.client.http import READ_BUFSIZE
+
+    return aiohttp.ClientSession(
+        headers={"Accept-Encoding": "identity"},
+        timeout=aiohttp.ClientTimeout(total=None, connect=None, sock_read=None, sock_connect=connect_s),
+        read_bufsize=READ_BUFSIZE, auto_decompress=False, trust_env=False,
+        cookie_jar=aiohttp.DummyCookieJar(), raise_for_status=False,
+    )
+
+
+async def _request(session: Any, method: str, url: str, deadline_s: float, json_body: object = None
+                   ) -> tuple[int, Mapping[str, str], bytes, float]:
+    """``method url`` under a total deadline: (status, headers, whole body, seconds from just before the send
+    to the last body byte). Redirects are not followed.
+
+    Raises:
+        TimeoutError: no complete answer within ``deadline_s`` (connect, send and the whole body).
+        aiohttp.ClientError, OSError: the transport failed.
+    """
+    from diffbench.load.client.http import JSON_HEADERS, with_deadline
+
+    kwargs: dict[str, Any] = {"allow_redirects": False}
+    if json_body is not None:
+        kwargs.update(data=json.dumps(json_body).encode(), headers=JSON_HEADERS)
+
+    async def go() -> tuple[int, Mapping[str, str], bytes, float]:
+        t0 = time.perf_counter()
+        async with session.request(method, url, **kwargs) as resp:
+            body = await resp.read()
+            took = time.perf_counter() - t0  # the last byte has arrived; nothing is parsed yet
+        return resp.status, resp.headers, body, took
+
+    return await with_deadline(go(), deadline_s)
+
+
+def _no_answer(option: str, url: str, exc: BaseException, wait_s: float) -> InputError:
+    """The one-line error of a service that does not answer (the OS's reason for a failed connect)."""
+    import aiohttp
+
+    if isinstance(exc, TimeoutError):
+        detail = "timeout"
+    elif isinstance(exc, aiohttp.ClientConnectorError):
+        detail = f"{type(exc.os_error).__name__}: {exc.os_error.strerror or exc.os_error}"
+    else:
+        detail = f"{type(exc).__name__}: {exc or 'no detail'}"
+    return InputError(f"{option} {url}: no service answers ({detail}); start it or check the host and port "
+                      f"(GET {MODELS_PATH} within {wait_s:g} s)")
+
+
 def probe(url: str, timeout_s: float = 10.0, option: str = "--url") -> None:
-    """Check that a service answers at ``url`` (``GET /v1/models``, any status) before work starts.
+    """Check that a service answers at ``url`` (``GET /v1/models``, any status) before work starts; ``timeout_s``
+    is the total deadline (seconds).
 
     Raises:
         InputError: nothing answers within ``timeout_s`` seconds (connection refused, DNS, timeout).
     """
-    httpx = require("httpx", "serve")
+    import aiohttp
+
+    async def go() -> None:
+        async with _session(timeout_s) as session:
+            await _request(session, "GET", url + MODELS_PATH, timeout_s)
+
     try:
-        with httpx.Client(base_url=url, timeout=httpx.Timeout(timeout_s), trust_env=False) as client:
-            client.get(MODELS_PATH)
-    except httpx.HTTPError as exc:
-        raise InputError(
-            f"{option} {url}: no service answers ({type(exc).__name__}: {exc or 'no detail'}); start it "
-            f"or check the host and port (GET {MODELS_PATH} within {timeout_s:g} s)"
-        ) from None
+        asyncio.run(go())
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        raise _no_answer(option, url, exc, timeout_s) from None
 
 
 class HttpEngine:
@@ -109,7 +178,8 @@ class HttpEngine:
         self.config = config
         self.params: HttpParams = config.http
         self.url = check_url(self.params.url)
-        self._client: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: Any = None  # the aiohttp session, on self._loop
         self._info: EngineInfo | None = None
         self.card: dict[str, Any] = {}
 
@@ -120,31 +190,29 @@ class HttpEngine:
 
         Raises:
             InputError: nothing answers at the URL (connection refused, DNS, timeout).
-            MissingDependencyError: httpx or Pillow is not installed.
+            MissingDependencyError: Pillow is not installed (``pip install 'diffbench[serve]'``).
         """
-        httpx = require("httpx", "serve")
+        import aiohttp
+
         require("PIL", "serve")
         p = self.params
-        self._client = httpx.Client(
-            base_url=self.url,
-            timeout=httpx.Timeout(p.timeout_s, connect=min(p.connect_timeout_s, p.timeout_s)),
-            trust_env=False,
-            follow_redirects=False,
-            headers={"Accept-Encoding": "identity"},
-        )
+        probe_s = min(p.connect_timeout_s, p.timeout_s)
+        self.stop()
+        self._loop = asyncio.new_event_loop()
+
+        async def open_session() -> Any:
+            return _session(probe_s)
+
+        self._client = self._run(open_session())
         try:
-            probe_s = min(p.connect_timeout_s, p.timeout_s)
-            resp = self._client.get(MODELS_PATH, timeout=httpx.Timeout(probe_s))
-        except httpx.HTTPError as exc:
+            status, _, body, _ = self._run(_request(self._client, "GET", self.url + MODELS_PATH, probe_s))
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             self.stop()
-            raise InputError(
-                f"--url {self.url}: no service answers ({type(exc).__name__}: {exc or 'no detail'}); start it "
-                f"or check the host and port (GET {MODELS_PATH} within {min(p.connect_timeout_s, p.timeout_s):g} s)"
-            ) from None
+            raise _no_answer("--url", self.url, exc, probe_s) from None
         cards = []
-        if resp.status_code == 200:
+        if status == 200:
             try:
-                data = resp.json().get("data")
+                data = json.loads(body).get("data")
                 cards = [c for c in data if isinstance(c, dict)] if isinstance(data, list) else []
             except (ValueError, AttributeError):
                 cards = []
@@ -210,10 +278,29 @@ class HttpEngine:
             raise RuntimeError("HttpEngine.start() was not called")
         return self._info
 
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` to completion on the engine's own event loop."""
+        if self._loop is None:
+            coro.close()
+            raise RuntimeError("HttpEngine.start() was not called")
+        return self._loop.run_until_complete(coro)
+
     def stop(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            client.close()
+        """Close the session and the engine's event loop (a request left by Ctrl-C is cancelled first)."""
+        loop, client = self._loop, self._client
+        self._loop = self._client = None
+        if loop is None:
+            return
+        try:
+            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            if client is not None:
+                loop.run_until_complete(client.close())
+        finally:
+            loop.close()
 
     # -- protocol -------------------------------------------------------------------------------
     def validate(self, request: GenerationRequest) -> None:
@@ -249,34 +336,41 @@ class HttpEngine:
             ``extra``: ``client_latency_s`` and ``server_<stage>_s`` for every reported stage.
 
         Raises:
-            RequestFailed: a transport error, a timeout, a non-2xx status or an invalid payload.
+            RequestFailed: a transport error, a timeout (``timeout_s`` is the total deadline: connect, send and
+                the whole body), a non-2xx status (a redirect names its target) or an invalid payload.
         """
-        import httpx
-
         from diffbench.load.client.dialects import IMAGES_PATH, server_timings
+        from diffbench.load.client.outcomes import classify_exception, classify_status, redirect_target
 
         if self._client is None:
             raise RuntimeError("HttpEngine.start() was not called")
         data = self.body(request)
-        t0 = time.perf_counter()
+        p = self.params
         try:
-            resp = self._client.post(IMAGES_PATH, json=data)
-        except httpx.TimeoutException as exc:
-            raise RequestFailed(
-                f"no complete response within {self.params.timeout_s:g} s ({type(exc).__name__})", status=None
-            ) from None
-        except httpx.HTTPError as exc:
-            raise RequestFailed(f"{type(exc).__name__}: {exc or 'no detail'}", status=None) from None
-        latency = time.perf_counter() - t0  # httpx has read the whole body: the last byte has arrived
-        if not 200 <= resp.status_code < 300:
-            raise RequestFailed(f"HTTP {resp.status_code}: {_snippet(resp.content)}", status=resp.status_code)
+            code, headers, content, latency = self._run(
+                _request(self._client, "POST", self.url + IMAGES_PATH, p.timeout_s, data))
+        except Exception as exc:  # every transport failure is a failed run, classified as load does
+            c = classify_exception(exc)
+            if c.outcome == "timeout" and type(exc) is TimeoutError:  # the total deadline
+                msg = f"no complete response within {p.timeout_s:g} s (--timeout: connect, send and the whole body)"
+            elif c.outcome == "timeout":  # aiohttp's TCP connect bound
+                msg = f"{c.error} (TCP connect bounded by {min(p.connect_timeout_s, p.timeout_s):g} s)"
+            else:
+                msg = c.error or type(exc).__name__
+            raise RequestFailed(msg, status=None, outcome=c.outcome) from None
+        c = classify_status(code, headers.get("Retry-After"),
+                            redirect_target(self.url + IMAGES_PATH, headers.get("Location")))
+        if c.outcome != "ok":
+            snippet = _snippet(content)
+            raise RequestFailed(f"{c.error}: {snippet}" if snippet else str(c.error), status=code, outcome=c.outcome)
         try:
-            obj = resp.json()
+            obj = json.loads(content)
         except ValueError:
-            raise RequestFailed(f"HTTP {resp.status_code}: the answer is not JSON", status=resp.status_code) from None
+            raise RequestFailed(f"HTTP {code}: the answer is not JSON", status=code,
+                                outcome="invalid_payload") from None
         if not isinstance(obj, dict):
-            raise RequestFailed("the answer is not a JSON object", status=resp.status_code)
-        self._check_used(obj, request, resp.status_code)
+            raise RequestFailed("the answer is not a JSON object", status=code, outcome="invalid_payload")
+        self._check_used(obj, request, code)
         images = self._decode(obj, request)
         stages, peak = server_timings(obj)
         extra = {CLIENT_LATENCY: latency, **{f"server_{k}_s": v for k, v in stages.items()}}
@@ -298,7 +392,8 @@ class HttpEngine:
             used = obj.get(field)
             if isinstance(used, int) and not isinstance(used, bool) and used != sent:
                 raise RequestFailed(f"the service reports {field}={used}, but {sent} was sent: it ignored the "
-                                    f"parameter, so this is not the requested workload", status=status)
+                                    f"parameter, so this is not the requested workload", status=status,
+                                    outcome="invalid_payload")
 
     @staticmethod
     def _decode(obj: dict[str, Any], request: GenerationRequest) -> np.ndarray:
@@ -307,21 +402,21 @@ class HttpEngine:
         items = obj.get("data")
         if not isinstance(items, list) or len(items) != request.batch:
             got = len(items) if isinstance(items, list) else "no"
-            raise RequestFailed(f"invalid payload: {got} images in data[], requested n={request.batch}", status=200)
+            raise RequestFailed(f"invalid payload: {got} images in data[], requested n={request.batch}", status=200, outcome="invalid_payload")
         out = []
         for i, item in enumerate(items):
             b64 = item.get("b64_json") if isinstance(item, dict) else None
             if not isinstance(b64, str):
-                raise RequestFailed(f"invalid payload: data[{i}].b64_json missing (response_format=b64_json)", status=200)
+                raise RequestFailed(f"invalid payload: data[{i}].b64_json missing (response_format=b64_json)", status=200, outcome="invalid_payload")
             try:
                 with Image.open(io.BytesIO(base64.b64decode(b64, validate=True))) as img:
                     arr = np.asarray(img.convert("RGB"))
             except (binascii.Error, ValueError, UnidentifiedImageError, OSError) as exc:
-                raise RequestFailed(f"invalid payload: data[{i}] does not decode ({exc})"[:300], status=200) from None
+                raise RequestFailed(f"invalid payload: data[{i}] does not decode ({exc})"[:300], status=200, outcome="invalid_payload") from None
             if arr.shape[:2] != (request.height, request.width):
                 raise RequestFailed(
                     f"invalid payload: data[{i}] is {arr.shape[1]}x{arr.shape[0]}, requested "
-                    f"{request.width}x{request.height} (WIDTHxHEIGHT)", status=200)
+                    f"{request.width}x{request.height} (WIDTHxHEIGHT)", status=200, outcome="invalid_payload")
             out.append(arr)
         return np.stack(out)
 

@@ -26,8 +26,8 @@ import asyncio
 import json
 import ssl
 import sys
-from collections.abc import Coroutine
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine, Mapping
+from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
@@ -49,7 +49,7 @@ from diffbench.load.client.dialects import (
     video_fields,
     video_uses_form,
 )
-from diffbench.load.client.outcomes import classify_exception, classify_status
+from diffbench.load.client.outcomes import classify_exception, classify_status, redirect_target
 from diffbench.load.client.payload import (
     Verdict,
     check_chat,
@@ -63,6 +63,7 @@ from diffbench.load.client.workload import RequestSpec
 if TYPE_CHECKING:
     import aiohttp
 
+T = TypeVar("T")
 TERMINAL_FAILED = frozenset({"failed", "cancelled", "canceled", "error", "expired"})
 DELETE_TIMEOUT_S = 5.0
 CONNECT_TIMEOUT_S = 30.0
@@ -152,13 +153,21 @@ def _encoding(header: str | None) -> str | None:
     return None if header is None or header.strip().lower() in ("", "identity") else header
 
 
-async def _with_deadline(coro: Coroutine[object, object, None], seconds: float) -> None:
-    """Await ``coro`` under a total deadline (``asyncio.timeout`` on 3.11+, ``wait_for`` on 3.10)."""
+async def with_deadline(coro: Coroutine[object, object, T], seconds: float) -> T:
+    """Await ``coro`` under a total deadline of ``seconds`` (``asyncio.timeout`` on 3.11+, ``wait_for`` on
+    3.10) and return its value.
+
+    Raises:
+        TimeoutError: the deadline passed first (the coroutine is cancelled).
+    """
     if sys.version_info >= (3, 11):
         async with asyncio.timeout(seconds):
-            await coro
+            return await coro
     else:  # pragma: no cover
-        await asyncio.wait_for(coro, seconds)
+        return await asyncio.wait_for(coro, seconds)
+
+
+_with_deadline = with_deadline
 
 
 def _error_text(error: str | None, body: bytes, encoding: str | None) -> str | None:
@@ -292,7 +301,8 @@ class HttpBackend:
             a.first_byte_s = now()
             body = await resp.read()
             a.done_s = now()
-        c = classify_status(resp.status, resp.headers.get("Retry-After"))
+        c = classify_status(resp.status, resp.headers.get("Retry-After"),
+                            redirect_target(url, resp.headers.get("Location")))
         a.outcome, a.status, a.retry_after_s = c.outcome, c.status, c.retry_after_s
         if c.outcome == "ok":
             a.body = body
@@ -316,12 +326,11 @@ class HttpBackend:
                                content_type=mime_type(path))
         return form
 
-    async def _get(self, session: aiohttp.ClientSession, url: str) -> tuple[int, str | None, bytes]:
-        """GET ``url``: (status, Retry-After, body with its Content-Encoding removed)."""
+    async def _get(self, session: aiohttp.ClientSession, url: str) -> tuple[int, Mapping[str, str], bytes]:
+        """GET ``url``: (status, headers, body with its Content-Encoding removed)."""
         async with session.get(url, allow_redirects=False) as resp:
             data = await resp.read()
-        return resp.status, resp.headers.get("Retry-After"), \
-            decode_body(data, resp.headers.get("Content-Encoding"))
+        return resp.status, resp.headers, decode_body(data, resp.headers.get("Content-Encoding"))
 
     async def _video(self, session: aiohttp.ClientSession, spec: RequestSpec, a: Attempt, now: Now) -> None:
         import aiohttp
@@ -339,7 +348,7 @@ class HttpBackend:
             a.first_byte_s = now()
             data = await resp.read()
         data = decode_body(data, resp.headers.get("Content-Encoding"))
-        if not self._status_ok(resp.status, resp.headers.get("Retry-After"), data, a, now):
+        if not self._status_ok(resp.status, resp.headers, data, a, now, self._videos_url):
             return
         obj, err = parse_json(data)
         job = None if obj is None else obj.get("id")
@@ -360,8 +369,8 @@ class HttpBackend:
                 return
             next_poll += interval  # absolute cadence: polling overhead does not stretch the interval
             await asyncio.sleep(max(0.0, next_poll - now()))
-            code, retry, data = await self._get(session, job_url)
-            if not self._status_ok(code, retry, data, a, now):
+            code, headers, data = await self._get(session, job_url)
+            if not self._status_ok(code, headers, data, a, now, job_url):
                 return
             obj, err = parse_json(data)
             if obj is None:
@@ -376,12 +385,13 @@ class HttpBackend:
         async with session.get(f"{job_url}/content", allow_redirects=False) as resp:
             content = await resp.read()
             a.done_s = now()
-        if self._status_ok(resp.status, resp.headers.get("Retry-After"), content, a, now):
+        if self._status_ok(resp.status, resp.headers, content, a, now, f"{job_url}/content"):
             a.body = content
             a.body_encoding = _encoding(resp.headers.get("Content-Encoding"))
 
-    def _status_ok(self, status: int, retry_after: str | None, data: bytes, a: Attempt, now: Now) -> bool:
-        c = classify_status(status, retry_after)
+    def _status_ok(self, status: int, headers: Mapping[str, str], data: bytes, a: Attempt, now: Now,
+                   url: str) -> bool:
+        c = classify_status(status, headers.get("Retry-After"), redirect_target(url, headers.get("Location")))
         a.status = c.status
         if c.outcome == "ok":
             return True

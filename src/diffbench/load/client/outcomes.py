@@ -6,6 +6,7 @@ exception classes. Rules (serving-apis.md §5):
 - 2xx → ``ok`` (the payload is checked later, outside the timed region, and may become ``invalid_payload``);
 - 429 and 503 → ``rejected``; ``Retry-After`` (delta-seconds or an HTTP-date, RFC 9110 §10.2.3) is kept
   as ``retry_after_s``;
+- a redirect (3xx; never followed) → ``http_error`` with the status and its target (``Location``);
 - any other status → ``http_error`` with the status;
 - the per-request deadline → ``timeout``; refused / reset / dropped / TLS / DNS failures →
   ``connection_error``; cancellation at the end of a run → ``cancelled``.
@@ -66,13 +67,25 @@ def parse_retry_after(value: str | None, now_epoch_s: float | None = None) -> fl
     return secs
 
 
-def classify_status(status: int, retry_after: str | None = None) -> Classified:
-    """Outcome of an HTTP status (before the payload check)."""
+def redirect_target(request_url: str, location: str | None) -> str | None:
+    """The absolute target of a ``Location`` header (RFC 9110 §10.2.2: relative to the request's URL)."""
+    from urllib.parse import urljoin
+
+    return urljoin(request_url, location.strip()) if location and location.strip() else None
+
+
+def classify_status(status: int, retry_after: str | None = None, location: str | None = None) -> Classified:
+    """Outcome of an HTTP status (before the payload check); ``location`` is the ``Location`` header, named in
+    the error of a redirect (3xx) so that the user sees where the service points."""
     if 200 <= status < 300:
         return Classified("ok", status=status)
     if status in REJECT_STATUSES:
         return Classified("rejected", status=status, retry_after_s=parse_retry_after(retry_after),
                           error=f"HTTP {status}")
+    if 300 <= status < 400:
+        where = f"to {location.strip()}" if location and location.strip() else "without a Location header"
+        return Classified("http_error", status=status,
+                          error=f"HTTP {status} redirect {where} (not followed: give that URL as --url)")
     return Classified("http_error", status=status, error=f"HTTP {status}")
 
 
