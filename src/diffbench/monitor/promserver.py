@@ -4,7 +4,7 @@
 static scrape job per target) and a rule file into a temporary directory, starts ``prometheus`` with
 ``--storage.tsdb.path`` inside that directory on ``127.0.0.1:<free port>``, waits for ``GET /-/ready``,
 and answers PromQL instant queries (``/api/v1/query``) and the alert list (``/api/v1/alerts``) with the
-standard library's ``urllib`` (Prometheus HTTP API v1: https://prometheus.io/docs/prometheus/latest/querying/api/).
+standard library (:mod:`diffbench.core.httpget`: a total deadline per request) (Prometheus HTTP API v1: https://prometheus.io/docs/prometheus/latest/querying/api/).
 :meth:`PromServer.stop` terminates the process (SIGTERM, then SIGKILL after a grace period) and removes
 the temporary directory; it runs from ``__exit__`` and therefore also on Ctrl-C.
 
@@ -13,21 +13,21 @@ No torch import; nothing leaves loopback.
 
 from __future__ import annotations
 
+import http.client
 import json
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from diffbench.core.httpget import request
 from diffbench.errors import DiffbenchError, MissingDependencyError, UsageError
 
 INSTALL_HINT = "apt-get install prometheus (Debian/Ubuntu package; provides /usr/bin/prometheus and promtool)"
@@ -175,10 +175,9 @@ class PromServer:
             if self._proc is None or self._proc.poll() is not None:
                 return False
             try:
-                with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as r:
-                    if r.status == 200:
-                        return True
-            except (urllib.error.URLError, OSError):
+                if request(self.url + "/-/ready", deadline_s=2.0).status == 200:
+                    return True
+            except (OSError, http.client.HTTPException):
                 pass
             time.sleep(0.1)
         return False
@@ -219,16 +218,14 @@ class PromServer:
         if self._proc is None:
             raise UsageError("the local Prometheus is not running")
         url = self.url + path + ("?" + urllib.parse.urlencode(params) if params else "")
-        try:
-            with urllib.request.urlopen(url, timeout=10) as r:
-                body = json.loads(r.read())
-        except urllib.error.HTTPError as exc:
-            try:
-                body = json.loads(exc.read())
-            except (ValueError, OSError):
-                raise PrometheusError(f"GET {url}: HTTP {exc.code}") from exc
-        except (urllib.error.URLError, OSError, ValueError) as exc:
+        try:  # a total deadline of 10 s (connect + whole body)
+            resp = request(url, deadline_s=10.0)
+        except (OSError, http.client.HTTPException) as exc:
             raise PrometheusError(f"GET {url}: {exc}; log: {self.log_tail(300)}") from exc
+        try:
+            body = json.loads(resp.body)
+        except ValueError as exc:
+            raise PrometheusError(f"GET {url}: HTTP {resp.status}, not JSON") from exc
         if body.get("status") != "success":
             raise PrometheusError(f"GET {url}: {body.get('errorType')}: {body.get('error')}")
         return body["data"]

@@ -4,7 +4,7 @@
   into a :class:`Scrape` (a flat list of :class:`Sample` plus when and where it was taken);
 - :func:`read_scrape` reads a saved scrape file, :func:`read_scrapes` a list of files or one directory of
   them (sorted by name: the first is *before*, the last *after*);
-- :func:`fetch_metrics` GETs a ``/metrics`` URL (urllib, so it can run off the event loop on any thread);
+- :func:`fetch_metrics` GETs a ``/metrics`` URL (standard library, so it can run off the event loop on any thread; a total deadline per request, :mod:`diffbench.core.httpget`);
 - :class:`PromQuery` runs instant queries against ``/api/v1/query`` of a Prometheus server.
 
 A saved scrape may start with the comment line ``# diffbench-scrape time=<unix seconds> source=<text>``
@@ -21,9 +21,7 @@ import json
 import math
 import re
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -222,20 +220,26 @@ def metrics_url(url: str, option: str = "--metrics") -> str:
 
 
 def _get(url: str, option: str, timeout_s: float, accept: str) -> bytes:
-    req = urllib.request.Request(url, headers={"Accept": accept, "User-Agent": "diffbench"})
+    """GET ``url``'s body under a total deadline of ``timeout_s`` seconds (connect + whole body,
+    :func:`diffbench.core.httpget.request`); InputError naming ``option`` otherwise."""
+    import http.client
+
+    from diffbench.core.httpget import request
+
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 (http(s) checked by caller)
-            return resp.read()
-    except urllib.error.HTTPError as exc:
-        raise InputError(f"{option} {url}: HTTP {exc.code} {exc.reason}; check the URL (a service's /metrics "
-                         "or a Prometheus server's base URL)") from None
-    except urllib.error.URLError as exc:
-        raise InputError(f"{option} {url}: unreachable ({exc.reason}); check that the service is up and the "
-                         "host and port") from None
-    except (TimeoutError, OSError) as exc:
-        raise InputError(f"{option} {url}: no answer within {timeout_s:g} s ({exc})") from None
+        resp = request(url, deadline_s=timeout_s, headers={"Accept": accept, "User-Agent": "diffbench"})
+    except TimeoutError:
+        raise InputError(f"{option} {url}: no complete answer within {timeout_s:g} s") from None
+    except (OSError, http.client.HTTPException) as exc:
+        raise InputError(f"{option} {url}: unreachable ({type(exc).__name__}: {exc}); check that the service "
+                         "is up and the host and port") from None
     except ValueError as exc:
         raise InputError(f"{option} {url}: bad URL ({exc})") from None
+    if not 200 <= resp.status < 300:
+        where = f" to {resp.headers['location']}" if 300 <= resp.status < 400 and "location" in resp.headers else ""
+        raise InputError(f"{option} {url}: HTTP {resp.status}{where}; check the URL (a service's /metrics "
+                         "or a Prometheus server's base URL)")
+    return resp.body
 
 
 def fetch_text(url: str, *, option: str = "--metrics", timeout_s: float = 5.0) -> str:

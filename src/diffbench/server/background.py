@@ -15,6 +15,7 @@ server starts, so there is no race for the port. ``ServerConfig.host``/``port`` 
 from __future__ import annotations
 
 import contextlib
+import http.client
 import os
 import signal
 import socket
@@ -23,11 +24,10 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Literal
 
+from diffbench.core.httpget import request
 from diffbench.errors import ModelError, UsageError
 from diffbench.server.config import ServerConfig
 
@@ -46,10 +46,10 @@ def _listening_socket() -> socket.socket:
 
 
 def _health_ok(base_url: str) -> bool:
+    """``GET /health`` answers 200 within 1 s in all (connect + whole body)."""
     try:
-        with urllib.request.urlopen(f"{base_url}/health", timeout=1.0) as resp:
-            return resp.status == 200
-    except (urllib.error.URLError, OSError, ValueError):
+        return request(f"{base_url}/health", deadline_s=1.0).status == 200
+    except (OSError, http.client.HTTPException, ValueError):
         return False
 
 

@@ -14,6 +14,7 @@ No torch import here.
 from __future__ import annotations
 
 import base64
+import http.client
 import io
 import json
 import os
@@ -21,12 +22,11 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from diffbench.core.httpget import request
 from diffbench.errors import DiffbenchError
 from diffbench.monitor.promserver import free_port
 
@@ -97,15 +97,12 @@ def http_json(method: str, url: str, body: Any = None, *, timeout: float = 120.0
     """One loopback request; returns (status, parsed JSON body or text, headers). Never raises for an
     HTTP error status; raises :class:`DrillError` when the service cannot be reached."""
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"Content-Type": "application/json", **(headers or {})})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            raw, status, hdrs = r.read(), r.status, dict(r.headers)
-    except urllib.error.HTTPError as exc:
-        raw, status, hdrs = exc.read(), exc.code, dict(exc.headers or {})
-    except (urllib.error.URLError, OSError) as exc:
+    try:  # ``timeout``: the total deadline (connect + send + whole body), seconds
+        r = request(url, deadline_s=timeout, method=method, body=data,
+                    headers={"Content-Type": "application/json", **(headers or {})})
+    except (OSError, http.client.HTTPException) as exc:
         raise DrillError(f"{method} {url}: {exc}") from exc
+    raw, status, hdrs = r.body, r.status, dict(r.headers)
     try:
         return status, json.loads(raw), hdrs
     except ValueError:
@@ -114,11 +111,13 @@ def http_json(method: str, url: str, body: Any = None, *, timeout: float = 120.0
 
 def http_text(url: str, *, timeout: float = 10.0) -> str:
     """GET ``url`` as text (a ``/metrics`` scrape). Raises DrillError when unreachable or not 200."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.read().decode()
-    except (urllib.error.URLError, OSError) as exc:
+    try:  # ``timeout``: the total deadline (connect + whole body), seconds
+        r = request(url, deadline_s=timeout)
+    except (OSError, http.client.HTTPException) as exc:
         raise DrillError(f"GET {url}: {exc}") from exc
+    if r.status != 200:
+        raise DrillError(f"GET {url}: HTTP {r.status}")
+    return r.body.decode()
 
 
 def wait_until(pred: Any, timeout_s: float, what: str, *, poll_s: float = 0.2, proc: Proc | None = None) -> None:
