@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from diffbench.load.client.sweep import SweepRun
+    from diffbench.load.client.vllm_compat import VllmOptions
 
 API_KEY_ENV = "DIFFBENCH_API_KEY"
 MAX_REQUESTS = 200_000
@@ -29,8 +30,8 @@ def register(app: typer.Typer) -> None:
     def load(
         url: str | None = typer.Option(None, "--url", help="Service base URL (e.g. http://host:8000). "
                                        "Without it the reference service is started on 127.0.0.1."),
-        dialect: str = typer.Option("vllm-omni", "--dialect", help="openai | vllm-omni | vllm-omni-chat | sglang "
-                                     "(routes and fields: README, dialect table)."),
+        dialect: str | None = typer.Option(None, "--dialect", help="openai | vllm-omni | vllm-omni-chat | sglang "
+                                           "(routes and fields: README, dialect table). Default: vllm-omni."),
         mode: str = typer.Option("open", "--mode", help="open (arrival schedule) | closed (N users)."),
         rates: str | None = typer.Option(None, "--rates", help="Open loop: req/s list '0.5,1,2', or 'auto' "
                                          "(default: closed-loop capacity probe, then up to 1.2x capacity)."),
@@ -101,10 +102,33 @@ def register(app: typer.Typer) -> None:
         slo_scale: float | None = typer.Option(None, "--slo-scale", help="Per-request SLOs for requests without "
                                                "an slo_s: warm-up latency scaled by area x frames x steps, times "
                                                "this factor (vLLM-Omni's rule; its default is 3)."),
+        # vllm bench serve's names (README, "vllm bench serve names"; diffbench.load.client.vllm_compat)
+        base_url: str | None = typer.Option(None, "--base-url", help="Alias of --url (vllm bench serve)."),
+        model: str | None = typer.Option(None, "--model", help="Model name sent in every request (all dialects; "
+                                         "overrides the workload's model:)."),
+        backend: str | None = typer.Option(None, "--backend", help="vllm bench serve's request format, mapped "
+                                           "onto --dialect (openai, vllm, openai-chat, sglang, ...)."),
+        endpoint: str | None = typer.Option(None, "--endpoint", help="Route (vllm bench serve); must be the "
+                                            "dialect's (/v1/chat/completions alone selects vllm-omni-chat)."),
+        save_result: bool = typer.Option(False, "--save-result", help="Write the result JSON where vllm bench "
+                                         "serve would (--result-dir, --result-filename)."),
+        result_dir: str | None = typer.Option(None, "--result-dir", help="Directory of --save-result (created)."),
+        result_filename: str | None = typer.Option(None, "--result-filename", help="File name of --save-result."),
+        percentile_metrics: str | None = typer.Option(None, "--percentile-metrics", help="e2el (send to last "
+                                                      "byte) and/or latency (from arrival): printed in ms."),
+        metric_percentiles: str | None = typer.Option(None, "--metric-percentiles", help="Percentiles of "
+                                                      "--percentile-metrics among 50,90,99,99.9 (default 99)."),
     ) -> None:
         """Load-test a diffusion service: latency from intended arrival, goodput, knee."""
+        from diffbench.load.client.vllm_compat import VllmOptions, resolve_dialect, resolve_url
+
+        vllm = VllmOptions(base_url=base_url, model=model, backend=backend, endpoint=endpoint,
+                           save_result=save_result, result_dir=result_dir, result_filename=result_filename,
+                           percentile_metrics=percentile_metrics, metric_percentiles=metric_percentiles)
+        url = resolve_url(url, base_url)
+        dialect = resolve_dialect(dialect or "vllm-omni", dialect is not None, backend, endpoint)
         opts = LoadOptions(
-            url=url, dialect=dialect, mode=mode, rates=rates, users=users, duration=duration,
+            vllm=vllm, url=url, dialect=dialect, mode=mode, rates=rates, users=users, duration=duration,
             request_rate=request_rate, num_requests=num_requests, num_prompts=num_prompts,
             goodput=list(goodput), max_concurrency=max_concurrency, workers=workers, ray=ray,
             csv_out=str(csv_out) if csv_out else None, quiet=quiet,
@@ -172,6 +196,7 @@ class LoadOptions:
     trace: str | None = None
     trace_speed: float = 1.0
     slo_scale: float | None = None
+    vllm: VllmOptions | None = None
 
 
 def _seconds(name: str, value: float | None, *, zero_ok: bool = False) -> None:
@@ -370,6 +395,8 @@ def run_load_command(o: LoadOptions) -> None:
             check_request_count(min(rate * o.duration, num_requests),  # type: ignore[type-var]
                                 f"{count_opt} {num_requests}", o.max_requests)
     wl = load_workload(o.workload) if o.workload else _cli_workload(o.size, o.steps, o.frames)
+    if o.vllm is not None:  # --model and --save-result (vllm bench serve's names)
+        wl = _vllm_result(o, wl, max_inflight)
     if wl.kind == "edit" and wl.masks is not None and o.dialect == "vllm-omni-chat":
         raise UsageError("--dialect vllm-omni-chat sends the input picture as an image_url part and has no place "
                          "for a mask; drop masks from the workload or use --dialect vllm-omni")
@@ -431,6 +458,32 @@ def run_load_command(o: LoadOptions) -> None:
 
 
 LOCAL_SCRAPE = "local"
+
+
+def _vllm_result(o: LoadOptions, wl: object, max_inflight: object) -> object:
+    """Apply ``--model`` (the model sent) and ``--save-result`` (``o.json_out`` set to vLLM's path); check the
+    percentile options now. Returns the workload.
+
+    Raises:
+        UsageError: --save-result with --json, or a bad vLLM-named option.
+    """
+    from diffbench.errors import UsageError
+    from diffbench.load.client.vllm_compat import parse_percentiles, result_path
+    from diffbench.load.client.workload import Workload
+
+    assert isinstance(wl, Workload) and o.vllm is not None
+    v = o.vllm
+    if v.model is not None:
+        wl = wl.model_copy(update={"model": v.model})
+    parse_percentiles(v.percentile_metrics, v.metric_percentiles)
+    saved = result_path(v, label=v.backend or o.dialect, request_rate=o.request_rate,
+                        max_concurrency=max_inflight if isinstance(max_inflight, int) else None,
+                        model=wl.model or (None if o.url else o.serve_model))
+    if saved is not None:
+        if o.json_out:
+            raise UsageError(f"--save-result and --json {o.json_out} both write the result; give one")
+        o.json_out = saved
+    return wl
 
 
 def _trace(o: LoadOptions, wl: object, *, rates_given: bool, num_requests: object) -> tuple[object | None, object]:
@@ -753,6 +806,12 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
         sweep = attach_sweep(sweep, scraper)  # type: ignore[assignment, arg-type]
     _render(sweep, console)
     result = sweep.result
+    if o.vllm is not None and (o.vllm.percentile_metrics or o.vllm.metric_percentiles):
+        from diffbench.load.client.vllm_compat import parse_percentiles, percentile_lines
+
+        for line in percentile_lines(result.rates, *parse_percentiles(o.vllm.percentile_metrics,
+                                                                     o.vllm.metric_percentiles)):
+            console.print(line)
     if o.json_out:
         write_json_atomic(o.json_out, result.model_dump(mode="json"))
         console.print(f"sweep result written to {o.json_out}" + (" (partial: interrupted)"
