@@ -85,3 +85,33 @@ def test_openai_dialect_labels_do_not_claim_steps_or_frames(fake):
     assert {r.shape for r in run.records} == {"64x48"}
     run, _ = _video(fake.url("vid"), timeout=5.0, dialect="vllm-omni")
     assert {r.shape for r in run.records} == {"64x48 f5 s2"}
+
+
+def test_adaptive_polling_states_its_granularity_and_the_latency_stays_within_it(fake):
+    """Issue 24 item 14: a job of a known time (the fake finishes it ``video_s`` after the create) is measured
+    within the granularity each record states, plus the create's round trip (when the job started on the
+    server is only known to lie between the send and the create answer):
+    video_s <= latency from send <= video_s + poll_granularity_s + (first_byte_s - sent_s)."""
+    from diffbench.load.summary import summarize_rate
+
+    fake.video_s = 0.3
+
+    async def go():
+        backend = HttpBackend(Target(base_url=fake.url("vid"), timeout_s=5.0))  # default polling
+        await backend.start()
+        try:
+            wl = Workload.model_validate({"kind": "video", "shapes": [{"size": "64x48", "steps": 2, "frames": 5}]})
+            times = constant(10.0, 0.2)
+            return await run_open_loop(times, RequestPlanner(wl, ["a wave"], seed=0).take(len(times)), backend,
+                                       offered_rate=10.0, duration_s=0.2)
+        finally:
+            await backend.close()
+
+    run = asyncio.run(go())
+    assert [r.outcome for r in run.records] == ["ok", "ok"]
+    for r in run.records:
+        g = r.poll_granularity_s
+        assert g is not None and 0 < g < r.latency_from_send_s
+        assert fake.video_s <= r.latency_from_send_s <= fake.video_s + g + (r.first_byte_s - r.sent_s)
+    row = summarize_rate(run.records, offered_rate=10.0, duration_s=0.2)
+    assert row.poll_granularity_s == max(r.poll_granularity_s for r in run.records)

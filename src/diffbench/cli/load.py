@@ -71,7 +71,8 @@ def register(app: typer.Typer) -> None:
         size: str = typer.Option("256x256", "--size", help="WIDTHxHEIGHT when no --workload."),
         steps: int = typer.Option(4, "--steps", help="Steps when no --workload."),
         frames: int | None = typer.Option(None, "--frames", help="Frames (video jobs) when no --workload."),
-        poll_interval: float = typer.Option(0.25, "--poll-interval", help="Video job poll interval (s)."),
+        poll_interval: float = typer.Option(0.25, "--poll-interval", help="Video jobs: the longest poll "
+                                            "interval (s); polls start 10 ms apart and grow 1.25x up to it."),
         delete_abandoned: bool = typer.Option(False, "--delete-abandoned", help="DELETE video jobs the "
                                               "client gave up on (default: leave them running)."),
         header: list[str] = typer.Option([], "--header", help="Extra header 'Name: value' (repeatable)."),
@@ -686,7 +687,9 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
                                      f"order), {mask_text}, {strength}")
         conditions["route"] = image_path(target.dialect, edit=True)
     if wl.kind == "video":
-        conditions["poll_interval_s"] = f"{target.poll_interval_s:g} (latency quantized by it)"
+        conditions["poll_interval_s"] = (f"adaptive: {min(target.poll_first_s, target.poll_interval_s):g} s first, "
+                                         f"x{target.poll_backoff:g} per poll, at most {target.poll_interval_s:g} s "
+                                         "(each row states its poll granularity)")
         conditions["delete_abandoned"] = str(target.delete_abandoned).lower()
     console.print(f"timeout {target.timeout_s:g} s per request (from the send); "
                   f"drain {cfg.drain_s:g} s after Ctrl-C")

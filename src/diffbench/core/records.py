@@ -56,6 +56,10 @@ class RequestRecord(BaseModel):
     client_queue_s: float = 0.0
     server_stages_s: dict[str, float] = {}
     server_peak_memory_bytes: int | None = None
+    poll_granularity_s: float | None = None
+    """Video jobs: seconds from the send of the last status request that saw the job unfinished (or of the
+    create request) to ``done_s``. The job finished inside that window, so ``done_s`` overstates its end by
+    at most this much: the resolution bound of the latency. None: not a polled job."""
 
     @property
     def latency_from_arrival_s(self) -> float | None:

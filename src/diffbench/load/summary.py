@@ -176,6 +176,9 @@ class RateSummary(BaseModel):
     """Of those, the ok ones whose latency from intended arrival is within their SLO."""
     slo_attainment: float | None = None
     """``slo_met / slo_requests`` (vLLM-Omni's ``slo_attainment_rate``; failures count as not met)."""
+    poll_granularity_s: float | None = None
+    """Video jobs: the largest ``poll_granularity_s`` of the row's ok jobs (seconds): every latency of the
+    row overstates its job's end by at most this much (adaptive polling). None: no polled job."""
     server: ServerSide | None = None
     """The server's own view of the row, scraped from its ``/metrics`` (``load --scrape``; None without)."""
     hdr: HdrSummary | None = None
@@ -480,7 +483,10 @@ def summarize_rate(
     stage_n: dict[str, int] = {}
     peak: int | None = None
     service: list[float] = []
+    poll_gap: float | None = None
     for r in records:
+        if r.outcome == "ok" and r.poll_granularity_s is not None:
+            poll_gap = r.poll_granularity_s if poll_gap is None else max(poll_gap, r.poll_granularity_s)
         if r.status is not None:
             statuses[str(r.status)] = statuses.get(str(r.status), 0) + 1
         if r.outcome == "ok":
@@ -504,6 +510,8 @@ def summarize_rate(
         server_service_time_s=summarize(service) if service else None,
     )
     update: dict[str, object] = {"first_error": first_error} if first_error else {}
+    if poll_gap is not None:
+        update["poll_granularity_s"] = poll_gap
     if goodput:
         update["goodput_constraints"] = list(goodput)
         extra = gp.warnings(summary.n_ok) if gp else []

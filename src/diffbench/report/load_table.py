@@ -190,6 +190,10 @@ def _print_sweep(result: SweepResult, console: Console, title: str | None) -> No
         if row.server_stages_s:
             stages = " · ".join(f"{k} {fmt_seconds(v)}" for k, v in row.server_stages_s.items())
             console.print(f"{_row_label(row)}: server stages (mean) {stages}", style="dim")
+        if row.poll_granularity_s is not None:
+            console.print(f"{_row_label(row)}: video jobs polled adaptively: each latency is at most "
+                          f"{row.poll_granularity_s * 1e3:.1f} ms after its job ended (poll granularity)",
+                          style="dim")
     console.print(f"knee: {result.knee.reason}")
     console.print(summary_line(result))
     if result.slo_s is not None:
