@@ -74,8 +74,15 @@ def diagnose_scrapes(symptom: str, *paths: str | Path) -> DoctorReport:
     return diagnose(symptom, view_from_scrapes(scrapes), source=" + ".join(s.source for s in scrapes))
 
 
+SERVICE_INFO_TIMEOUT_S = 5.0
+"""Total deadline (s) of the ``GET /v1/models`` that fills the confirming commands."""
+
+
 def context_from(view: MetricsView, url: str | None) -> Context:
-    """The values the confirming commands are filled with: the service URL and the model seen."""
+    """The values the confirming commands are filled with: the service URL and the model seen in the
+    metrics; with a URL, what the service reports in ``GET /v1/models`` (its model id, engine and default
+    steps) wins, so that the commands run as printed against it. A service without that route keeps the
+    metrics' values."""
     ctx = Context()
     if url:
         ctx.url = url.rstrip("/").removesuffix("/metrics")
@@ -84,7 +91,33 @@ def context_from(view: MetricsView, url: str | None) -> Context:
         models = [k[0] for k in view.delta("diffusion_requests", ("model",))]
     if models and models[0]:
         ctx.model = models[0]
+    if url:
+        card = _service_card(ctx.url, ctx.model)
+        if isinstance(card.get("id"), str) and card["id"]:
+            ctx.model = card["id"]
+        if isinstance(card.get("engine"), str):
+            ctx.engine = card["engine"]
+        steps = card.get("default_steps")
+        if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0:
+            ctx.steps = steps
     return ctx
+
+
+def _service_card(base_url: str, model: str) -> dict[str, object]:
+    """The service's model card (``GET /v1/models``: the one named ``model``, else the first); {} when the
+    service does not answer it."""
+    import http.client
+    import json
+
+    from diffbench.core.httpget import request
+
+    try:
+        resp = request(base_url + "/v1/models", deadline_s=SERVICE_INFO_TIMEOUT_S)
+        data = json.loads(resp.body).get("data") if resp.status == 200 else None
+    except (OSError, http.client.HTTPException, ValueError, AttributeError):
+        return {}
+    cards = [c for c in data if isinstance(c, dict)] if isinstance(data, list) else []
+    return next((c for c in cards if c.get("id") == model), cards[0] if cards else {})
 
 
 def diagnose(symptom: str, view: MetricsView, *, url: str | None = None, source: str = "") -> DoctorReport:

@@ -48,11 +48,35 @@ class Finding(BaseModel):
 
 @dataclass
 class Context:
-    """What the commands are filled with: the service URL when known, the model and shapes seen."""
+    """What the commands are filled with: the service URL when known, the model and shapes seen, and what
+    the service reports of itself in ``GET /v1/models`` (``engine``, ``steps``: its default steps), read by
+    :func:`diffbench.monitor.doctor.context_from`."""
 
     url: str = "URL"
     model: str = "MODEL"
     probe_reference: str = "REFERENCE_DIR"
+    engine: str | None = None
+    steps: int | None = None
+
+    @property
+    def known_url(self) -> bool:
+        return self.url != "URL"
+
+    def bench(self, shape: str, rest: str, model: str | None = None) -> str:
+        """A ``bench`` command that measures ``shape`` as it is served: against the service itself
+        (``--engine http --url``, its model name and default steps) when its URL is known, else a local
+        run of the same model (``--engine sim`` for a sim service)."""
+        model = model or self.model
+        steps = f" --steps {self.steps}" if self.steps else ""
+        if self.known_url:
+            return f"diffbench bench --engine http --url {self.url} --model {model} --shapes {shape}{steps} {rest}"
+        return self.local(f"--shapes {shape}{steps} {rest}", model)
+
+    def local(self, rest: str, model: str | None = None) -> str:
+        """A local ``bench`` of the served model, for what only a local pipeline can change (compile, device,
+        VAE tiling): ``--engine sim`` when the service reports the sim engine."""
+        engine = " --engine sim" if self.engine == "sim" else ""
+        return f"diffbench bench{engine} --model {model or self.model} {rest}"
 
 
 def _ms(v: float | None) -> str:
@@ -151,7 +175,7 @@ def step_vs_baseline(view: MetricsView, ctx: Context) -> Finding:
             worst = (ratio, key)
     shape = worst[1][1] if worst else (next(iter(means))[1] if means else "WxH")
     model = worst[1][0] if worst else ctx.model
-    cmd = f"diffbench bench --model {model} --shapes {bench_shape(shape)} --runs 100 --json step.json"
+    cmd = ctx.bench(bench_shape(shape), "--runs 100 --json step.json", model=model)
     if worst is None:
         why = (f"step times for {', '.join(missing)} but no baseline for them (load a calibration: diffbench "
                "monitor calibrate, then serve --calibration)") if missing else "no denoise steps observed"
@@ -175,7 +199,7 @@ def recompiles(view: MetricsView, ctx: Context) -> Finding:
     d = view.delta("diffusion_compile_recompiles", ("model",))
     metrics = ["diffusion_compile_recompiles"]
     model = next(iter(d))[0] if d else ctx.model
-    cmd = f"TORCH_LOGS=recompiles diffbench bench --model {model} --compile --shapes SHAPES_SERVED"
+    cmd = "TORCH_LOGS=recompiles " + ctx.local("--compile --shapes SHAPES_SERVED", model)
     title = "recompiles after warmup"
     if not d:
         return Finding(key="recompiles", title=title, verdict="no data", metrics=metrics, command=cmd,
@@ -195,7 +219,7 @@ def rank_skew(view: MetricsView, ctx: Context) -> Finding:
     """Spread of the per-rank compute time before the collective (``DiffusionRankStepSkew``)."""
     means = view.hist_mean("diffusion_rank_step_compute_seconds", ("model", "rank"))
     metrics = ["diffusion_rank_step_compute_seconds"]
-    cmd = f"diffbench bench --model {ctx.model} --device cuda:N --runs 100 (once per rank's GPU)"
+    cmd = ctx.local("--device cuda:N --runs 100  # once per rank's GPU")
     title = "rank skew"
     if len(means) < 2:
         return Finding(key="rank_skew", title=title, verdict="no data", metrics=metrics, command=cmd,
@@ -394,7 +418,7 @@ def peak_memory(view: MetricsView, ctx: Context) -> Finding:
     if n_oom:
         details.append(f"{n_oom:.0f} request(s) ended out of memory")
     shape = "2048x2048" if top == "vae_decode" else "SHAPE"
-    cmd = f"diffbench bench --model {ctx.model} --shapes {shape} --runs 3 --json memory.json  (peak by stage)"
+    cmd = ctx.bench(shape, "--runs 3 --json memory.json  # peak by stage")
     if worst is None and top is None:
         return Finding(key="peak_memory", title=title, verdict="no data", details=details, metrics=metrics,
                        command=cmd, sentence="no memory series (peak or total) in the metrics")
@@ -420,7 +444,7 @@ def other_shapes(view: MetricsView, ctx: Context) -> Finding:
 
     counts = view.delta("diffusion_shape_requests", ("shape", "outcome"))
     metrics = ["diffusion_shape_requests_total"]
-    cmd = f"diffbench drill shapes --json shapes.json  (or diffbench bench --model {ctx.model} --shapes WxH for the shape)"
+    cmd = ctx.bench("WxH", "--runs 3  # WxH: a shape outside the warmup list (or: diffbench drill shapes)")
     title = "shapes outside the warmup list"
     by_shape: dict[str, dict[str, float]] = {}
     for (shape, outcome), n in counts.items():
@@ -450,8 +474,8 @@ def vae_tiling(view: MetricsView, ctx: Context) -> Finding:
     dep = view.info("diffusion_deployment_info")
     stage = view.gauge("diffusion_stage_memory_peak_bytes", ("stage",), peak=True)
     metrics = ["diffusion_deployment_info", "diffusion_stage_memory_peak_bytes"]
-    cmd = (f"diffbench bench --model {ctx.model} --shapes 2048x2048 --vae-tiling --runs 3  (and without "
-           "--vae-tiling: compare the vae_decode peak)")
+    cmd = ctx.local("--shapes 2048x2048 --vae-tiling --runs 3  # and without --vae-tiling: compare the "
+                    "vae_decode peak")
     title = "VAE tiling"
     if not dep:
         return Finding(key="vae_tiling", title=title, verdict="no data", metrics=metrics, command=cmd,

@@ -1,0 +1,58 @@
+"""``doctor``'s confirming commands run as printed against the service they diagnose (issue 24 item 11).
+
+A ``serve --engine sim`` (in this process) answers a few requests at its default size (a shape it labels); ``doctor p99 --metrics URL`` then prints
+its checks. Each ``diffbench bench`` command it prints is run as printed (its trailing ``#`` note dropped as a
+shell would, with ``--runs 2 --warmup 0`` appended to keep it short: the last value of an option wins): it
+must target the service (``--engine http --url``, the model id the service reports) and succeed. Before,
+it was ``diffbench bench --model sim ...``: a local run of a model directory named ``sim`` (exit 2). The
+commands that need a local pipeline (``--compile``, ``--device``) name the engine the service reports.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Iterator
+
+import pytest
+
+from diffbench.cli.main import main
+from diffbench.core.httpget import request
+from diffbench.engines.registry import EngineConfig, SimParams
+from diffbench.server.background import run_in_background
+from diffbench.server.config import ServerConfig
+
+SIM = SimParams(realtime=False, compile_s=0.0, jitter=0.0, tail_prob=0.0)  # type: ignore[call-arg]
+
+
+@pytest.fixture(scope="module")
+def sim_url() -> Iterator[str]:
+    with run_in_background(ServerConfig(engine=EngineConfig(engine="sim", sim=SIM)), mode="thread") as url:
+        body = json.dumps({"prompt": "a fox", "size": "256x256", "num_inference_steps": 2}).encode()
+        for _ in range(3):
+            r = request(url + "/v1/images/generations", deadline_s=30, method="POST", body=body,
+                        headers={"Content-Type": "application/json"})
+            assert r.status == 200, r.body[:200]
+        yield url
+
+
+def test_confirming_commands_run_as_printed_against_the_service(sim_url, tmp_path, monkeypatch, capsys) -> None:
+    out = tmp_path / "doctor.json"
+    assert main(["doctor", "p99", "--metrics", sim_url, "--json", str(out)]) == 0
+    card = json.loads(request(sim_url + "/v1/models", deadline_s=10).body)["data"][0]
+    commands = [c["command"] for c in json.loads(out.read_text())["checks"]]
+    benches = [c for c in commands if c.startswith("diffbench bench --engine http")]
+    assert benches, commands
+    # what only a local pipeline can change (compile, device): a local run of the engine the service reports
+    local = [c for c in commands if "diffbench bench" in c and "--engine http" not in c]
+    assert local and all(f"diffbench bench --engine {card['engine']} --model {card['id']} " in c for c in local)
+    monkeypatch.chdir(tmp_path)  # the commands write their --json beside them
+    for cmd in benches:
+        argv = shlex.split(cmd, comments=True)[1:]
+        assert argv[argv.index("--url") + 1] == sim_url and argv[argv.index("--model") + 1] == card["id"]
+        assert argv[argv.index("--steps") + 1] == str(card["default_steps"])
+        capsys.readouterr()
+        rc = main([*argv, "--runs", "2", "--warmup", "0", "--no-repro", "-q"])
+        assert rc == 0, (cmd, capsys.readouterr().err)
+    loads = [c for c in commands if c.startswith("diffbench load")]
+    assert all(f"--url {sim_url} " in c for c in loads), loads
