@@ -94,11 +94,21 @@ def test_a_vllm_bench_serve_command_line_runs_and_saves_where_vllm_would(sim_url
     assert f"P50 E2EL (ms): {p50_ms:.2f}" in out and "P99 E2EL (ms):" in out
 
 
+@pytest.mark.parametrize("kind", ["image", "edit"])
 @pytest.mark.parametrize("dialect", DIALECTS)
-def test_model_is_sent_in_every_dialect(recording, tmp_path, dialect: str) -> None:
+def test_model_is_sent_in_every_dialect(recording, tmp_path, dialect: str, kind: str) -> None:
     url, seen = recording
+    work: list[str] = ["--size", "64x64"]
+    if kind == "edit":  # edits: a multipart form (the chat dialect: an image_url part in the JSON body)
+        import numpy as np
+        from PIL import Image
+
+        (tmp_path / "in").mkdir()
+        Image.fromarray(np.zeros((64, 64, 3), np.uint8)).save(tmp_path / "in" / "a.png")
+        (tmp_path / "w.yaml").write_text("kind: edit\nimages: in\nshapes: [{size: 64x64, steps: 2}]\n")
+        work = ["--workload", str(tmp_path / "w.yaml")]
     assert main(["load", "--url", url, "--dialect", dialect, "--model", MODEL, "--request-rate", "4",
-                 "--num-requests", "2", "--size", "64x64", "--warmup", "1", "--quiet"]) == 0
+                 "--num-requests", "2", *work, "--warmup", "1", "--quiet"]) == 0
     assert len(seen) == 3  # one warm-up and two measured
     for path, body in seen:
         if body.startswith(b"{"):
