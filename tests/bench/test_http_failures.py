@@ -35,7 +35,7 @@ def _png(width: int, height: int) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-DRIP_BYTES, DRIP_EVERY_S = 20, 0.3
+DRIP_BYTES, DRIP_EVERY_S = 30, 0.3
 """``drip``: the last DRIP_BYTES bytes of a valid answer are sent one every DRIP_EVERY_S seconds."""
 
 
