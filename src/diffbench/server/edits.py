@@ -185,20 +185,20 @@ async def read_edit_form(request: "Request", limits: Limits) -> tuple[EditForm, 
 
 def install_edit_route(app: "FastAPI", service: "Service") -> None:
     """Add ``POST /v1/images/edits`` (see the module docstring) to ``app``."""
-    import base64
-
     from fastapi import Request, Response
 
-    from diffbench.server.app import generate_pngs
+    from diffbench.server.app import generate_pngs, image_data
     from diffbench.server.chat import default_strength
-    from diffbench.server.schemas import ImageData, ImageEditResponse, ignored_parameters
+    from diffbench.server.schemas import ImageEditResponse, ignored_parameters
     from diffbench.server.service import timing_headers
+    from diffbench.server.validation import refuse_stream
 
     @app.post(EDITS_PATH, response_model=ImageEditResponse)
     async def edit_images(request: Request, response: Response) -> ImageEditResponse:
         arrival = time.perf_counter()
         body, image, mask = await read_edit_form(request, service.config.limits)
         model = service.check_model(body.model)
+        refuse_stream(body.stream)
         size = None if body.size is not None and body.size.strip().lower() == "auto" else body.size
         if size is None and body.width is None and body.height is None:
             size = f"{image.width}x{image.height}"  # no size asked: the output keeps the input's size
@@ -213,7 +213,7 @@ def install_edit_route(app: "FastAPI", service: "Service") -> None:
         response.headers.update(timing_headers(out.stats))
         return ImageEditResponse(
             created=int(time.time()),
-            data=[ImageData(b64_json=base64.b64encode(p).decode("ascii")) for p in out.pngs],
+            data=image_data(request, out.pngs, body.response_format),
             model=model,
             size=f"{out.width}x{out.height}",
             num_inference_steps=out.steps,

@@ -11,8 +11,9 @@ JSON offset); a body that is not JSON has ``param: null``.
   ``limit_exceeded``): a malformed ``size``, a shape the engine cannot take (ShapeError), a body that is
   not a JSON object, a field out of range or of the wrong type (steps, n, guidance, prompt length, empty
   prompt), an unsupported field, a request above the service's ``--max-pixels``/``--max-steps``.
-- 404 (``model_not_found``, ``not_found``, ``not_ready``): another model, an unknown video id or path,
-  video content requested before the job completed. 405 (``method_not_allowed``).
+- 404 (``model_not_found``, ``not_found``, ``not_ready``, ``expired``): another model, an unknown video id
+  or path (the message lists every route the app serves), video content requested before the job
+  completed, a ``response_format=url`` file past its ``serve --url-ttl``. 405 (``method_not_allowed``).
 - 429 (``overloaded``): admission control; the ``Retry-After`` header gives seconds.
 - 500 (``generation_failed``): the generation raised; the message carries the reason. The service
   keeps serving.
@@ -154,6 +155,18 @@ def validation_message(errors: list[dict[str, object]]) -> tuple[str, str | None
     return "; ".join(parts), first
 
 
+def route_list(app: object) -> str:
+    """Every route the app serves, ``"METHOD path"`` comma-separated, read from ``app.routes`` (so a
+    404 names each route, including ones added later)."""
+    entries = []
+    for route in getattr(app, "routes", ()):
+        path = getattr(route, "path", None)
+        methods = sorted(set(getattr(route, "methods", None) or ()) - {"HEAD"})
+        if path is not None and methods:
+            entries.extend(f"{m} {path}" for m in methods)
+    return ", ".join(sorted(entries, key=lambda e: (e.split(" ", 1)[1], e)))
+
+
 def install_handlers(app: object) -> None:
     """Register the JSON error handlers on a FastAPI app (every error answers the OpenAI shape)."""
     from fastapi.exceptions import RequestValidationError
@@ -174,8 +187,8 @@ def install_handlers(app: object) -> None:
         if status == 404:
             err = APIError(
                 404,
-                f"{request.method} {request.url.path}: no such route; see /v1/images/generations, "
-                "/v1/chat/completions, /v1/videos, /v1/models, /health, /metrics",
+                f"{request.method} {request.url.path}: no such route; this service serves "
+                f"{route_list(request.app)}",
                 code="not_found",
             )
         elif status == 405:
