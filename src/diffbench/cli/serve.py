@@ -131,8 +131,20 @@ def register(app: typer.Typer) -> None:
         enable_faults: bool = typer.Option(
             False, "--enable-faults", help="Install POST /admin/faults (fault drills change settings at run time)."
         ),
+        write_tokenizer: str | None = typer.Option(
+            None,
+            "--write-tokenizer",
+            help="Write a tiny byte-level tokenizer (tokenizer.json + tokenizer_config.json) into DIR and exit, "
+            "without serving: for AIPerf --tokenizer DIR offline.",
+        ),
     ) -> None:
         """Serve POST /v1/images/generations, /v1/chat/completions (vLLM-Omni form), /v1/videos jobs, /health, /v1/models and /metrics."""
+        if write_tokenizer is not None:
+            from diffbench.server.tokenizer import write_tokenizer as write
+
+            out = write(write_tokenizer)
+            typer.echo(f"wrote a byte-level tokenizer to {out} (AIPerf: --tokenizer {out})")
+            return
         from diffbench.engines.registry import EngineConfig, SimParams
         from diffbench.errors import UsageError
         from diffbench.monitor.calibration import read_calibration
