@@ -1,6 +1,7 @@
 """OpenAI conformance of ``diffbench serve``, driven by the official ``openai`` client on a loopback port:
-``response_format="url"`` (files served for ``--url-ttl`` seconds), ``size="auto"``, variations (a 404 that
-lists every route), the video ``thumbnail``/``spritesheet`` variants, and the one ``stream`` rule.
+``response_format="url"`` (files served for ``--url-ttl`` seconds), ``size="auto"``, variations (image-to-image
+with no prompt), a 404 that lists every route, the video ``thumbnail``/``spritesheet`` variants, and the one
+``stream`` rule.
 
 Expected values come from elsewhere than the code under test: the same seed's ``b64_json`` answer, the
 app's own route table, Pillow decoding the images, PyAV decoding the MP4.
@@ -16,6 +17,7 @@ import urllib.error
 import urllib.request
 import warnings
 
+import httpx
 import numpy as np
 import pytest
 from PIL import Image
@@ -98,15 +100,50 @@ def test_size_auto_on_generations_is_the_default_size(base):
     assert _image(base64.b64decode(r.data[0].b64_json or "")).size == DEFAULT_SIZE
 
 
-def test_create_variation_404_lists_every_route(base):
-    png = io.BytesIO()
-    Image.new("RGB", (32, 32)).save(png, format="PNG")
-    with pytest.raises(openai.NotFoundError) as info, warnings.catch_warnings():
+class RecordingSim(SimEngine):
+    """The sim engine, keeping every request it was asked to generate."""
+
+    def __init__(self) -> None:
+        super().__init__(EngineConfig(engine="sim", sim=sim_params()))
+        self.requests: list[GenerationRequest] = []
+
+    def generate(self, request: GenerationRequest) -> GenerationResult:
+        self.requests.append(request)
+        return super().generate(request)
+
+
+def _png_of(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def test_create_variation_is_an_image_to_image_run_without_prompt():
+    engine = RecordingSim()
+    src = np.random.default_rng(3).integers(0, 256, (48, 64, 3), dtype=np.uint8)
+    with run_in_background(_config(), mode="thread", engine=engine) as url, warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # dall-e-2 only in the real API
-        _client(base).images.create_variation(image=("in.png", png.getvalue(), "image/png"))
+        client = _client(url)
+        r = client.images.create_variation(image=("in.png", _png_of(src), "image/png"), n=2,
+                                           response_format="url")
+        bad = httpx.post(f"{url}/v1/images/variations", timeout=30,
+                         files=[("image", ("in.png", _png_of(src))), ("mask", ("m.png", _png_of(src)))])
+        pngs = [_get(d.url or "")[1] for d in r.data]
+    assert len(pngs) == 2 and all(_image(p).size == (64, 48) for p in pngs)  # no size: the input's size
+    (req,) = engine.requests
+    assert req.prompt == "" and req.batch == 2 and req.image is not None and req.mask is None
+    assert (np.asarray(_image(req.image).convert("RGB")) == src).all()  # the uploaded picture, pixel for pixel
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "mask"
+
+
+def test_unknown_route_404_lists_every_route(base):
+    client = _client(base)
+    with pytest.raises(openai.NotFoundError) as info:
+        client.audio.speech.create(model="tts-1", voice="alloy", input="hello")
     message = info.value.body["message"] if isinstance(info.value.body, dict) else str(info.value)
     paths = {getattr(r, "path", None) for r in create_app(_config()).routes} - {None}
-    assert {"/v1/images/edits", "/v1/images/generations", "/v1/videos/{video_id}/content"} <= paths
+    assert {"/v1/images/edits", "/v1/images/generations", "/v1/images/variations",
+            "/v1/videos/{video_id}/content", "/v1/files/images/{name}"} <= paths
     missing = [p for p in paths if p not in message]
     assert not missing, (missing, message)
 
