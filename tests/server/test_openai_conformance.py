@@ -225,3 +225,25 @@ def test_stream_true_is_refused_alike_on_images_edits_and_chat(base):
     bodies = [e.body for e in errors]
     assert all(isinstance(b, dict) and b["param"] == "stream" for b in bodies), bodies
     assert len({b["message"] for b in bodies}) == 1 and "stream false" in bodies[0]["message"]  # type: ignore[index]
+
+
+def _ok_count(base: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    status, body = _get(f"{base}/metrics")
+    assert status == 200
+    return sum(s.value for fam in text_string_to_metric_families(body.decode()) for s in fam.samples
+               if s.name == "diffusion_requests_total" and s.labels["outcome"] == "ok"
+               and s.labels["traffic"] == "user")
+
+
+def test_edits_and_variations_are_counted_like_generations(base):
+    client = _client(base)
+    png = _png_of(np.zeros((32, 32, 3), np.uint8))
+    before = _ok_count(base)
+    client.images.generate(prompt="a fox", size="32x32")
+    client.images.edit(image=("in.png", png, "image/png"), prompt="a fox")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        client.images.create_variation(image=("in.png", png, "image/png"))
+    assert _ok_count(base) - before == 3

@@ -39,6 +39,8 @@ OOM_STATUS = 507
 TIMEOUT_STATUS = 504
 CANCELLED_STATUS = 499  # nginx's "client closed request": the client went away before the answer
 TRAFFIC_HEADER = "x-diffbench-traffic"
+GENERATION_PATHS = ("/v1/images/generations", "/v1/images/edits", "/v1/images/variations", "/v1/chat/completions")
+"""Routes whose every answer (any status) is one counted generation."""
 
 
 def traffic_of(value: str | None) -> str:
@@ -216,7 +218,7 @@ class CountOutcomes:
     ``diffbench_shape`` (the exported shape label) and ``diffbench_duration_s`` (arrival → response
     ready, seconds; set for successful generations) in the request state; they are passed on.
 
-    Counted: every image generation (images or chat route, any status), every refused video job creation (an accepted job is
+    Counted: every image generation (:data:`GENERATION_PATHS`: generations, edits, variations, chat; any status), every refused video job creation (an accepted job is
     counted when it finishes, see :mod:`diffbench.server.videos`) and every other error answer (404 on
     an unknown path or video id, 405, 400, 5xx). ``/health`` and ``/metrics`` are never counted, nor are
     successful reads (job polls, model list).
@@ -250,7 +252,7 @@ class CountOutcomes:
         finally:
             if status is not None:
                 path, method = scope.get("path"), scope.get("method")
-                generation = method == "POST" and path in ("/v1/images/generations", "/v1/chat/completions")
+                generation = method == "POST" and path in GENERATION_PATHS
                 job_created = method == "POST" and path == "/v1/videos" and status < 400
                 if (generation or status >= 400) and not job_created:
                     self.count(  # type: ignore[operator]
