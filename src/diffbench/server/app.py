@@ -52,7 +52,7 @@ def encode_png(image: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def image_data(request: "Request", pngs: list[bytes], response_format: str | None) -> list[ImageData]:
+async def image_data(request: "Request", pngs: list[bytes], response_format: str | None) -> list[ImageData]:
     """The ``data`` of an images answer: base64 PNGs, or (``response_format="url"``) URLs of stored copies.
 
     A URL is built from the request's own scheme and ``Host`` (``request.base_url``) and stays valid for
@@ -62,7 +62,8 @@ def image_data(request: "Request", pngs: list[bytes], response_format: str | Non
         return [ImageData(b64_json=base64.b64encode(p).decode("ascii")) for p in pngs]
     files: ImageFiles = request.app.state.image_files
     base = str(request.base_url).rstrip("/")
-    return [ImageData(url=f"{base}{FILES_PREFIX}/{files.put(p)}") for p in pngs]
+    names = await asyncio.to_thread(lambda: [files.put(p) for p in pngs])  # disk writes off the event loop
+    return [ImageData(url=f"{base}{FILES_PREFIX}/{name}") for name in names]
 
 
 def _realtime(config: ServerConfig) -> ServerConfig:
@@ -179,7 +180,7 @@ def create_app(
         response.headers.update(timing_headers(out.stats))
         return ImageResponse(
             created=int(time.time()),
-            data=image_data(request, out.pngs, body.response_format),
+            data=await image_data(request, out.pngs, body.response_format),
             model=model,
             size=f"{out.width}x{out.height}",
             num_inference_steps=out.steps,

@@ -240,7 +240,7 @@ def install_edit_route(app: "FastAPI", service: "Service") -> None:
         response.headers.update(timing_headers(out.stats))
         return ImageEditResponse(
             created=int(time.time()),
-            data=image_data(request, out.pngs, body.response_format),
+            data=await image_data(request, out.pngs, body.response_format),
             model=model,
             size=f"{out.width}x{out.height}",
             num_inference_steps=out.steps,
