@@ -21,7 +21,7 @@ ALERTS = (
     "DiffusionDenoiseStepRegression", "DiffusionCacheHitRatioDrift", "DiffusionQueueWaitOverHalfSLO",
     "DiffusionGPUPeakMemoryHigh", "DiffusionQualityPSNRDrop", "DiffusionRecompileDetected",
     "DiffusionRankStepSkew", "DiffusionExporterDown", "DiffusionProbeStale", "DiffusionErrorBudgetBurnFast",
-    "DiffusionErrorBudgetBurnSlow", "DiffusionBaselineMissing",
+    "DiffusionErrorBudgetBurnSlow", "DiffusionBaselineMissing", "DiffusionLatencyP99OverSLO",
 )
 
 
@@ -79,6 +79,12 @@ MUTATIONS = [
     ("rank spread limit 10 % -> 20 %", "spread_ratio5m > 0.1", "spread_ratio5m > 0.2"),
     ("probe stale after 10 intervals", "(2 * diffusion_quality_probe_interval_seconds)",
      "(10 * diffusion_quality_probe_interval_seconds)"),
+    ("latency p99 counts probe traffic", 'diffusion_request_duration_seconds_bucket{traffic="user"}',
+     "diffusion_request_duration_seconds_bucket"),
+    ("latency quantile 0.99 -> 0.9", "0.99,\n", "0.9,\n"),
+    ("latency p99 per shape", "sum by (job, instance, model, le)", "sum by (job, instance, model, shape, le)"),
+    ("latency alert without for", "          diffusion_latency_slo_seconds\n        for: 10m",
+     "          diffusion_latency_slo_seconds"),
     ("baseline guard fires on zero-initialised series",
      "(increase(diffusion_denoise_step_duration_seconds_count{shape!=\"other\"}[15m])) > 0",
      "(increase(diffusion_denoise_step_duration_seconds_count{shape!=\"other\"}[15m])) >= 0"),

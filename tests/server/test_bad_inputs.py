@@ -83,7 +83,7 @@ HTTP_ROWS = [
     ("POST", IMG, {"prompt": "x" * 51}, 400, "prompt", ["51 characters", "limit of 50"]),
     ("POST", IMG, {"prompt": "a", "guidance_scale": 25}, 400, "guidance_scale", ["less than or equal to 20"]),
     ("POST", IMG, {"prompt": "a", "seed": -1}, 400, "seed", ["greater than or equal to 0"]),
-    ("POST", IMG, {"prompt": "a", "response_format": "url"}, 400, "response_format", ["b64_json"]),
+    ("POST", IMG, {"prompt": "a", "response_format": "xml"}, 400, "response_format", ["b64_json", "url"]),
     ("POST", IMG, {"size": "64x64"}, 400, "prompt", ["Field required"]),
     ("POST", IMG, b'{"prompt": "a", size: 1}', 400, None, ["not valid JSON", "at character 16"]),
     ("POST", IMG, b"[16]", 400, "body", ["valid dictionary"]),

@@ -170,8 +170,8 @@ EDIT_ROWS = [
     ({}, [("image", ("x.png", _OK, "image/png"))], 400, "prompt", ["prompt"]),
     ({"prompt": "a", "image": "x"}, [], 400, "image", ["upload the image as a file"]),
     ({"prompt": "a", "size": "36x32"}, [("image", ("x.png", _OK, "image/png"))], 400, "size", ["width 36"]),
-    ({"prompt": "a", "response_format": "url"}, [("image", ("x.png", _OK, "image/png"))], 400, "response_format",
-     ["b64_json"]),
+    ({"prompt": "a", "response_format": "xml"}, [("image", ("x.png", _OK, "image/png"))], 400, "response_format",
+     ["b64_json", "url"]),
     ({"prompt": "a", "model": "other"}, [("image", ("x.png", _OK, "image/png"))], 404, "model", ["not served"]),
 ]
 

@@ -122,11 +122,29 @@ def register(app: typer.Typer) -> None:
             help="Seconds after arrival an image request may take; then 504 (outcome timeout). A queued one is "
             "dropped; a running one finishes on the device and is discarded (it cannot be interrupted).",
         ),
+        url_ttl: float = typer.Option(
+            3600.0,
+            "--url-ttl",
+            help="Seconds the images of a response_format=url answer stay downloadable at /v1/files/images/...; "
+            "then 404 expired.",
+        ),
         enable_faults: bool = typer.Option(
             False, "--enable-faults", help="Install POST /admin/faults (fault drills change settings at run time)."
         ),
+        write_tokenizer: str | None = typer.Option(
+            None,
+            "--write-tokenizer",
+            help="Write a tiny byte-level tokenizer (tokenizer.json + tokenizer_config.json) into DIR and exit, "
+            "without serving: for AIPerf --tokenizer DIR offline.",
+        ),
     ) -> None:
         """Serve POST /v1/images/generations, /v1/chat/completions (vLLM-Omni form), /v1/videos jobs, /health, /v1/models and /metrics."""
+        if write_tokenizer is not None:
+            from diffbench.server.tokenizer import write_tokenizer as write
+
+            out = write(write_tokenizer)
+            typer.echo(f"wrote a byte-level tokenizer to {out} (AIPerf: --tokenizer {out})")
+            return
         from diffbench.engines.registry import EngineConfig, SimParams
         from diffbench.errors import UsageError
         from diffbench.monitor.calibration import read_calibration
@@ -141,7 +159,7 @@ def register(app: typer.Typer) -> None:
         if not (math.isfinite(max_input_mb) and max_input_mb * 2**20 >= 1):
             raise UsageError(f"--max-input-mb {max_input_mb}: must be a finite number of MiB (at least 1 byte), "
                              "e.g. 20")
-        for flag, value in (("--slo", slo), ("--request-timeout", request_timeout)):
+        for flag, value in (("--slo", slo), ("--request-timeout", request_timeout), ("--url-ttl", url_ttl)):
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise UsageError(f"{flag} {value}: must be a finite number of seconds > 0")
         if engine not in ("diffusers", "sim"):
@@ -205,6 +223,7 @@ def register(app: typer.Typer) -> None:
             slo_s=slo,
             request_timeout_s=request_timeout,
             enable_faults=enable_faults,
+            url_ttl_s=url_ttl,
         )
         from diffbench.engines.registry import create_engine
         from diffbench.server.app import create_app

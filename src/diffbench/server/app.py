@@ -24,6 +24,7 @@ import numpy as np
 from diffbench.engines.base import Engine
 from diffbench.engines.registry import create_engine
 from diffbench.server.config import ServerConfig
+from diffbench.server.files import FILES_PREFIX, ImageFiles
 from diffbench.server.http_errors import APIError
 from diffbench.server.schemas import (
     GenerationStats,
@@ -36,7 +37,7 @@ from diffbench.server.schemas import (
     ignored_parameters,
 )
 from diffbench.server.service import Service, generation_stats, timing_headers
-from diffbench.server.validation import build_request, resolve_size
+from diffbench.server.validation import build_request, refuse_stream, resolve_size
 
 if TYPE_CHECKING:
     from fastapi import FastAPI, Request
@@ -49,6 +50,20 @@ def encode_png(image: np.ndarray) -> bytes:
     buf = io.BytesIO()
     Image.fromarray(np.ascontiguousarray(image), "RGB").save(buf, format="PNG", compress_level=1)
     return buf.getvalue()
+
+
+async def image_data(request: "Request", pngs: list[bytes], response_format: str | None) -> list[ImageData]:
+    """The ``data`` of an images answer: base64 PNGs, or (``response_format="url"``) URLs of stored copies.
+
+    A URL is built from the request's own scheme and ``Host`` (``request.base_url``) and stays valid for
+    ``serve --url-ttl`` seconds (:class:`diffbench.server.files.ImageFiles`).
+    """
+    if response_format != "url":
+        return [ImageData(b64_json=base64.b64encode(p).decode("ascii")) for p in pngs]
+    files: ImageFiles = request.app.state.image_files
+    base = str(request.base_url).rstrip("/")
+    names = await asyncio.to_thread(lambda: [files.put(p) for p in pngs])  # disk writes off the event loop
+    return [ImageData(url=f"{base}{FILES_PREFIX}/{name}") for name in names]
 
 
 def _realtime(config: ServerConfig) -> ServerConfig:
@@ -82,6 +97,7 @@ def create_app(
     if engine is None:
         engine = create_engine(_realtime(config).engine)
     service = Service(config=config, engine=engine, engine_started=engine_started)
+    files = ImageFiles(config.url_ttl_s)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -94,9 +110,11 @@ def create_app(
             yield
         finally:
             await asyncio.to_thread(service.stop)
+            files.close()
 
     app = FastAPI(title="diffbench reference service", lifespan=lifespan)
     app.state.service = service
+    app.state.image_files = files
     app.state.startup_error = None
     install_handlers(app)
     app.add_middleware(CountOutcomes, count=service.count)
@@ -152,6 +170,7 @@ def create_app(
     @app.post("/v1/images/generations", response_model=ImageResponse)
     async def generate_images(body: ImageGenerationRequest, request: Request, response: Response) -> ImageResponse:
         arrival = time.perf_counter()
+        refuse_stream(body.stream)
         model = service.check_model(body.model)
         out = await generate_pngs(
             service, request, arrival=arrival, size=body.size, width=body.width, height=body.height,
@@ -161,7 +180,7 @@ def create_app(
         response.headers.update(timing_headers(out.stats))
         return ImageResponse(
             created=int(time.time()),
-            data=[ImageData(b64_json=base64.b64encode(p).decode("ascii")) for p in out.pngs],
+            data=await image_data(request, out.pngs, body.response_format),
             model=model,
             size=f"{out.width}x{out.height}",
             num_inference_steps=out.steps,
@@ -171,6 +190,11 @@ def create_app(
             ),
             **out.stats.model_dump(),
         )
+
+    @app.get(FILES_PREFIX + "/{name}")
+    async def get_file(name: str) -> Response:
+        data = await asyncio.to_thread(files.get, name)
+        return Response(data, media_type="image/png")
 
     from diffbench.server.chat import install_chat_route
     from diffbench.server.edits import install_edit_route

@@ -38,9 +38,10 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from diffbench.server.http_errors import APIError, validation_message
+from diffbench.server.validation import refuse_stream
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -110,13 +111,6 @@ class ChatRequest(BaseModel):
     extra_body: dict[str, Any] | None = None
     stream: bool = False
 
-    @field_validator("stream")
-    @classmethod
-    def _no_stream(cls, v: bool) -> bool:
-        if v:
-            raise ValueError("streaming is not supported for image generation; send stream false or omit it")
-        return v
-
 
 def prompt_of(messages: list[ChatMessage]) -> tuple[str, list[object]]:
     """(the user messages' text joined by a space, the ``url`` of each input ``image_url`` part)."""
@@ -157,6 +151,7 @@ def parse_chat(raw: bytes) -> tuple[ChatRequest, GenerationFields, list[str], st
     except ValidationError as exc:
         message, param = validation_message(list(exc.errors()))  # type: ignore[arg-type]
         raise APIError(400, message, param=param) from None
+    refuse_stream(req.stream)
     nested = req.extra_body or {}
     top = {k: v for k, v in (req.model_extra or {}).items() if k in GENERATION_KEYS}
     merged = {**top, **nested}

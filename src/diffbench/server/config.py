@@ -59,7 +59,8 @@ class ServerConfig(BaseModel):
     gauge (wins over the calibration's); ``request_timeout_s``: a request not finished this many seconds
     after arrival answers 504 ``timeout`` (a queued one is dropped; a running one cannot be interrupted and
     finishes on the device, its result discarded); ``enable_faults`` installs ``POST /admin/faults``
-    (:mod:`diffbench.server.faults`) for drills.
+    (:mod:`diffbench.server.faults`) for drills; ``url_ttl_s``: seconds the images of a
+    ``response_format="url"`` answer are served (:mod:`diffbench.server.files`).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -90,6 +91,12 @@ class ServerConfig(BaseModel):
     slo_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     request_timeout_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     enable_faults: bool = False
+    url_ttl_s: float = Field(
+        default=3600.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="serve --url-ttl: seconds a response_format=url image stays downloadable (then 404 expired)",
+    )
 
     def shape_allowlist(self, frames: int | None = None) -> tuple[str, ...]:
         """``shapes``, else the default size and the warmup sizes at ``frames`` (a video model's default

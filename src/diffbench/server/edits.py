@@ -8,6 +8,10 @@ Request: ``multipart/form-data`` as the ``openai`` client's ``images.edit`` send
 OpenAI's ``"auto"``): the output has the input image's size. Other text fields are accepted and listed in
 ``ignored_parameters``, as on ``/v1/images/generations``.
 
+``POST /v1/images/variations`` (OpenAI ``images.create_variation``): the same form without ``prompt`` and
+without ``mask``; the variation is the edit of the input image with the empty prompt (``strength`` and the
+extras as for edits), answered like an edit.
+
 Input checks (each a 400 naming the field and the fix): one input image exactly (``image`` or ``image[]``);
 at most ``Limits.max_input_bytes`` encoded bytes (``serve --max-input-mb``); a PNG, JPEG or WebP that Pillow
 fully decodes; sides within ``Limits.max_side`` (checked from the header, before decoding, so a
@@ -27,7 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from diffbench.server.config import Limits
 from diffbench.server.http_errors import APIError, validation_message
@@ -39,6 +43,7 @@ if TYPE_CHECKING:
     from diffbench.server.service import Service
 
 EDITS_PATH = "/v1/images/edits"
+VARIATIONS_PATH = "/v1/images/variations"
 IMAGE_FIELDS = ("image", "image[]")
 """Form names of the input image: ``image`` (one file) and ``image[]`` (the SDK's name for a list)."""
 INPUT_FORMATS = frozenset({"PNG", "JPEG", "WEBP"})
@@ -50,6 +55,15 @@ class EditForm(ImageGenerationRequest):
     pydantic converts them)."""
 
     strength: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
+
+
+class VariationForm(EditForm):
+    """The text fields of a variations form (OpenAI ``images.create_variation``): the edit fields without a
+    prompt (a variation is an image-to-image run with the empty prompt)."""
+
+    prompt: str = ""
+
+    _prompt = field_validator("prompt")(lambda v: v)
 
 
 @dataclass(frozen=True)
@@ -127,8 +141,11 @@ def check_mask(image: InputImage, mask: InputImage | None) -> bytes | None:
     return mask_bytes(mask)
 
 
-async def read_edit_form(request: "Request", limits: Limits) -> tuple[EditForm, InputImage, InputImage | None]:
-    """Parse and check an edits form: (text fields, input image, mask or None).
+async def read_edit_form(
+    request: "Request", limits: Limits, form_model: type[EditForm] = EditForm
+) -> tuple[EditForm, InputImage, InputImage | None]:
+    """Parse and check an edits (or, with ``form_model=VariationForm``, variations) form: (text fields, input
+    image, mask or None).
 
     Raises:
         APIError: 400 for a body that is not multipart, no or several input images, a file where text is
@@ -167,7 +184,7 @@ async def read_edit_form(request: "Request", limits: Limits) -> tuple[EditForm, 
     finally:
         await form.close()
     try:
-        body = EditForm.model_validate(fields)
+        body = form_model.model_validate(fields)
     except ValidationError as exc:
         message, param = validation_message(list(exc.errors()))  # type: ignore[arg-type]
         raise APIError(400, message, param=param) from None
@@ -185,20 +202,30 @@ async def read_edit_form(request: "Request", limits: Limits) -> tuple[EditForm, 
 
 def install_edit_route(app: "FastAPI", service: "Service") -> None:
     """Add ``POST /v1/images/edits`` (see the module docstring) to ``app``."""
-    import base64
-
     from fastapi import Request, Response
 
-    from diffbench.server.app import generate_pngs
+    from diffbench.server.app import generate_pngs, image_data
     from diffbench.server.chat import default_strength
-    from diffbench.server.schemas import ImageData, ImageEditResponse, ignored_parameters
+    from diffbench.server.schemas import ImageEditResponse, ignored_parameters
     from diffbench.server.service import timing_headers
+    from diffbench.server.validation import refuse_stream
 
     @app.post(EDITS_PATH, response_model=ImageEditResponse)
     async def edit_images(request: Request, response: Response) -> ImageEditResponse:
+        return await _image_to_image(request, response, EditForm)
+
+    @app.post(VARIATIONS_PATH, response_model=ImageEditResponse)
+    async def image_variations(request: Request, response: Response) -> ImageEditResponse:
+        return await _image_to_image(request, response, VariationForm)
+
+    async def _image_to_image(request: Request, response: Response, form: type[EditForm]) -> ImageEditResponse:
         arrival = time.perf_counter()
-        body, image, mask = await read_edit_form(request, service.config.limits)
+        body, image, mask = await read_edit_form(request, service.config.limits, form)
+        if mask is not None and form is VariationForm:
+            raise APIError(400, "mask: a variation has no mask (OpenAI's variations take one image); send the "
+                           "mask to /v1/images/edits with a prompt", param="mask", code="unsupported_parameter")
         model = service.check_model(body.model)
+        refuse_stream(body.stream)
         size = None if body.size is not None and body.size.strip().lower() == "auto" else body.size
         if size is None and body.width is None and body.height is None:
             size = f"{image.width}x{image.height}"  # no size asked: the output keeps the input's size
@@ -213,7 +240,7 @@ def install_edit_route(app: "FastAPI", service: "Service") -> None:
         response.headers.update(timing_headers(out.stats))
         return ImageEditResponse(
             created=int(time.time()),
-            data=[ImageData(b64_json=base64.b64encode(p).decode("ascii")) for p in out.pngs],
+            data=await image_data(request, out.pngs, body.response_format),
             model=model,
             size=f"{out.width}x{out.height}",
             num_inference_steps=out.steps,

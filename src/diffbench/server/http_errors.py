@@ -11,8 +11,9 @@ JSON offset); a body that is not JSON has ``param: null``.
   ``limit_exceeded``): a malformed ``size``, a shape the engine cannot take (ShapeError), a body that is
   not a JSON object, a field out of range or of the wrong type (steps, n, guidance, prompt length, empty
   prompt), an unsupported field, a request above the service's ``--max-pixels``/``--max-steps``.
-- 404 (``model_not_found``, ``not_found``, ``not_ready``): another model, an unknown video id or path,
-  video content requested before the job completed. 405 (``method_not_allowed``).
+- 404 (``model_not_found``, ``not_found``, ``not_ready``, ``expired``): another model, an unknown video id
+  or path (the message lists every route the app serves), video content requested before the job
+  completed, a ``response_format=url`` file past its ``serve --url-ttl``. 405 (``method_not_allowed``).
 - 429 (``overloaded``): admission control; the ``Retry-After`` header gives seconds.
 - 500 (``generation_failed``): the generation raised; the message carries the reason. The service
   keeps serving.
@@ -38,6 +39,8 @@ OOM_STATUS = 507
 TIMEOUT_STATUS = 504
 CANCELLED_STATUS = 499  # nginx's "client closed request": the client went away before the answer
 TRAFFIC_HEADER = "x-diffbench-traffic"
+GENERATION_PATHS = ("/v1/images/generations", "/v1/images/edits", "/v1/images/variations", "/v1/chat/completions")
+"""Routes whose every answer (any status) is one counted generation."""
 
 
 def traffic_of(value: str | None) -> str:
@@ -154,6 +157,18 @@ def validation_message(errors: list[dict[str, object]]) -> tuple[str, str | None
     return "; ".join(parts), first
 
 
+def route_list(app: object) -> str:
+    """Every route the app serves, ``"METHOD path"`` comma-separated, read from ``app.routes`` (so a
+    404 names each route, including ones added later)."""
+    entries = []
+    for route in getattr(app, "routes", ()):
+        path = getattr(route, "path", None)
+        methods = sorted(set(getattr(route, "methods", None) or ()) - {"HEAD"})
+        if path is not None and methods:
+            entries.extend(f"{m} {path}" for m in methods)
+    return ", ".join(sorted(entries, key=lambda e: (e.split(" ", 1)[1], e)))
+
+
 def install_handlers(app: object) -> None:
     """Register the JSON error handlers on a FastAPI app (every error answers the OpenAI shape)."""
     from fastapi.exceptions import RequestValidationError
@@ -174,8 +189,8 @@ def install_handlers(app: object) -> None:
         if status == 404:
             err = APIError(
                 404,
-                f"{request.method} {request.url.path}: no such route; see /v1/images/generations, "
-                "/v1/chat/completions, /v1/videos, /v1/models, /health, /metrics",
+                f"{request.method} {request.url.path}: no such route; this service serves "
+                f"{route_list(request.app)}",
                 code="not_found",
             )
         elif status == 405:
@@ -203,7 +218,7 @@ class CountOutcomes:
     ``diffbench_shape`` (the exported shape label) and ``diffbench_duration_s`` (arrival → response
     ready, seconds; set for successful generations) in the request state; they are passed on.
 
-    Counted: every image generation (images or chat route, any status), every refused video job creation (an accepted job is
+    Counted: every image generation (:data:`GENERATION_PATHS`: generations, edits, variations, chat; any status), every refused video job creation (an accepted job is
     counted when it finishes, see :mod:`diffbench.server.videos`) and every other error answer (404 on
     an unknown path or video id, 405, 400, 5xx). ``/health`` and ``/metrics`` are never counted, nor are
     successful reads (job polls, model list).
@@ -237,7 +252,7 @@ class CountOutcomes:
         finally:
             if status is not None:
                 path, method = scope.get("path"), scope.get("method")
-                generation = method == "POST" and path in ("/v1/images/generations", "/v1/chat/completions")
+                generation = method == "POST" and path in GENERATION_PATHS
                 job_created = method == "POST" and path == "/v1/videos" and status < 400
                 if (generation or status >= 400) and not job_created:
                     self.count(  # type: ignore[operator]

@@ -53,8 +53,11 @@ def _non_blank(value: str) -> str:
 class ImageGenerationRequest(BaseModel):
     """``POST /v1/images/generations`` body.
 
-    Size from ``size`` (``"WIDTHxHEIGHT"``, pixels) or ``width`` + ``height`` (vLLM-Omni / SGLang
-    style); both may be given only when they agree (else 400).
+    Size from ``size`` (``"WIDTHxHEIGHT"``, pixels; OpenAI's ``"auto"`` is the service's default size,
+    ``serve --default-size``) or ``width`` + ``height`` (vLLM-Omni / SGLang style); both may be given only
+    when they agree (else 400). ``response_format``: ``b64_json`` (default) or ``url`` (a file the service
+    serves for ``serve --url-ttl`` seconds, :mod:`diffbench.server.files`). ``stream: true`` is refused
+    (400, :func:`diffbench.server.validation.refuse_stream`).
     """
 
     model_config = ConfigDict(extra="allow")
@@ -65,7 +68,8 @@ class ImageGenerationRequest(BaseModel):
     size: str | None = None
     width: int | None = Field(default=None, ge=1)
     height: int | None = Field(default=None, ge=1)
-    response_format: Literal["b64_json"] | None = "b64_json"
+    response_format: Literal["b64_json", "url"] | None = "b64_json"
+    stream: bool | None = None
     num_inference_steps: int | None = Field(default=None, ge=1)
     guidance_scale: float | None = Field(default=None, ge=0, le=20, allow_inf_nan=False)
     seed: int | None = Field(default=None, ge=0, lt=2**63)
@@ -151,8 +155,10 @@ class Adjustment(BaseModel):
 
 
 class ImageData(BaseModel):
-    b64_json: str
-    url: None = None
+    """One image of an answer: ``b64_json`` (base64 PNG) or ``url`` (per the request's ``response_format``)."""
+
+    b64_json: str | None = None
+    url: str | None = None
     revised_prompt: None = None
 
 

@@ -32,10 +32,29 @@ def parse_size(text: str, param: str = "size") -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
+STREAM_REFUSAL = (
+    "stream: streaming answers (stream=true, partial_images) are not supported by this service; send stream "
+    "false or omit it: the answer is one JSON body with every image"
+)
+
+
+def refuse_stream(stream: object) -> None:
+    """The one ``stream`` rule of the images and chat routes: ``stream: true`` is refused.
+
+    Raises:
+        APIError: 400 ``unsupported_parameter`` (``param: stream``) when ``stream`` is true.
+    """
+    if stream:
+        raise APIError(400, STREAM_REFUSAL, param="stream", code="unsupported_parameter")
+
+
 def resolve_size(
     size: str | None, width: int | None, height: int | None, default: str
 ) -> tuple[int, int, str]:
     """(width, height, param) from ``size`` or ``width`` + ``height``, else ``default``.
+
+    ``size="auto"`` (OpenAI's value: the model picks) counts as no size: ``width`` + ``height`` if given,
+    else ``default`` (``serve --default-size``).
 
     ``param`` is the field later errors about the size should name (``"size"`` or ``"width"``).
 
@@ -43,6 +62,8 @@ def resolve_size(
         APIError: 400 for a malformed ``size``, only one of ``width``/``height``, or ``width``/``height``
             that disagree with ``size``.
     """
+    if size is not None and size.strip().lower() == "auto":
+        size = None
     if size is not None:
         w, h = parse_size(size)
         for name, given, used in (("width", width, w), ("height", height, h)):

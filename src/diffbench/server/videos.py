@@ -4,8 +4,11 @@ Lifecycle: ``queued`` (admitted, waiting for the device) → ``in_progress`` (th
 ``completed`` or ``failed`` (with ``error.code`` ``out_of_memory`` or ``generation_failed``). ``DELETE``
 cancels a queued job before it reaches the device; a running job finishes on the device (generation is
 not interruptible) and its output is dropped. The deleted job is gone: later GETs answer 404.
-``/content`` answers 404 (``not_ready``) until the job is ``completed`` (as SGLang does), then the MP4
-(H.264, encoded once on the first download, off the event loop). Jobs live in memory; at most
+``/content`` answers 404 (``not_ready``) until the job is ``completed`` (as SGLang does), then, per
+OpenAI's ``variant`` query parameter: ``video`` (default) the MP4 (H.264, encoded once on the first
+download, off the event loop); ``thumbnail`` the first frame as a WebP still (``image/webp``, as OpenAI's
+videos API returns it); ``spritesheet`` a JPEG grid of up to :data:`SPRITE_FRAMES` evenly spaced frames
+(``image/jpeg``, as OpenAI's). Any other variant is a 400 naming the three. Jobs live in memory; at most
 ``ServerConfig.max_jobs`` are kept (the oldest finished ones are dropped first).
 
 Frames: ``num_frames`` exactly as given; ``seconds × fps`` (OpenAI's ``videos.create(seconds="4")``)
@@ -16,6 +19,7 @@ the pipeline's default frame count, else OpenAI's default of 4 s. The job's ``nu
 
 # No ``from __future__ import annotations``: FastAPI reads the route annotations at runtime.
 
+import io
 import json
 import threading
 import time
@@ -47,6 +51,10 @@ if TYPE_CHECKING:
 
 _FINISHED = ("completed", "failed", "cancelled")
 DEFAULT_SECONDS = 4  # OpenAI's videos API default duration (openai-python VideoCreateParams.seconds)
+VARIANTS = ("video", "thumbnail", "spritesheet")
+"""``GET /v1/videos/{id}/content?variant=``: OpenAI's downloadable assets of a video."""
+SPRITE_FRAMES = 16
+"""Most frames in a spritesheet (evenly spaced over the clip, 4 per row)."""
 _FILE_FIELDS = ("input_reference", "image_reference", "video_reference", "audio_reference", "reference_url")
 
 
@@ -56,6 +64,7 @@ class _Record:
     future: Future[Done] | None = None
     frames: np.ndarray | None = None
     mp4: bytes | None = None
+    stills: dict[str, bytes] | None = None
 
 
 class VideoJobs:
@@ -180,6 +189,34 @@ async def _read_body(request: "Request") -> dict[str, object]:
     return data
 
 
+def thumbnail_webp(frames: np.ndarray) -> bytes:
+    """The first frame of ``frames`` (uint8, (F, H, W, 3) RGB) as a lossless WebP still."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(frames[0]), "RGB").save(buf, format="WEBP", lossless=True)
+    return buf.getvalue()
+
+
+def spritesheet_jpeg(frames: np.ndarray, most: int = SPRITE_FRAMES, per_row: int = 4) -> bytes:
+    """Up to ``most`` evenly spaced frames of ``frames`` (uint8, (F, H, W, 3)) tiled ``per_row`` to a row,
+    left to right then top to bottom, as a JPEG (quality 90); unused tiles of the last row are black."""
+    from PIL import Image
+
+    count = min(most, len(frames))
+    picks = np.unique(np.linspace(0, len(frames) - 1, count).round().astype(int))
+    h, w = frames.shape[1:3]
+    cols = min(per_row, len(picks))
+    rows = -(-len(picks) // cols)
+    sheet = np.zeros((rows * h, cols * w, 3), np.uint8)
+    for k, i in enumerate(picks):
+        r, c = divmod(k, cols)
+        sheet[r * h:(r + 1) * h, c * w:(c + 1) * w] = frames[i]
+    buf = io.BytesIO()
+    Image.fromarray(sheet, "RGB").save(buf, format="JPEG", quality=90)
+    return buf.getvalue()
+
+
 def install_video_routes(app: "FastAPI", service: Service) -> None:
     """Register the video-job routes on ``app`` (see module docstring)."""
     from fastapi import Request, Response
@@ -292,7 +329,14 @@ def install_video_routes(app: "FastAPI", service: Service) -> None:
         return jobs.get(video_id).job
 
     @app.get("/v1/videos/{video_id}/content")
-    async def get_content(video_id: str) -> Response:
+    async def get_content(video_id: str, variant: str = "video") -> Response:
+        if variant not in VARIANTS:
+            raise APIError(
+                400,
+                f"variant: {variant!r} is not a video asset; use one of {', '.join(VARIANTS)} (default video)",
+                param="variant",
+                code="invalid_value",
+            )
         rec = jobs.get(video_id)
         job = rec.job
         if job.status != "completed" or rec.frames is None:
@@ -304,8 +348,16 @@ def install_video_routes(app: "FastAPI", service: Service) -> None:
                 param="id",
                 code="not_ready",
             )
+        frames = rec.frames
+        if variant != "video":
+            stills = rec.stills if rec.stills is not None else {}
+            if variant not in stills:
+                make = thumbnail_webp if variant == "thumbnail" else spritesheet_jpeg
+                stills[variant] = await run_in_threadpool(make, frames)
+            rec.stills = stills
+            media = "image/webp" if variant == "thumbnail" else "image/jpeg"
+            return Response(stills[variant], media_type=media)
         if rec.mp4 is None:
-            frames = rec.frames
             rec.mp4 = await run_in_threadpool(encode_mp4, frames, job.fps)
         return Response(rec.mp4, media_type="video/mp4")
 
