@@ -40,9 +40,12 @@ class LineSink:
         self.lines = 0  # lines written (flushed) before any error
         self.error: OSError | None = None
         try:  # the parent directory is checked (and created with --mkdir) by the command, not here
-            self._fh: IO[str] | None = self.path.open("w", encoding="utf-8")
+            self._fh: IO[str] | None = self._open()
         except OSError as exc:
             raise InputError(f"cannot write {option} {self.path}: {exc.strerror or exc}") from exc
+
+    def _open(self) -> IO[str]:
+        return self.path.open("w", encoding="utf-8")
 
     def write_lines(self, lines: Iterable[str]) -> bool:
         """Write and flush ``lines`` (each ending in a newline). False once the output has failed."""
