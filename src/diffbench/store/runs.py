@@ -82,16 +82,17 @@ class RunStore:
     def mark_stale(self) -> int:
         """Mark ``running`` runs and sweeps whose owner process has ended as ``interrupted`` with the note
         ``"pid N ended"``. Returns how many rows changed."""
-        changed = 0
+        stale = [(table, rid, pid) for table in ("runs", "sweeps")
+                 for rid, pid, host, started in self.db.query(
+                     f"SELECT id, pid, host, pid_started FROM {table} WHERE status = 'running'")
+                 if owner.ended(pid, host, started)]
+        if not stale:  # the common case: no write transaction, no wait on another writer's lock
+            return 0
         with self.db.write() as conn:
-            for table in ("runs", "sweeps"):
-                rows = conn.execute(f"SELECT id, pid, host, pid_started FROM {table} WHERE status = 'running'")
-                for rid, pid, host, started in rows.fetchall():
-                    if owner.ended(pid, host, started):
-                        conn.execute(f"UPDATE {table} SET status = 'interrupted', status_note = ? WHERE id = ?",
-                                     (owner.ended_note(pid), rid))
-                        changed += 1
-        return changed
+            for table, rid, pid in stale:  # still running: the row may have been finished meanwhile
+                conn.execute(f"UPDATE {table} SET status = 'interrupted', status_note = ? WHERE id = ? AND "
+                             "status = 'running' AND pid = ?", (owner.ended_note(pid), rid, pid))
+        return len(stale)
 
     @property
     def path(self) -> Path:
