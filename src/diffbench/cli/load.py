@@ -558,6 +558,7 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
     import signal
     import sys
 
+    from diffbench.core import interrupt
     from diffbench.core.jsonio import write_json_atomic
     from diffbench.load.client.control import JsonlSink, RunControl
     from diffbench.load.client.dialects import sends_steps_and_frames, shape_label
@@ -711,6 +712,7 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(signal.SIGINT)
                 loop.remove_signal_handler(signal.SIGTERM)
+                interrupt.install()  # asyncio restored SIG_DFL: SIGTERM is Ctrl-C again while outputs are written
             await backend.close()
             if backend.abandoned_jobs:
                 console.print(f"{len(backend.abandoned_jobs)} video job(s) left on the server after the "
