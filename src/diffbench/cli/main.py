@@ -98,8 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and maps :class:`DiffbenchError` to its exit code with a one-line error."""
     _offline_env()
     interrupt.reset()
-    interrupt.install()  # SIGTERM takes the Ctrl-C path of every command (exit 143, partial results kept)
-    return _interrupt_code(_run(argv))
+    previous = interrupt.install()  # SIGTERM takes every command's Ctrl-C path (exit 143, partial results kept)
+    try:
+        return _interrupt_code(_run(argv))
+    finally:
+        interrupt.restore(previous)
 
 
 def _interrupt_code(code: int) -> int:

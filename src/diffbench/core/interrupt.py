@@ -15,7 +15,11 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType
+from typing import Any
+
+Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 EXIT_SIGINT = 130  # 128 + SIGINT (2): the shell's code for a process stopped by Ctrl-C
 EXIT_SIGTERM = 143  # 128 + SIGTERM (15)
@@ -23,11 +27,21 @@ EXIT_SIGTERM = 143  # 128 + SIGTERM (15)
 _received: list[str] = []  # names of the signals that interrupted this process, in order
 
 
-def install() -> None:
-    """Handle SIGTERM like Ctrl-C from now on (main thread only; elsewhere a no-op)."""
+def install() -> Handler:
+    """Handle SIGTERM like Ctrl-C from now on (main thread only; elsewhere a no-op).
+
+    Returns:
+        The handler it replaced (for :func:`restore`).
+    """
     if threading.current_thread() is not threading.main_thread():
-        return
-    signal.signal(signal.SIGTERM, _on_sigterm)
+        return None
+    return signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def restore(previous: Handler) -> None:
+    """Put back the SIGTERM handler :func:`install` replaced (an in-process caller of the CLI keeps its own)."""
+    if previous is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
