@@ -218,3 +218,36 @@ def test_a_version_1_store_is_read_and_migrated(tmp_path) -> None:
     with RunStore.open(store) as st:  # migrated on a writable open
         st.put_run(_run("r2"))
         assert st.get_run("r2").pid == os.getpid() and st.get_run("r1").status == "done"
+
+
+def _read_only_mount_works() -> bool:
+    import shutil
+
+    if shutil.which("unshare") is None:
+        return False
+    d = Path(__file__).parent  # remounted read-only in a private mount namespace only
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount --bind {d} {d} && mount -o remount,bind,ro {d}"],
+                           capture_output=True)
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not _read_only_mount_works(), reason="no mount namespace (unshare -m) to make a read-only mount")
+def test_read_commands_work_on_a_read_only_mount(tmp_path) -> None:
+    """A real read-only mount (a bind mount remounted ro in a private mount namespace): even root cannot
+    write there. Before, `runs` and `runs show` refused it with 'chmod u+w'."""
+    d = tmp_path / "mnt"
+    d.mkdir()
+    store = d / "s.sqlite"
+    with RunStore.open(store) as st:
+        st.put_run(_run("r1"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "COLUMNS": "250"}
+    cli = f"{sys.executable} -m diffbench.cli.main"
+    script = (f"mount --bind {d} {d} && mount -o remount,bind,ro {d} && "
+              f"{cli} runs --store {store} && {cli} runs show r1 --store {store} --json && "
+              f"{{ {cli} sweep --option precision --values bfloat16 --store {store}; echo sweep-rc=$?; }}")
+    done = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "r1" in done.stdout and '"id": "r1"' in done.stdout
+    assert "sweep-rc=4" in done.stdout  # a command that writes still gets the clear StoreError
+    assert "read-only file system" in done.stderr and "chmod" not in done.stderr, done.stderr

@@ -158,8 +158,20 @@ class Database:
             raise translate(exc, self.path) from exc
 
 
+def _read_only_mount(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):  # AttributeError: no statvfs (Windows)
+        return False
+
+
 def _check_writable(path: Path) -> None:
     target = path if path.exists() else path.parent
+    if _read_only_mount(target):
+        raise StoreError(
+            f"store {path} is on a read-only file system (mount); the commands that only read it (runs, runs "
+            f"show, runs compare) work there; to write, pass --store / set {STORE_ENV} to a writable file"
+        )
     if path.exists() and not os.access(path, os.W_OK):
         raise StoreError(
             f"store {path} is read-only; make it writable (chmod u+w {path}) or pass --store / set "
