@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from tests.store.test_store import _run
 
@@ -57,6 +58,12 @@ def test_rows_of_a_killed_process_show_interrupted_with_its_pid(tmp_path, capsys
         assert st.get_run("r-killed").status == "running"
         assert st.get_sweep("s1").status == "running"  # type: ignore[union-attr]
     proc.send_signal(signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while psutil.Process(proc.pid).status() != psutil.STATUS_ZOMBIE:  # dead, not reaped: still judged ended
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    with RunStore.open(store, readonly=True) as st:
+        assert st.get_run("r-killed").status_text == f"interrupted (pid {proc.pid} ended)"
     proc.wait(60)
     assert main(["runs", "--store", str(store)]) == 0
     out = capsys.readouterr().out

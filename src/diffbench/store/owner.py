@@ -30,6 +30,8 @@ def ended(pid: int | None, host: str | None, started: float | None) -> bool | No
         return None
     try:
         proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:  # killed, not yet reaped by its parent
+            return True
         return started is not None and abs(proc.create_time() - started) > _START_TOLERANCE_S
     except psutil.NoSuchProcess:
         return True
