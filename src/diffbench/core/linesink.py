@@ -1,8 +1,8 @@
 """A streamed text output (``--jsonl``) that survives a failing disk.
 
 A run streams its records as it goes; when the disk fills (or the file otherwise stops accepting writes)
-the run must not die or lose its other outputs. :class:`LineSink` warns once, drops later lines and keeps
-the error; the command finishes, writes its other outputs and then raises :meth:`LineSink.check`'s
+the run must not die or lose its other outputs. :class:`LineSink` warns once, cuts the file back to its
+last whole line (so what it holds stays valid JSONL), drops later lines and keeps the error; the command finishes, writes its other outputs and then raises :meth:`LineSink.check`'s
 :class:`~diffbench.errors.OutputError` (exit 6).
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -38,6 +39,7 @@ class LineSink:
         self.path, self.option = Path(path), option
         self.warn = warn or _stderr
         self.lines = 0  # lines written (flushed) before any error
+        self._bytes = 0  # their size: a failed write is cut back to it (no half line at the end)
         self.error: OSError | None = None
         try:  # the parent directory is checked (and created with --mkdir) by the command, not here
             self._fh: IO[str] | None = self._open()
@@ -59,6 +61,7 @@ class LineSink:
             self._fail(exc)
             return False
         self.lines += len(batch)
+        self._bytes += sum(len(line.encode("utf-8")) for line in batch)
         return True
 
     def _fail(self, exc: OSError) -> None:
@@ -67,6 +70,8 @@ class LineSink:
         if fh is not None:
             with contextlib.suppress(OSError):  # closing flushes the buffer again: the same error
                 fh.close()
+        with contextlib.suppress(OSError):  # whole lines only: what was written stays readable JSONL
+            os.truncate(self.path, self._bytes)
         self.warn(f"warning: {self.describe()}; the run goes on without it (the other outputs are still "
                   "written; the exit code will be 6)")
 
