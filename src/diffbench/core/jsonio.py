@@ -7,6 +7,7 @@ import errno
 import json
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,25 @@ def write_text_atomic(path: str | os.PathLike[str], text: str, *, newline: str |
         hint = "free some space" if exc.errno == errno.ENOSPC else "choose a writable path"
         raise OutputError(f"{p}: cannot write ({exc.strerror or exc}); {hint}") from exc
     return p
+
+
+def write_each(*writes: Callable[[], object]) -> None:
+    """Call every writer in order, even after one fails, so one unwritable output never costs the others.
+
+    Raises:
+        OutputError: the first failure (exit 6), once every writer was tried; the others are named with it.
+    """
+    from diffbench.errors import OutputError
+
+    failed: list[OutputError] = []
+    for write in writes:
+        try:
+            write()
+        except OutputError as exc:
+            failed.append(exc)
+    if failed:
+        more = "".join(f"; also {e}" for e in failed[1:])
+        raise OutputError(f"{failed[0]}{more}") from failed[0]
 
 
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
