@@ -8,7 +8,8 @@ DiffbenchError (exit 2)            base; message names the input and the fix
 ├── ShapeError (exit 2)            a size / frame count / step count the model cannot take
 ├── MissingDependencyError (exit 3) an optional extra is not installed (names the extra)
 ├── MissingWeightsError (exit 3)   metric or model weights are not on disk (names file and location)
-├── StoreError (exit 4)            the run store is locked, read-only or from a newer schema
+├── StoreError (exit 4)            the run store is locked, read-only or from a newer schema, or the
+│                                  sweep id is running in another live process
 ├── GenerationError (exit 5)       one generation failed (recorded as data where a run continues)
 │   └── DeviceOutOfMemory (exit 5) the device ran out of memory for one request / shape
 ├── OutputError (exit 6)           an output file could not be written (a full disk): the run completed,
@@ -58,7 +59,7 @@ class MissingWeightsError(DiffbenchError):
 
 
 class StoreError(DiffbenchError):
-    """The run store cannot be used (locked, read-only, newer schema)."""
+    """The run store cannot be used (locked, read-only, newer schema, a sweep another process runs)."""
 
     exit_code = 4
 

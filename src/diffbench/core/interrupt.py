@@ -6,8 +6,11 @@ to die at once (exit 143, no output); :func:`install` replaces that with the Ctr
 partial result, and records that the interrupt was a SIGTERM so the CLI exits 143 (128 + 15) instead of
 130 (128 + 2) and says "SIGTERM" instead of "Ctrl-C".
 
-Commands that run an asyncio loop with their own signal handlers (``load``, ``probe``, ``serve``) replace
-this handler while the loop runs; they call :func:`note` so the exit code and the messages agree.
+Commands that run an event loop with their own signal handlers replace this one while the loop runs and
+agree on the codes: ``load`` drains and exits 130 / 143 itself, ``probe`` calls :func:`note`, ``serve``'s
+uvicorn drains and then re-raises the signal to this handler; ``load`` and ``probe`` re-:func:`install` it
+when their loop ends (asyncio leaves SIGTERM at its default), as does ``ray.init``'s caller
+(:func:`diffbench.distributed.cluster.connect`: Ray sets a SIGTERM handler that exits at once).
 """
 
 from __future__ import annotations
