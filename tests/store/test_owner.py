@@ -119,6 +119,7 @@ sys.exit(main(sys.argv[3:]))
 """
 
 
+@pytest.mark.slow
 def test_two_identical_sweeps_racing_on_one_store(tmp_path) -> None:
     store, go = tmp_path / "s.sqlite", tmp_path / "go"
     RunStore.open(store).close()
@@ -239,6 +240,7 @@ def _read_only_mount_works() -> bool:
 
 
 @pytest.mark.skipif(not _read_only_mount_works(), reason="no mount namespace (unshare -m) to make a read-only mount")
+@pytest.mark.slow
 def test_read_commands_work_on_a_read_only_mount(tmp_path) -> None:
     """A real read-only mount (a bind mount remounted ro in a private mount namespace): even root cannot
     write there. Before, `runs` and `runs show` refused it with 'chmod u+w'."""
