@@ -8,13 +8,17 @@ DiffbenchError (exit 2)            base; message names the input and the fix
 ├── ShapeError (exit 2)            a size / frame count / step count the model cannot take
 ├── MissingDependencyError (exit 3) an optional extra is not installed (names the extra)
 ├── MissingWeightsError (exit 3)   metric or model weights are not on disk (names file and location)
-├── StoreError (exit 4)            the run store is locked, read-only or from a newer schema
+├── StoreError (exit 4)            the run store is locked, read-only or from a newer schema, or the
+│                                  sweep id is running in another live process
 ├── GenerationError (exit 5)       one generation failed (recorded as data where a run continues)
 │   └── DeviceOutOfMemory (exit 5) the device ran out of memory for one request / shape
+├── OutputError (exit 6)           an output file could not be written (a full disk): the run completed,
+│                                  the other outputs were written, the failed one is named
 └── GateFailed (exit 1)            a quality or SLO gate failed (the run itself completed)
 ```
 
-Third-party exceptions are translated into these at the boundary that calls the library.
+Third-party exceptions are translated into these at the boundary that calls the library. Besides these, a
+run stopped by Ctrl-C exits 130 and one stopped by SIGTERM 143 (see :mod:`diffbench.core.interrupt`).
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ class MissingWeightsError(DiffbenchError):
 
 
 class StoreError(DiffbenchError):
-    """The run store cannot be used (locked, read-only, newer schema)."""
+    """The run store cannot be used (locked, read-only, newer schema, a sweep another process runs)."""
 
     exit_code = 4
 
@@ -75,6 +79,16 @@ class DeviceOutOfMemory(GenerationError):
 
     memory: object | None = None
     signals: object | None = None
+
+
+class OutputError(DiffbenchError):
+    """An output (``--json``, ``--jsonl``, ``--csv`` ...) could not be written, e.g. the disk filled.
+
+    A run whose streamed output fails mid-run warns once, goes on, writes its other outputs and then raises
+    this; the message names the output, the OS error and what was written.
+    """
+
+    exit_code = 6
 
 
 class GateFailed(DiffbenchError):

@@ -11,7 +11,7 @@ import pytest
 
 from diffbench.core.jsonio import write_json_atomic
 from diffbench.core.outpath import check_output_dir, check_output_file
-from diffbench.errors import InputError, UsageError
+from diffbench.errors import InputError, OutputError, UsageError
 
 
 def test_missing_parent_is_an_error_and_creates_nothing(tmp_path):
@@ -60,7 +60,7 @@ def test_output_dir_may_be_new_but_parent_must_exist(tmp_path):
 
 
 def test_write_json_atomic_does_not_create_directories(tmp_path):
-    with pytest.raises(InputError, match="cannot write"):
+    with pytest.raises(OutputError, match="cannot write"):
         write_json_atomic(tmp_path / "missing" / "r.json", {"a": 1})
     assert not (tmp_path / "missing").exists()
 

@@ -187,3 +187,33 @@ def test_packed_results_round_trip_and_foreign_pickles_are_refused(tmp_path) -> 
         with pytest.raises(ValueError, match="packed"):
             unpack(bad)
     assert not marker.exists()
+
+
+@pytest.mark.slow
+def test_sigterm_during_a_ray_run_is_ctrl_c(tmp_path) -> None:
+    """ray.init sets its own SIGTERM handler (sys.exit(15)): connect() gives SIGTERM back to the Ctrl-C path,
+    so `bench --ray` stopped by SIGTERM writes its partial JSON and exits 143."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "b.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "diffbench.cli.main", "bench", "--engine", "sim", "--sim-realtime",
+         "--sim-compile-s", "0", "--sim-step-s", "0.05", "--warmup", "1", "--runs", "300", "--ray", "local",
+         "--save-outputs", str(tmp_path / "o"), "--json", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    deadline = time.monotonic() + 240
+    while not (out.exists() and json.loads(out.read_text())["shapes"][0]["samples_s"]):  # a timed run is in
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert "SIGTERM" in err and "Traceback" not in err
+    doc = json.loads(out.read_text())
+    assert doc["partial"] is True and doc["interrupted"] is True

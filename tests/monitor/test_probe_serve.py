@@ -296,8 +296,11 @@ def test_continuous_record_run_records_then_compares(service, tmp_path: Path) ->
 
 
 @pytest.mark.slow
-def test_sigint_mid_pass_exits_0_with_whole_lines(service, recorded: Path, tmp_path: Path) -> None:
-    """Passes back to back (interval 10 ms), so the signal lands in a pass: it is dropped, not half written."""
+@pytest.mark.parametrize("sig, name", [(signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM")])
+def test_sigint_mid_pass_exits_0_with_whole_lines(service, recorded: Path, tmp_path: Path, sig: int,
+                                                  name: str) -> None:
+    """Passes back to back (interval 10 ms), so the signal lands in a pass: it is dropped, not half written.
+    SIGTERM stops a continuous probe as Ctrl-C does, and the message names it."""
     url, _ = service
     lines = tmp_path / "p.jsonl"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2] / "src"),
@@ -308,9 +311,9 @@ def test_sigint_mid_pass_exits_0_with_whole_lines(service, recorded: Path, tmp_p
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     try:
         _wait(lambda: len(_lines(lines)) >= 2, "two passes")
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         assert proc.wait(timeout=30) == 0
-        assert proc.stderr is not None and "stopped by signal" in proc.stderr.read()
+        assert proc.stderr is not None and f"stopped by {name}" in proc.stderr.read()
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +22,7 @@ from diffbench.core.stats import PERCENTILE_METHOD
 from diffbench.engines.base import Engine, EngineInfo, GenerationRequest
 from diffbench.engines.config import EngineConfig
 from diffbench.engines.registry import create_engine
-from diffbench.errors import InputError, UsageError
+from diffbench.errors import InputError, OutputError, UsageError
 from diffbench.workload.prompts import Prompt, builtin_prompts, load_prompt_file
 
 # Defaults per embedded model: (height, width, frames, steps). Tiny models use few steps so the default
@@ -247,6 +248,7 @@ def run_session(
             base = base.model_copy(update={"outputs_dir": str(opts.save_outputs)})
 
         state = {"result": base}
+        write_failed: list[OutputError] = []  # a --json write failed mid-run (warned once)
 
         def assemble(shapes: list[ShapeResult], partial: bool, interrupted: bool = False) -> BenchResult:
             r = base.model_copy(update={"shapes": shapes, "partial": partial, "interrupted": interrupted})
@@ -265,7 +267,13 @@ def run_session(
 
         def progress(shapes: list[ShapeResult]) -> None:
             state["result"] = assemble(shapes, partial=True)
-            _write(opts, state["result"], markdown=False)
+            try:
+                _write(opts, state["result"], markdown=False)
+            except OutputError as exc:  # a full disk mid-run: warned once, the run goes on (final write raises)
+                if not write_failed:
+                    write_failed.append(exc)
+                    print(f"warning: {exc}; the run goes on (--json is written again at the end)", file=sys.stderr,
+                          flush=True)
             if on_update:
                 on_update(state["result"])
 
@@ -274,7 +282,10 @@ def run_session(
                                on_run=on_run)
         except KeyboardInterrupt:
             partial = assemble(state["result"].shapes, partial=True, interrupted=True)
-            _write(opts, partial, markdown=True)
+            try:
+                _write(opts, partial, markdown=True)
+            except OutputError as exc:  # the interrupt is what is reported; the output error beside it
+                print(f"warning: {exc}", file=sys.stderr, flush=True)
             if on_update:
                 on_update(partial)
             raise
@@ -289,8 +300,8 @@ def _write(opts: BenchOptions, result: BenchResult, markdown: bool) -> None:
     if opts.json_path:
         try:
             write_json_atomic(opts.json_path, result.model_dump(mode="json"))
-        except InputError as exc:
-            raise InputError(f"--json {exc}") from exc
+        except OutputError as exc:
+            raise OutputError(f"--json {exc}") from exc
     if markdown and opts.markdown_path:
         from diffbench.report.bench_report import to_markdown
 

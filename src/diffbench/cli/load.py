@@ -612,6 +612,7 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
     import signal
     import sys
 
+    from diffbench.core import interrupt
     from diffbench.core.jsonio import write_json_atomic
     from diffbench.load.client.control import JsonlSink, RunControl
     from diffbench.load.client.dialects import sends_steps_and_frames, shape_label
@@ -767,6 +768,7 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(signal.SIGINT)
                 loop.remove_signal_handler(signal.SIGTERM)
+                interrupt.install()  # asyncio restored SIG_DFL: SIGTERM is Ctrl-C again while outputs are written
             await backend.close()
             if backend.abandoned_jobs:
                 console.print(f"{len(backend.abandoned_jobs)} video job(s) left on the server after the "
@@ -825,7 +827,8 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
         write_sweep_csv(o.csv_out, result)
         console.print(f"{len(result.rates)} CSV row(s) written to {o.csv_out}")
     if sink is not None:
-        console.print(f"{sink.count} request records written to {sink.path}")
+        console.print(f"{sink.count} request records written to {sink.path}"
+                      + (" (then a write failed)" if sink.failed else ""))
     if sweep.interrupted:
         import typer
 
@@ -833,6 +836,8 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
                     + (f"; the partial result was written to {o.json_out}" if o.json_out else ""),
                     fg="red", err=True)
         raise typer.Exit(stopped_by[0] if stopped_by else 130)
+    if sink is not None:
+        sink.check()  # a --jsonl that failed mid-run: exit 6, after the summary and the other outputs
     if result.n_ok == 0:
         raise NoSuccessError(_no_success_message(result, sweep.failed_in))
 

@@ -12,6 +12,7 @@ import sys
 import typer
 
 from diffbench import __version__
+from diffbench.core import interrupt
 from diffbench.errors import DiffbenchError
 
 app = typer.Typer(
@@ -96,6 +97,20 @@ _EXTRA_OF = {
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and maps :class:`DiffbenchError` to its exit code with a one-line error."""
     _offline_env()
+    interrupt.reset()
+    previous = interrupt.install()  # SIGTERM takes every command's Ctrl-C path (exit 143, partial results kept)
+    try:
+        return _interrupt_code(_run(argv))
+    finally:
+        interrupt.restore(previous)
+
+
+def _interrupt_code(code: int) -> int:
+    """A command stopped by SIGTERM returns 143, not the 130 of its Ctrl-C path."""
+    return interrupt.exit_code() if code == interrupt.EXIT_SIGINT else code
+
+
+def _run(argv: list[str] | None) -> int:
     try:
         rv = app(args=argv, standalone_mode=False)
     except DiffbenchError as exc:
@@ -120,8 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 3
     except KeyboardInterrupt:
-        typer.secho("interrupted", fg="red", err=True)
-        return 130
+        typer.secho(f"interrupted ({interrupt.interrupt_name()})", fg="red", err=True)
+        return interrupt.exit_code()
     except Exception as exc:
         # Usage errors of the (possibly vendored) click: duck-typed so any typer version works.
         if hasattr(exc, "show") and isinstance(getattr(exc, "exit_code", None), int):

@@ -7,7 +7,7 @@ failed (a request or a reference could not be compared); 2 bad input, all checke
 request: missing ``--url`` or an unreachable service, no/both reference options, a missing or invalid
 reference directory, references from another deployment (fingerprint differs) or without a fingerprint
 (unless ``--allow-unfingerprinted``), a bad threshold or calibration file, a port in use, an unwritable
-``--json``/``--jsonl``; 130 when a ``--once`` run is interrupted before its pass ends. Every probe request carries ``X-Diffbench-Traffic: probe`` and never counts as traffic.
+``--json``/``--jsonl``; 130 when a ``--once`` run is interrupted before its pass ends (143 when by SIGTERM). Every probe request carries ``X-Diffbench-Traffic: probe`` and never counts as traffic.
 """
 
 from __future__ import annotations

@@ -174,10 +174,12 @@ def register(app: typer.Typer) -> None:
             typer.secho(interrupted_text(ray_state), fg="red", err=True)
             raise typer.Exit(130)
         render_console(report, console)
-        if json_out is not None:
-            write_json(report, json_out)
+        from diffbench.core.jsonio import write_each
+
+        writes = [] if json_out is None else [lambda: write_json(report, json_out)]
         if csv_out is not None:
-            write_csv(report, csv_out)
+            writes.append(lambda: write_csv(report, csv_out))
+        write_each(*writes)  # both tried; one that cannot be written exits 6 naming it
         if report.errors and not allow_missing:
             listed = "; ".join(f"{e.key}: {e.problem}" for e in report.errors[:10])
             more = f" (+{len(report.errors) - 10} more)" if len(report.errors) > 10 else ""

@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
         from diffbench.store.runs import RunStore
 
         con: Any = make_console()
-        with RunStore.open(store, create=False) as st:
+        with RunStore.open(store, readonly=True) as st:
             sweeps = st.list_sweeps(limit) if sweep is None else []
             records = st.list_runs(sweep_id=sweep, limit=limit)
             con.print(f"store {st.path}")
@@ -57,7 +57,7 @@ def register(app: typer.Typer) -> None:
                 if s.result_json:
                     w = json.loads(s.result_json).get("working_point") or {}
                     wp = str(w.get("value")) if w.get("value") is not None else ("none" if w else "—")
-                t.add_row(s.id, _when(s.updated_unix), s.model, s.axis, s.status, wp)
+                t.add_row(s.id, _when(s.updated_unix), s.model, s.axis, s.status_text, wp)
             con.print(t)
         t = Table(title="runs")
         for col in ("run id", "created (UTC)", "kind", "sweep", "value", "model", "cache", "status",
@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
         for r in records:
             lat = f"{r.timing.latency_s.p50 * 1e3:.2f} ({r.timing.latency_s.n})" if r.timing else "—"
             t.add_row(r.id, _when(r.created_unix), r.kind, r.sweep_id or "—", r.value or "—", r.model,
-                      str(r.conditions.get("cache", "—")), r.status, lat,
+                      str(r.conditions.get("cache", "—")), r.status_text, lat,
                       _db(r.quality.psnr.p10) if r.quality else "—",
                       f"{r.skipped.fraction:.0%}" if r.skipped else "—")
         con.print(t)
@@ -83,7 +83,7 @@ def register(app: typer.Typer) -> None:
         from diffbench.sweep.models import SweepResult
 
         con: Any = make_console()
-        with RunStore.open(store, create=False) as st:
+        with RunStore.open(store, readonly=True) as st:
             sw = st.get_sweep(run_id)
             if sw is not None:
                 if json_out:
@@ -91,7 +91,7 @@ def register(app: typer.Typer) -> None:
                 elif sw.result_json:
                     print_console(SweepResult.model_validate_json(sw.result_json), con)
                 else:
-                    con.print(f"sweep {sw.id}: {sw.status}, no result yet (resume it by rerunning the command)")
+                    con.print(f"sweep {sw.id}: {sw.status_text}, no result yet (resume it by rerunning the command)")
                 return
             r = st.get_run(run_id)
         if json_out:
@@ -99,7 +99,7 @@ def register(app: typer.Typer) -> None:
             return
         from diffbench.bench.result import Conditions
 
-        con.print(f"[bold]run {r.id}[/bold] · {r.kind} · {r.status} · created {_when(r.created_unix)} UTC")
+        con.print(f"[bold]run {r.id}[/bold] · {r.kind} · {r.status_text} · created {_when(r.created_unix)} UTC")
         if r.sweep_id:
             con.print(f"sweep {r.sweep_id} · axis {r.axis} · value {r.value}")
         try:
@@ -145,7 +145,7 @@ def register(app: typer.Typer) -> None:
         from diffbench.store.runs import RunStore
         from diffbench.sweep.compare import compare_runs
 
-        with RunStore.open(store, create=False) as st:
+        with RunStore.open(store, readonly=True) as st:
             res = compare_runs(st, baseline, candidate, None if allow == "none" else allow, force)
         if json_out:
             typer.echo(res.model_dump_json(indent=2))

@@ -264,13 +264,15 @@ def register(app: typer.Typer) -> None:
             drain_s=drain,
             on_force_exit=lambda: exit_now(130, "diffbench serve: stopped at once (second Ctrl-C)"),
         )
+        from diffbench.core import interrupt
+
         try:
             server.run(sockets=[sock])
         except KeyboardInterrupt:
             if service.worker is not None and service.worker.running:
                 # a generation is still inside the engine: a normal exit would abort in torch's teardown
-                exit_now(130, f"{stopped}; the generation still running was abandoned")
+                exit_now(interrupt.exit_code(), f"{stopped}; the generation still running was abandoned")
             typer.secho(stopped, err=True)
-            raise typer.Exit(130) from None
+            raise typer.Exit(130) from None  # 143 after a SIGTERM (diffbench.cli.main)
         if not server.started:
             raise UsageError(f"the service did not start on {host}:{port} (see the log above)")

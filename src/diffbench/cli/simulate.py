@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 import typer
 
 if TYPE_CHECKING:
+    from diffbench.core.linesink import LineSink
     from diffbench.core.progress import LiveLine
     from diffbench.load.simulator import SimProgress, SimRun
 
@@ -27,8 +28,10 @@ def _progress_callback(line: LiveLine) -> Callable[[SimProgress], None]:
     return update
 
 
-def _jsonl_writer(handle: IO[str]) -> Callable[[SimRun], None]:
-    """A callback writing each simulated run's records as RequestRecord-shaped JSON lines (ids run on)."""
+def _jsonl_writer(sink: LineSink) -> Callable[[SimRun], None]:
+    """A callback writing each simulated run's records as RequestRecord-shaped JSON lines (ids run on).
+
+    A write that fails (a full disk) is warned once by ``sink``; the simulation goes on without it."""
     next_id = 0
 
     def write(run: SimRun) -> None:
@@ -40,8 +43,7 @@ def _jsonl_writer(handle: IO[str]) -> Callable[[SimRun], None]:
             lines.append(f'{{"id":{next_id},"rate":{rate}{extra},"intended_s":{a!r},"sent_s":{a!r},'
                          f'"done_s":{d!r},"outcome":"ok"}}\n')
             next_id += 1
-        handle.writelines(lines)
-        handle.flush()
+        sink.write_lines(lines)
 
     return write
 
@@ -84,7 +86,9 @@ def register(app: typer.Typer) -> None:
 
         from rich.console import Console
 
+        from diffbench.core import interrupt
         from diffbench.core.jsonio import write_json_atomic
+        from diffbench.core.linesink import LineSink
         from diffbench.core.outpath import check_output_file
         from diffbench.core.progress import LiveLine
         from diffbench.errors import UsageError
@@ -138,19 +142,32 @@ def register(app: typer.Typer) -> None:
             slo_s=slo, seed=seed, max_requests=max_requests,
         )
         console = Console()
-        with LiveLine.for_cli(quiet) as line:
-            on_progress = _progress_callback(line) if line.enabled else None
-            if jsonl_path is not None:
-                with jsonl_path.open("w") as handle:
-                    result = simulate_sweep(config, on_run=_jsonl_writer(handle), on_progress=on_progress)
-            else:
-                result = simulate_sweep(config, on_progress=on_progress)
+        sink = LineSink(jsonl_path, "--jsonl") if jsonl_path is not None else None
+        try:
+            with LiveLine.for_cli(quiet) as line:
+                on_progress = _progress_callback(line) if line.enabled else None
+                result = simulate_sweep(config, on_run=_jsonl_writer(sink) if sink is not None else None,
+                                        on_progress=on_progress)
+        except KeyboardInterrupt:
+            typer.secho(f"interrupted ({interrupt.interrupt_name()}) before the first row finished: --json was "
+                        "not written", fg="red", err=True)
+            raise typer.Exit(interrupt.exit_code()) from None
+        finally:
+            if sink is not None:
+                sink.close()
         print_sweep(result, console, title=f"simulate · {m} loop · {devices} device(s)")
         if json_path is not None:
             write_json_atomic(json_path, result.model_dump())
-            console.print(f"wrote {json_path}")
-        if jsonl_path is not None:
+            console.print(f"wrote {json_path}" + (" (partial: interrupted)" if result.interrupted else ""))
+        if sink is not None and not sink.error:
             console.print(f"wrote {jsonl_path}")
+        if result.interrupted:
+            typer.secho(f"interrupted ({interrupt.interrupt_name()}): {len(result.rates)} row(s) finished; the "
+                        "table" + (f" and {json_path}" if json_path else "") + " cover those rows",
+                        fg="red", err=True)
+            raise typer.Exit(interrupt.exit_code())
+        if sink is not None:
+            sink.check()  # a --jsonl that failed mid-run: exit 6, after the table and --json
 
 
 __all__ = ["register"]

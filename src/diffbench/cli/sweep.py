@@ -83,7 +83,7 @@ def _check_ray(address: str, engine: str, baseline: str | None, device: str) -> 
 def _run_ray(opts: Any, address: str, actors: int | None, threads: int, store: Path | None, mkdir: bool,
              json_path: Path | None, csv_path: Path | None, console: Any, quiet: bool) -> None:
     """``sweep --ray``: shards on actors, per-device and pooled results (see diffbench.distributed.sweep)."""
-    from diffbench.core.jsonio import write_json_atomic
+    from diffbench.core.jsonio import write_json_atomic, write_text_atomic
     from diffbench.distributed.sweep import print_console, run_sweep_ray, to_csv
     from diffbench.store.runs import RunStore
 
@@ -98,7 +98,7 @@ def _run_ray(opts: Any, address: str, actors: int | None, threads: int, store: P
         if json_path is not None:
             write_json_atomic(json_path, result.model_dump(mode="python"))
         if csv_path is not None:
-            csv_path.write_text(to_csv(result))
+            write_text_atomic(csv_path, to_csv(result))
 
     try:
         result = run_sweep_ray(opts, store_path, address, actors=actors, threads=threads, on_event=event)
@@ -308,12 +308,18 @@ def register(app: typer.Typer) -> None:
                         + (f" and {json_path} was not written" if json_path else ""), fg="red", err=True)
             raise typer.Exit(130) from None
         print_console(result, console)
-        if json_path:
-            write_json(result, json_path)
-            console.print(f"curve JSON: {json_path}")
-        if csv_path:
-            write_csv(result, csv_path)
-            console.print(f"curve CSV: {csv_path}")
         console.print(f"stored in {result.store} as sweep {result.sweep_id}; see `diffbench runs show "
                       f"{result.sweep_id}`")
+        from diffbench.core.jsonio import write_each
+
+        def json_out() -> None:
+            write_json(result, json_path)  # type: ignore[arg-type]
+            console.print(f"curve JSON: {json_path}")
+
+        def csv_out() -> None:
+            write_csv(result, csv_path)  # type: ignore[arg-type]
+            console.print(f"curve CSV: {csv_path}")
+
+        # both tried (the result is already in the store); one that cannot be written exits 6 naming it
+        write_each(*([json_out] if json_path else []), *([csv_out] if csv_path else []))
 

@@ -227,6 +227,9 @@ def connect(address: str, *, num_cpus: int | None = None, num_gpus: int | None =
                 and not os.environ.get("RAY_AUTH_MODE") else "")
         raise DiffbenchError(f"--ray {address}: no Ray cluster could be reached ({exc}); start one with "
                              f"`ray start --head` on the head node, or use --ray local{auth}") from None
+    from diffbench.core import interrupt
+
+    interrupt.install()  # ray.init set its own SIGTERM handler (sys.exit(15)): SIGTERM is Ctrl-C again
     try:
         yield cluster_info(ray, address, started_here=True)
     finally:

@@ -165,30 +165,37 @@ def simulate_sweep(config: SimConfig, on_run: Callable[[SimRun], None] | None = 
                                     finished=finished))
 
     label = ""
-    for i, rate, users in runs:
-        if users is not None:
-            label = f"{users} users"
-        else:
-            label = spec.kind if spec.kind in ("ramp", "trace") or rate is None else f"{rate:g} req/s"
-        report(i + 1, label)
-        arr_rng, svc_rng = (np.random.default_rng(s) for s in np.random.SeedSequence([config.seed, i]).spawn(2))
-        if users is None:
-            row_spec = spec.with_rate(rate) if spec.kind not in ("ramp", "trace") and rate else spec
-            arrivals = build_schedule(row_spec, seed=arr_rng)
-            duration = config.duration_s
-            if spec.kind == "trace" and arrivals.size > 1:  # the window ends one mean gap after the last
-                duration = min(duration, float(arrivals[-1]) * arrivals.size / (arrivals.size - 1))
-            offered = rate if rate is not None else _trace_rate(arrivals, duration)
-            run = simulate_open(arrivals, service, config.devices, svc_rng, duration_s=duration,
-                                offered_rate=offered)
-        else:
-            run = simulate_closed(users, config.duration_s, service, config.devices, svc_rng, think=think)
-        if on_run is not None:
-            on_run(run)
-        rows.append(summarize_run(run, config.slo_s))
-        simulated += int(run.intended.size)
-        report(i + 1, label)
-    report(len(runs), label, finished=True)
+    interrupted = False
+    try:
+        for i, rate, users in runs:
+            if users is not None:
+                label = f"{users} users"
+            else:
+                label = spec.kind if spec.kind in ("ramp", "trace") or rate is None else f"{rate:g} req/s"
+            report(i + 1, label)
+            arr_rng, svc_rng = (np.random.default_rng(s) for s in np.random.SeedSequence([config.seed, i]).spawn(2))
+            if users is None:
+                row_spec = spec.with_rate(rate) if spec.kind not in ("ramp", "trace") and rate else spec
+                arrivals = build_schedule(row_spec, seed=arr_rng)
+                duration = config.duration_s
+                if spec.kind == "trace" and arrivals.size > 1:  # the window ends one mean gap after the last
+                    duration = min(duration, float(arrivals[-1]) * arrivals.size / (arrivals.size - 1))
+                offered = rate if rate is not None else _trace_rate(arrivals, duration)
+                run = simulate_open(arrivals, service, config.devices, svc_rng, duration_s=duration,
+                                    offered_rate=offered)
+            else:
+                run = simulate_closed(users, config.duration_s, service, config.devices, svc_rng, think=think)
+            if on_run is not None:
+                on_run(run)
+            rows.append(summarize_run(run, config.slo_s))
+            simulated += int(run.intended.size)
+            report(i + 1, label)
+    except KeyboardInterrupt:  # Ctrl-C / SIGTERM: the rows that finished are the partial result
+        if not rows:
+            raise
+        interrupted = True
+    if not interrupted:
+        report(len(runs), label, finished=True)
     conditions = {
         "devices": str(config.devices),
         "service": service.text,
@@ -212,8 +219,11 @@ def simulate_sweep(config: SimConfig, on_run: Callable[[SimRun], None] | None = 
     elif think is not None:
         conditions["think"] = think.text
     result = analyze_sweep(rows, slo_s=config.slo_s, source="simulate", conditions=conditions)
-    if warnings:
-        result = result.model_copy(update={"warnings": [*warnings, *result.warnings]})
+    if interrupted:
+        warnings.append(f"interrupted: {len(rows)} of {len(runs)} row(s) finished; the rest were not simulated")
+    if warnings or interrupted:
+        result = result.model_copy(update={"warnings": [*warnings, *result.warnings], "partial": interrupted,
+                                           "interrupted": interrupted})
     return result
 
 

@@ -16,6 +16,7 @@ import importlib
 import time
 from collections.abc import Sequence
 
+from diffbench.core import interrupt
 from diffbench.monitor.drills.core import DrillOptions, DrillReport
 from diffbench.monitor.promserver import require_prometheus
 
@@ -39,7 +40,7 @@ def run_drills(names: Sequence[str], opts: DrillOptions, out: list[DrillReport] 
         try:
             mod.run(opts, report)
         except KeyboardInterrupt:
-            report.error = "interrupted (Ctrl-C)"
+            report.error = f"interrupted ({interrupt.interrupt_name()})"
             report.wall_s = time.monotonic() - t0
             reports.append(report)
             raise

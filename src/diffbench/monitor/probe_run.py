@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from diffbench.core import interrupt
 from diffbench.core.jsonio import strict_json_value, write_json_atomic
 from diffbench.errors import GateFailed, GenerationError, InputError, UsageError
 from diffbench.monitor.probe import (
@@ -164,16 +165,18 @@ async def _main(spec: RunSpec) -> int:
     current: list[asyncio.Future[Any]] = []
     loop = asyncio.get_running_loop()
 
-    def on_signal() -> None:
+    def on_signal(name: str) -> None:
+        if not stop.is_set():
+            interrupt.note(name)  # the exit code and messages name the signal (diffbench.core.interrupt)
         stop.set()
         for t in current:
             t.cancel()
 
     handled: list[int] = []
     if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig, name in ((signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM")):
             with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, on_signal)
+                loop.add_signal_handler(sig, on_signal, name)
                 handled.append(sig)
     timeout = aiohttp.ClientTimeout(total=None, connect=min(spec.timeout_s, 30.0))
     metrics: ProbeMetrics | None = None
@@ -230,14 +233,16 @@ async def _main(spec: RunSpec) -> int:
     finally:
         for sig in handled:
             loop.remove_signal_handler(sig)
+        if handled:
+            interrupt.install()  # asyncio restored SIG_DFL for SIGTERM
         if metrics is not None:
             metrics.close()
         if lines is not None:
             lines.close()
     if stop.is_set():
-        print(f"probe {spec.probe}: stopped by signal", file=sys.stderr)
+        print(f"probe {spec.probe}: stopped by {interrupt.interrupt_name()}", file=sys.stderr)
         if spec.once and done == 0:
-            return 130  # interrupted before its one pass finished: no result
+            return interrupt.exit_code()  # interrupted before its one pass finished (130, or 143 for SIGTERM)
     if worst_rc == GenerationError.exit_code:
         print("error: probe pass failed (no comparison); see the errors above", file=sys.stderr)
     elif worst_rc == GateFailed.exit_code:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import csv
+import io
 import math
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-from diffbench.core.jsonio import write_json_atomic
+from diffbench.core.jsonio import write_json_atomic, write_text_atomic
 from diffbench.quality.models import QualityReport
 
 _ORDER = ("psnr", "ssim", "ms_ssim", "lpips", "frame_psnr", "frame_ssim", "frame_lpips", "flicker_delta",
@@ -45,24 +46,23 @@ def write_csv(report: QualityReport, path: Path) -> Path:
     frames_by_key: dict[str, list] = {}
     for fr in report.frames:
         frames_by_key.setdefault(fr.key, []).append(fr)
-    tmp = p.with_name(p.name + ".tmp")
-    with tmp.open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(CSV_COLUMNS)
-        for pr in report.pairs:
-            base = [pr.key, "", pr.kind, pr.baseline, pr.candidate, pr.height, pr.width]
-            notes = "; ".join(pr.notes)
-            if pr.kind == "video" and pr.video is not None:
-                for fr in frames_by_key.get(pr.key, []):
-                    w.writerow([pr.key, fr.frame, pr.kind, pr.baseline, pr.candidate, pr.height, pr.width,
-                                _c(fr.psnr), _c(fr.ssim), "", _c(fr.lpips), fr.identical,
-                                _c(pr.video.flicker_delta), _c(pr.video.motion_ratio), notes,
-                                fr.border_only_difference])
-                continue
-            m = pr.metrics
-            w.writerow(base + [_c(m.get("psnr")), _c(m.get("ssim")), _c(m.get("ms_ssim")),
-                               _c(m.get("lpips")), pr.identical, "", "", notes, pr.border_only_difference])
-    tmp.replace(p)
+    fh = io.StringIO()  # the rows go to memory, then one atomic write (no .tmp left when it fails)
+    w = csv.writer(fh)
+    w.writerow(CSV_COLUMNS)
+    for pr in report.pairs:
+        base = [pr.key, "", pr.kind, pr.baseline, pr.candidate, pr.height, pr.width]
+        notes = "; ".join(pr.notes)
+        if pr.kind == "video" and pr.video is not None:
+            for fr in frames_by_key.get(pr.key, []):
+                w.writerow([pr.key, fr.frame, pr.kind, pr.baseline, pr.candidate, pr.height, pr.width,
+                            _c(fr.psnr), _c(fr.ssim), "", _c(fr.lpips), fr.identical,
+                            _c(pr.video.flicker_delta), _c(pr.video.motion_ratio), notes,
+                            fr.border_only_difference])
+            continue
+        m = pr.metrics
+        w.writerow(base + [_c(m.get("psnr")), _c(m.get("ssim")), _c(m.get("ms_ssim")),
+                           _c(m.get("lpips")), pr.identical, "", "", notes, pr.border_only_difference])
+    write_text_atomic(p, fh.getvalue(), newline="")
     return p
 
 

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 from diffbench.bench.result import Conditions
-from diffbench.core.jsonio import write_json_atomic
+from diffbench.core.jsonio import write_json_atomic, write_text_atomic
 from diffbench.sweep.models import SweepResult
 
 CSV_COLUMNS = (
@@ -82,8 +82,13 @@ def to_csv(result: SweepResult) -> str:
 
 
 def write_csv(result: SweepResult, path: Path) -> Path:
-    """Write the curve CSV (the parent directory must exist: checked before the run, see core.outpath)."""
-    path.write_text(to_csv(result))
+    """Write the curve CSV atomically (the parent directory must exist: checked before the run, see
+    core.outpath).
+
+    Raises:
+        OutputError: it cannot be written (a full disk); no ``*.tmp`` is left.
+    """
+    write_text_atomic(path, to_csv(result))
     return path
 
 

@@ -16,7 +16,7 @@ from diffbench.core.manifest import Manifest
 from diffbench.core.stats import Summary
 
 RunKind = Literal["baseline", "noise-floor", "point"]
-RunStatus = Literal["running", "done", "failed"]
+RunStatus = Literal["running", "done", "failed", "interrupted"]
 SweepStatus = Literal["running", "done", "failed", "interrupted"]
 
 
@@ -79,7 +79,10 @@ class SkipStats(BaseModel):
 
 
 class RunRecord(BaseModel):
-    """One generation set: a baseline, its noise-floor repeat, or a sweep point."""
+    """One generation set: a baseline, its noise-floor repeat, or a sweep point.
+
+    ``pid``, ``host`` and ``pid_started`` (Unix s) name the process that wrote the row; a ``running`` row
+    whose process has ended reads as ``interrupted`` with ``status_note`` ``"pid N ended"``."""
 
     id: str
     created_unix: float
@@ -98,6 +101,15 @@ class RunRecord(BaseModel):
     quality: RunQuality | None = None
     skipped: SkipStats | None = None
     error: str | None = None
+    pid: int | None = None
+    host: str | None = None
+    pid_started: float | None = None
+    status_note: str | None = None
+
+    @property
+    def status_text(self) -> str:
+        """The status with its note, e.g. ``"interrupted (pid 1234 ended)"``."""
+        return f"{self.status} ({self.status_note})" if self.status_note else self.status
 
 
 class SweepRecord(BaseModel):
@@ -111,6 +123,15 @@ class SweepRecord(BaseModel):
     status: SweepStatus
     options_json: str
     result_json: str | None = None
+    pid: int | None = None
+    host: str | None = None
+    pid_started: float | None = None
+    status_note: str | None = None
+
+    @property
+    def status_text(self) -> str:
+        """The status with its note, e.g. ``"interrupted (pid 1234 ended)"``."""
+        return f"{self.status} ({self.status_note})" if self.status_note else self.status
 
 
 def fingerprint_hash(fp: dict[str, object], ignore: tuple[str, ...] = ()) -> str:

@@ -8,7 +8,9 @@ Timing in ``runs compare`` (:func:`compare_timing`):
 
 - a sweep's **baseline and one of its points**: the point's own interleaved baseline samples (same
   configuration, same blocks; the baseline run itself holds no timing, stored runs being immutable), paired,
-  beside the timing noise floor of that session (the baseline against itself, even vs odd blocks);
+  beside the timing noise floor of that session (the baseline against itself, even vs odd blocks), when the
+  point was measured against that very baseline run; a point measured against another baseline run of the
+  same sweep id gets no speed-up and a warning naming its own baseline (never the other's samples);
 - both runs from **one interleaved session** (same ``session_id``: two points of one sweep): the paired
   bootstrap over their blocks, beside that session's floor;
 - otherwise the runs were **measured at different times**: the independent bootstrap, no floor, and a
@@ -136,6 +138,14 @@ def compare_timing(a: RunRecord, b: RunRecord) -> tuple[SpeedupCI | None, Speedu
     ta, tb = a.timing, b.timing
     own_base = (a.kind == "baseline" and b.kind == "point" and a.sweep_id and a.sweep_id == b.sweep_id
                 and tb is not None and tb.baseline_samples_s and len(tb.baseline_samples_s) == len(tb.samples_s))
+    against = b.quality.against_run if b.quality is not None else None
+    if own_base and against is not None and against != a.id:
+        # b was timed beside the baseline of its own run (another baseline run of the same sweep id, e.g. two
+        # runs of one sweep on one store): its samples are not a's
+        return None, None, False, [
+            f"point {b.id} was measured against baseline run {against}, not {a.id}: its interleaved baseline "
+            f"samples belong to {against}, so no speed-up against {a.id} is given (compare {against} {b.id} "
+            f"for its timing); the quality below is against {a.id}, as named"]
     if tb is not None and own_base:  # the baseline run holds no timing: its samples of b's session are on b
         own = list(tb.baseline_samples_s or [])
         return paired_speedup_ci(own, tb.samples_s), noise_floor_ci(own), True, []

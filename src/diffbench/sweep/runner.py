@@ -271,7 +271,7 @@ def _run(s: _Sweep, engine: Engine, on_point: Callable[[PointResult], None] | No
         s.forced_diff += check_fingerprints(stored.fingerprint, base_fp, s.field, opts.force,
                                             f"baseline run {stored.id}")
     old = store.get_sweep(sweep_id)
-    store.put_sweep(SweepRecord(
+    store.claim_sweep(SweepRecord(  # refused while another live process runs this sweep id on this store
         id=sweep_id, created_unix=old.created_unix if old else time.time(), updated_unix=time.time(),
         axis=opts.axis, model=info.model, status="running", options_json=opts.model_dump_json(),
     ))

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO
 
+from diffbench.core.linesink import LineSink
 from diffbench.core.records import RequestRecord
-from diffbench.errors import InputError
 
 
 class RunControl:
@@ -72,30 +72,35 @@ class RunControl:
 class JsonlSink:
     """Writes one JSON line per finished request (the file is truncated first) and flushes it at once, so an interrupted run keeps
     every finished request. Each line is a :class:`RequestRecord` plus ``run`` (e.g. ``"rate=0.5"`` or
-    ``"users=2"``) and ``mode``."""
+    ``"users=2"``) and ``mode``.
 
-    def __init__(self, path: str | Path) -> None:
+    A write that fails mid-run (a full disk) is warned once (``warn``, default stderr) and later records are
+    dropped: the run goes on; :meth:`check` raises :class:`~diffbench.errors.OutputError` (exit 6) after the
+    command has written its other outputs."""
+
+    def __init__(self, path: str | Path, warn: Callable[[str], None] | None = None) -> None:
         self.path = Path(path)
-        try:  # the parent directory is checked (and created with --mkdir) by the command, not here
-            self._fh: IO[str] | None = self.path.open("w", encoding="utf-8")
-        except OSError as exc:
-            raise InputError(f"cannot write --jsonl {self.path}: {exc.strerror or exc}") from exc
+        self._out = LineSink(self.path, "--jsonl", warn)
         self.count = 0
 
     def write(self, record: RequestRecord, *, run: str, mode: str) -> None:
-        if self._fh is None:
-            return
         data = record.model_dump(mode="json")
         data["run"] = run
         data["mode"] = mode
-        self._fh.write(json.dumps(data, separators=(",", ":")) + "\n")
-        self._fh.flush()
-        self.count += 1
+        if self._out.write_lines([json.dumps(data, separators=(",", ":")) + "\n"]):
+            self.count += 1
+
+    @property
+    def failed(self) -> bool:
+        """True once a write has failed."""
+        return self._out.error is not None
 
     def close(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        self._out.close()
+
+    def check(self) -> None:
+        """Raises OutputError (exit 6) when a write failed (see :meth:`LineSink.check`)."""
+        self._out.check()
 
 
 def read_jsonl(path: str | Path) -> list[RequestRecord]:
