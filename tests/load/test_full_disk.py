@@ -50,6 +50,31 @@ def test_load_jsonl_on_a_full_disk_still_writes_summary_and_json(fake, tmp_path:
     assert res["rates"][0]["n"] == 20 and res["rates"][0]["outcomes"]["ok"] == 20  # the run went on
 
 
+def test_load_json_that_cannot_be_written_still_writes_the_csv(fake, tmp_path: Path, monkeypatch,
+                                                              capsys) -> None:
+    """A --json write that fails at the end (disk full) costs only --json: --csv is still written, exit 6.
+    Before: the OutputError of --json ended the command and --csv was never tried."""
+    from diffbench.core import jsonio
+    from diffbench.errors import OutputError
+
+    real = jsonio.write_text_atomic
+
+    def full(path, text, **kw):  # type: ignore[no-untyped-def]
+        if str(path).endswith(".json"):
+            raise OutputError(f"{path}: cannot write (No space left on device)")
+        return real(path, text, **kw)
+
+    monkeypatch.setattr(jsonio, "write_text_atomic", full)
+    csv = tmp_path / "r.csv"
+    rc = main(["load", "--url", fake.url("ok"), "--rates", "10", "--duration", "1", "--arrival", "constant",
+               "--warmup", "0", "--timeout", "5", "--json", str(tmp_path / "r.json"), "--csv", str(csv), "-q"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == 6, err
+    assert "r.json" in err and "No space left on device" in err and "Traceback" not in err
+    rows = csv.read_text().splitlines()
+    assert len(rows) == 2  # header + the one rate measured
+
+
 def _tmpfs_works(d: Path) -> bool:
     import shutil
     import subprocess

@@ -16,8 +16,10 @@ import typer
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from diffbench.errors import OutputError
     from diffbench.load.client.sweep import SweepRun
     from diffbench.load.client.vllm_compat import VllmOptions
+    from diffbench.load.knee import SweepResult
 
 API_KEY_ENV = "DIFFBENCH_API_KEY"
 MAX_REQUESTS = 200_000
@@ -817,15 +819,7 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
         for line in percentile_lines(result.rates, *parse_percentiles(o.vllm.percentile_metrics,
                                                                      o.vllm.metric_percentiles)):
             console.print(line)
-    if o.json_out:
-        write_json_atomic(o.json_out, result.model_dump(mode="json"))
-        console.print(f"sweep result written to {o.json_out}" + (" (partial: interrupted)"
-                                                                 if result.interrupted else ""))
-    if o.csv_out:
-        from diffbench.report.load_csv import write_sweep_csv
-
-        write_sweep_csv(o.csv_out, result)
-        console.print(f"{len(result.rates)} CSV row(s) written to {o.csv_out}")
+    output_failed = _write_outputs(o, result, console)
     if sink is not None:
         console.print(f"{sink.count} request records written to {sink.path}"
                       + (" (then a write failed)" if sink.failed else ""))
@@ -836,10 +830,41 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
                     + (f"; the partial result was written to {o.json_out}" if o.json_out else ""),
                     fg="red", err=True)
         raise typer.Exit(stopped_by[0] if stopped_by else 130)
+    if output_failed is not None:
+        raise output_failed  # exit 6, after every other output was tried
     if sink is not None:
         sink.check()  # a --jsonl that failed mid-run: exit 6, after the summary and the other outputs
     if result.n_ok == 0:
         raise NoSuccessError(_no_success_message(result, sweep.failed_in))
+
+
+def _write_outputs(o: LoadOptions, result: SweepResult, console: Console) -> OutputError | None:
+    """Write ``--json`` and ``--csv``, each tried even when the other fails (a full disk costs only the
+    output on it). Returns the failure (:class:`OutputError`, exit 6) for the caller to raise once the run's
+    other exits (interrupt) are decided; ``None`` when everything was written."""
+    from diffbench.core.jsonio import write_each, write_json_atomic
+    from diffbench.errors import OutputError
+
+    def _json() -> None:
+        write_json_atomic(o.json_out, result.model_dump(mode="json"))  # type: ignore[arg-type]
+        console.print(f"sweep result written to {o.json_out}" + (" (partial: interrupted)"
+                                                                 if result.interrupted else ""))
+
+    def _csv() -> None:
+        from diffbench.report.load_csv import write_sweep_csv
+
+        write_sweep_csv(o.csv_out, result)  # type: ignore[arg-type]
+        console.print(f"{len(result.rates)} CSV row(s) written to {o.csv_out}")
+
+    writes = ([_json] if o.json_out else []) + ([_csv] if o.csv_out else [])
+    try:
+        write_each(*writes)
+    except OutputError as exc:
+        import typer
+
+        typer.secho(f"error: {exc}", fg="red", err=True)
+        return exc
+    return None
 
 
 def _noop(_: str) -> None:
