@@ -51,6 +51,8 @@ def alerts_for(cfg: PlanConfig, r: LedgerResult, latency_s: float, multi_gpu: bo
               threshold=f"{1.2 * mean_step_s(r, latency_s):.4f} s"),
         Alert(name="DiffusionQueueWaitOverHalfSLO", condition="estimated wait > 0.5 × SLO, 2m",
               threshold=f"{0.5 * cfg.slo_p99_s:g} s"),
+        Alert(name="DiffusionLatencyP99OverSLO", condition="p99 of user request latency (5m) > SLO gauge, 10m",
+              threshold=f"{cfg.slo_p99_s:g} s"),
         Alert(name="DiffusionGPUPeakMemoryHigh", condition="max_over_time(peak[5m]) / total > 0.9",
               threshold=f"{0.9 * r.capacity_bytes / 2**30:.1f} GiB"),
     ]
