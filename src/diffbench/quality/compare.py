@@ -149,6 +149,8 @@ def _mismatch(a: Loaded, b: Loaded) -> str | None:
                 f"{names.get(b.channels, b.channels)} (not converted)")
     if a.data_range != b.data_range:
         return f"range mismatch: baseline data range {a.data_range:g}, candidate {b.data_range:g} (uint8 vs float)"
+    if a.frame_numbers is not None and b.frame_numbers is not None and a.frame_numbers != b.frame_numbers:
+        return frame_number_mismatch(a.frame_numbers, b.frame_numbers)
     if a.is_video and a.array.shape[0] != b.array.shape[0]:
         return (f"frame count mismatch: baseline {a.describe()}, candidate {b.describe()} "
                 "(not truncated or padded)")
@@ -157,6 +159,44 @@ def _mismatch(a: Loaded, b: Loaded) -> str | None:
         hb, wb = b.array.shape[-3:-1]
         return f"size mismatch: baseline {wa}x{ha}, candidate {wb}x{hb} (not resized)"
     return None
+
+
+def _spans(numbers: Sequence[int]) -> str:
+    """``[3, 4, 5, 9]`` → ``"3-5, 9"`` (at most 10 spans, then the count of the rest)."""
+    spans: list[str] = []
+    ns = sorted(numbers)
+    i = 0
+    while i < len(ns):
+        j = i
+        while j + 1 < len(ns) and ns[j + 1] == ns[j] + 1:
+            j += 1
+        spans.append(str(ns[i]) if i == j else f"{ns[i]}-{ns[j]}")
+        i = j + 1
+    return ", ".join(spans[:10]) + (f" (+{len(spans) - 10} more spans)" if len(spans) > 10 else "")
+
+
+def frame_number_mismatch(nb: Sequence[int], nc: Sequence[int]) -> str:
+    """The pair error of two frame folders whose frame numbers differ: the numbers missing on each side."""
+    parts = []
+    for side, mine, other in (("candidate", nc, nb), ("baseline", nb, nc)):
+        missing = sorted(set(other) - set(mine))
+        if missing:
+            parts.append(f"frame{'s' if len(missing) > 1 else ''} {_spans(missing)} missing in {side}")
+    what = "frame count mismatch" if len(nb) != len(nc) else "frame numbers differ"
+    return (f"{what}: {'; '.join(parts)} (baseline {len(nb)} frames, candidate {len(nc)}; frames "
+            "pair by the number in their file names, never by position: not compared)")
+
+
+FPS_NOTE = "frame rates differ"
+
+
+def frame_rate_note(a: Loaded, b: Loaded) -> str | None:
+    """A note when two video files have different average frame rates (relative difference above 0.1 %)."""
+    if a.fps is None or b.fps is None or abs(a.fps - b.fps) <= 1e-3 * max(a.fps, b.fps):
+        return None
+    return (f"{FPS_NOTE}: baseline {a.fps:.4g} fps, candidate {b.fps:.4g} fps; frames are paired by index, so frame i "
+            f"is at {1 / a.fps * 1e3:.1f}·i ms vs {1 / b.fps * 1e3:.1f}·i ms: the same generated frames if only "
+            "the export rate differs, otherwise not time-aligned")
 
 
 def _score(spec: PairSpec, opt: QualityOptions, lp: Callable | None, fx: FeatureExtractor | None,
@@ -172,6 +212,9 @@ def _score(spec: PairSpec, opt: QualityOptions, lp: Callable | None, fx: Feature
         return _err(spec, bad)
     r = a.data_range
     notes = sorted({f"baseline: {n}" for n in a.notes} | {f"candidate: {n}" for n in b.notes})
+    fps_note = frame_rate_note(a, b)
+    if fps_note:
+        notes.insert(0, fps_note)
     # one pass over the pixels: per frame for a video (its rows need it), summed for the pair
     per_frame_diff = ([ssim_border_difference(a.array[i], b.array[i]) for i in range(a.array.shape[0])]
                       if a.is_video else [ssim_border_difference(a.array, b.array)])
@@ -257,9 +300,15 @@ def _score_video(spec: PairSpec, a: Loaded, b: Loaded, lp: Callable | None, comm
     m: dict[str, float | None] = {"psnr": psnr_pair, "ssim": stats.ssim_mean}
     if lps is not None:
         m["lpips"] = stats.lpips_mean
+    numbers = a.frame_numbers  # a frame folder's rows carry the numbers in the file names
+    if numbers is not None:
+        stats.psnr_worst_frame = numbers[stats.psnr_worst_frame]
+        stats.ssim_worst_frame = numbers[stats.ssim_worst_frame]
+        if stats.lpips_worst_frame is not None:
+            stats.lpips_worst_frame = numbers[stats.lpips_worst_frame]
     frames = []
     for i, (fb, fi) in enumerate(diffs):
-        frames.append(FrameRow(key=spec.key, frame=i, psnr=float(p[i]), ssim=float(s[i]),
+        frames.append(FrameRow(key=spec.key, frame=numbers[i] if numbers is not None else i, psnr=float(p[i]), ssim=float(s[i]),
                                lpips=float(lps[i]) if lps is not None else None,
                                identical=bool(fb == 0 and fi == 0), border_only_difference=fb > 0 and fi == 0))
     pr = PairResult(kind="video", frames=stats.frames, identical=not any(fb or fi for fb, fi in diffs),
@@ -408,6 +457,13 @@ def compare_dirs(
             report.warnings.append(f"{len(report.clip_truncated)} prompt(s) truncated at {clip.limit} CLIP tokens "
                                    f"(EOS kept): {', '.join(report.clip_truncated[:5])}")
     report.n_pairs = len(report.pairs)
+    timing = [p.key for p in report.pairs if any(n.startswith(FPS_NOTE) or "variable frame rate" in n
+                                                  for n in p.notes)]
+    if timing:
+        report.warnings.append(
+            f"{len(timing)} video pair(s) differ in frame rate or have a variable frame rate: frames are paired by "
+            f"index, not by time (see each pair's notes): {', '.join(timing[:5])}"
+            + (f" (+{len(timing) - 5} more)" if len(timing) > 5 else ""))
     report.n_identical = sum(p.identical for p in report.pairs)
     report.n_border_only = sum(p.border_only_difference for p in report.pairs)
     if report.n_border_only:

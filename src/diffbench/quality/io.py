@@ -19,8 +19,10 @@ Policies (reported in :attr:`Loaded.notes` and in the report settings):
   Palette frames are expanded; an alpha channel that is fully opaque in every frame (animated WebP
   always decodes to RGBA) is dropped and noted, otherwise the alpha policy applies. A one-frame GIF is
   a still image.
-- Videos: ``.mp4``, ``.webm``, ``.mov``, ``.mkv`` decoded with PyAV to RGB uint8 frames; or a
-  *frame folder*: a directory whose entries are all image files with numeric names (``00000.png``).
+- Videos: ``.mp4``, ``.webm``, ``.mov``, ``.mkv`` decoded with PyAV to RGB uint8 frames, with the stream's
+  average frame rate and a variable-frame-rate flag (presentation-time deltas not constant); or a
+  *frame folder*: a directory whose entries are all image files with numeric names (``00000.png``,
+  ``frame_0003.png``), each frame keeping its number (two files with one number are an error).
 - Decoded size is bounded by :data:`MAX_DECODED_BYTES` (an InputError, never an out-of-memory kill).
 """
 
@@ -43,7 +45,10 @@ IMAGE_EXTS = frozenset({".png", ".apng", ".gif", ".jpg", ".jpeg", ".webp", ".bmp
 ARRAY_EXTS = frozenset({".npy"})
 VIDEO_EXTS = frozenset({".mp4", ".webm", ".mov", ".mkv"})
 MAX_DECODED_BYTES = 8 << 30  # one decoded file (all frames); beyond this a file is refused, not swapped
-_FRAME_NAME = re.compile(r"^(?:frame[_-]?)?\d+$")
+_FRAME_NAME = re.compile(r"^(?:frame[_-]?)?(\d+)$")
+# Frame intervals of a constant-rate video may differ by one tick of the stream's time base (30 fps in 1/1000 s
+# ticks: 33, 33, 34 ms) or by rounding; a wider spread than this (relative to the median interval) is VFR.
+VFR_TOLERANCE = 0.01
 
 
 @dataclass
@@ -56,6 +61,9 @@ class Loaded:
     is_video: bool = False
     notes: list[str] = field(default_factory=list)
     animated: bool = False  # an animated image (GIF/APNG/WebP) read as video
+    frame_numbers: list[int] | None = None  # a frame folder: each frame's number, from its file name (sorted)
+    fps: float | None = None  # a video file: the stream's average frame rate (frames/s), when the container has one
+    vfr: bool = False  # a video file whose frame intervals (pts deltas) are not constant
 
     @property
     def frames(self) -> int | None:
@@ -90,7 +98,7 @@ def is_frame_folder(path: Path) -> bool:
     """True for a non-empty directory holding only image files with numeric stems (``00012.png``)."""
     entries = [p for p in path.iterdir() if not p.name.startswith(".")]
     return bool(entries) and all(
-        p.is_file() and p.suffix.lower() in IMAGE_EXTS and _FRAME_NAME.match(p.stem) for p in entries
+        p.is_file() and p.suffix.lower() in IMAGE_EXTS and _FRAME_NAME.match(p.stem) is not None for p in entries
     )
 
 
@@ -321,12 +329,19 @@ def load_video(path: Path) -> Loaded:
     av = require("av", "quality")
     path = Path(path)
     frames: list[np.ndarray] = []
+    pts_s: list[float] = []
+    fps: float | None = None
     try:
         with av.open(str(path)) as container:
             if not container.streams.video:
                 raise InputError(f"{path}: no video stream")
+            stream = container.streams.video[0]
+            rate = stream.average_rate or stream.guessed_rate
+            fps = float(rate) if rate else None
             nbytes = 0
             for frame in container.decode(video=0):
+                if frame.pts is not None and frame.time_base is not None:
+                    pts_s.append(float(frame.pts * frame.time_base))
                 frames.append(frame.to_ndarray(format="rgb24"))
                 nbytes += frames[-1].nbytes
                 if nbytes > MAX_DECODED_BYTES:
@@ -340,19 +355,39 @@ def load_video(path: Path) -> Loaded:
     shapes = {f.shape for f in frames}
     if len(shapes) != 1:
         raise InputError(f"{path}: frames change size within the video ({sorted(shapes)})")
-    return Loaded(path=path, array=np.stack(frames), data_range=255.0, is_video=True)
+    vfr, note = frame_timing(pts_s, fps) if len(pts_s) == len(frames) else (False, None)
+    return Loaded(path=path, array=np.stack(frames), data_range=255.0, is_video=True, fps=fps, vfr=vfr,
+                  notes=[note] if note else [])
+
+
+def frame_number(path: Path) -> int | None:
+    """The frame number in a frame file's name (``0003.png``, ``frame_0003.png``, ``frame-3.jpg`` → 3), else None."""
+    m = _FRAME_NAME.match(path.stem)
+    return int(m.group(1)) if m else None
 
 
 def load_frame_folder(path: Path, alpha: str = "reject") -> Loaded:
-    """Load a frame folder (numeric names, sorted numerically) as ``(T, H, W, C)`` uint8."""
+    """Load a frame folder as ``(T, H, W, C)`` uint8, frames in the order of their numbers.
+
+    ``frame_numbers`` holds each frame's number (callers pair two folders by number, not by position).
+
+    Raises:
+        InputError: no image file, two files with one number, a frame that is not a still, or frames that
+            differ in size or channels.
+    """
     path = Path(path)
-    files = sorted(
-        (p for p in path.iterdir() if p.suffix.lower() in IMAGE_EXTS),
-        key=lambda p: int(re.sub(r"\D", "", p.stem) or 0),
-    )
-    if not files:
+    numbered: dict[int, Path] = {}
+    for p in sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_EXTS):
+        n = frame_number(p)
+        if n is None:
+            n = int(re.sub(r"\D", "", p.stem) or 0)  # a manifest may name a folder with other names
+        if n in numbered:
+            raise InputError(f"{path}: two files for frame {n} ({numbered[n].name}, {p.name}); keep one")
+        numbered[n] = p
+    if not numbered:
         raise InputError(f"{path}: frame folder holds no image files")
-    imgs = [load_image(p, alpha) for p in files]
+    numbers = sorted(numbered)
+    imgs = [load_image(numbered[n], alpha) for n in numbers]
     for im in imgs:
         if im.is_video:
             raise InputError(f"{path}: frame {im.path.name} is itself {im.describe()}; a frame folder holds stills")
@@ -361,7 +396,26 @@ def load_frame_folder(path: Path, alpha: str = "reject") -> Loaded:
         raise InputError(f"{path}: frames differ in size or channels ({sorted(shapes)})")
     notes = sorted({n for im in imgs for n in im.notes})
     return Loaded(path=path, array=np.stack([im.array for im in imgs]), data_range=255.0, is_video=True,
-                  notes=notes)
+                  notes=notes, frame_numbers=numbers)
+
+
+def frame_timing(pts_s: list[float], fps: float | None) -> tuple[bool, str | None]:
+    """Whether presentation times (seconds, decode order) show a variable frame rate, and the note saying so.
+
+    VFR when the spread of consecutive intervals exceeds :data:`VFR_TOLERANCE` of the median interval plus
+    one millisecond (a time-base tick of rounding).
+    """
+    ts = sorted(pts_s)
+    d = np.diff(np.asarray(ts, dtype=np.float64))
+    if d.size < 2:
+        return False, None
+    med = float(np.median(d))
+    lo, hi = float(d.min()), float(d.max())
+    if hi - lo <= VFR_TOLERANCE * med + 1e-3:
+        return False, None
+    rate = f" (average {fps:.4g} fps)" if fps else ""
+    return True, (f"variable frame rate: frame intervals {lo * 1e3:.1f}-{hi * 1e3:.1f} ms{rate}; frames are "
+                  "paired by index, not by time")
 
 
 def load_any(path: Path, alpha: str = "reject") -> Loaded:
