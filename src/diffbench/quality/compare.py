@@ -23,6 +23,7 @@ from diffbench.quality.distribution import ClipScorer, FeatureExtractor, Feature
 from diffbench.quality.gates import Gate, evaluate_gates
 from diffbench.quality.io import Loaded, load_any
 from diffbench.quality.kernels import SSIM_RADIUS, ms_ssim, psnr, ssim, ssim_border_difference
+from diffbench.quality.memory import check_pair, pair_budget
 from diffbench.quality.models import (
     SIDE_SCORES,
     DistributedRun,
@@ -62,6 +63,7 @@ class Scorers:
     clip: ClipScorer | None = None
     pick: PickScorer | None = None
     iqa: ClipIqaScorer | None = None
+    budget: int | None = None  # bytes one pair may take (quality.memory.pair_budget); None: unbounded
 
 
 def load_scorers(opt: QualityOptions, pairing_mode: str, lpips_model: Callable | None = None,
@@ -93,12 +95,13 @@ def load_scorers(opt: QualityOptions, pairing_mode: str, lpips_model: Callable |
     clip = prompted("--clip", opt.clip, ClipScorer)
     pick = prompted("--pickscore", opt.pickscore, PickScorer)
     iqa = ClipIqaScorer(opt.clip_iqa) if opt.clip_iqa is not None else None
-    return Scorers(lp=lp, fx=fx, clip=clip, pick=pick, iqa=iqa)
+    budget = None if opt.allow_large else pair_budget(opt.max_memory, opt.workers)
+    return Scorers(lp=lp, fx=fx, clip=clip, pick=pick, iqa=iqa, budget=budget)
 
 
 def score_pair(spec: PairSpec, opt: QualityOptions, sc: Scorers) -> _Outcome:
     """One pair's outcome: its row (and frames, and float64 feature rows for FID/KID) or its PairError."""
-    return _score(spec, opt, sc.lp, sc.fx, sc.clip, sc.pick, sc.iqa)
+    return _score(spec, opt, sc.lp, sc.fx, sc.clip, sc.pick, sc.iqa, sc.budget)
 
 
 def new_stats(sc: Scorers) -> tuple[FeatureStats | None, FeatureStats | None]:
@@ -201,10 +204,14 @@ def frame_rate_note(a: Loaded, b: Loaded) -> str | None:
 
 def _score(spec: PairSpec, opt: QualityOptions, lp: Callable | None, fx: FeatureExtractor | None,
            clip: ClipScorer | None = None, pick: PickScorer | None = None,
-           iqa: ClipIqaScorer | None = None) -> _Outcome:
+           iqa: ClipIqaScorer | None = None, budget: int | None = None) -> _Outcome:
+    too_large, ms_note = check_pair(spec.baseline, spec.candidate, opt.ms_ssim, lp is not None, budget,
+                                    opt.allow_large)
+    if too_large:
+        return _err(spec, too_large)  # refused from the headers, before decoding
     try:
-        a = load_any(spec.baseline, opt.alpha)
-        b = load_any(spec.candidate, opt.alpha)
+        a = load_any(spec.baseline, opt.alpha, opt.allow_large)
+        b = load_any(spec.candidate, opt.alpha, opt.allow_large)
     except DiffbenchError as exc:
         return _err(spec, str(exc))
     bad = _mismatch(a, b)
@@ -212,6 +219,8 @@ def _score(spec: PairSpec, opt: QualityOptions, lp: Callable | None, fx: Feature
         return _err(spec, bad)
     r = a.data_range
     notes = sorted({f"baseline: {n}" for n in a.notes} | {f"candidate: {n}" for n in b.notes})
+    if ms_note and not a.is_video:
+        notes.append(ms_note)
     fps_note = frame_rate_note(a, b)
     if fps_note:
         notes.insert(0, fps_note)
@@ -232,7 +241,7 @@ def _score(spec: PairSpec, opt: QualityOptions, lp: Callable | None, fx: Feature
     try:
         if not a.is_video:
             m: dict[str, float | None] = {"psnr": psnr(a.array, b.array, r), "ssim": ssim(a.array, b.array, r)}
-            if opt.ms_ssim:
+            if opt.ms_ssim and not ms_note:
                 m["ms_ssim"] = ms_ssim(a.array, b.array, r)
             if lp is not None:
                 if a.channels == 3:
@@ -457,6 +466,11 @@ def compare_dirs(
             report.warnings.append(f"{len(report.clip_truncated)} prompt(s) truncated at {clip.limit} CLIP tokens "
                                    f"(EOS kept): {', '.join(report.clip_truncated[:5])}")
     report.n_pairs = len(report.pairs)
+    no_ms = [p.key for p in report.pairs if any(n.startswith("MS-SSIM not computed") for n in p.notes)]
+    if no_ms:
+        report.warnings.append(f"{len(no_ms)} pair(s) too large for MS-SSIM within the memory bound (PSNR/SSIM "
+                               f"computed; --allow-large computes it): {', '.join(no_ms[:5])}"
+                               + (f" (+{len(no_ms) - 5} more)" if len(no_ms) > 5 else ""))
     timing = [p.key for p in report.pairs if any(n.startswith(FPS_NOTE) or "variable frame rate" in n
                                                   for n in p.notes)]
     if timing:

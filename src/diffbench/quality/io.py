@@ -28,9 +28,13 @@ Policies (reported in :attr:`Loaded.notes` and in the report settings):
 
 from __future__ import annotations
 
+import contextlib
 import re
 import struct
+import threading
+import warnings
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -162,7 +166,37 @@ def _apply_alpha(rgba: np.ndarray, policy: str, path: Path, notes: list[str]) ->
     raise UsageError(f"unknown alpha policy {policy!r}; choose one of {', '.join(ALPHA_POLICIES)}")
 
 
-def load_image(path: Path, alpha: str = "reject") -> Loaded:
+_BOMB_LOCK = threading.Lock()
+_BOMB_USERS = 0
+_BOMB_SAVED: int | None = None
+
+
+@contextlib.contextmanager
+def unbounded_pillow() -> Iterator[None]:
+    """Pillow's decompression-bomb check (``Image.MAX_IMAGE_PIXELS``) off inside the block.
+
+    Reference-counted, so threads that overlap restore the limit only when the last one leaves. Callers check
+    the size themselves first (:func:`diffbench.quality.memory.check_pair`: our refusal names the file, its
+    size and ``--allow-large``).
+    """
+    global _BOMB_USERS, _BOMB_SAVED
+    from PIL import Image
+
+    with _BOMB_LOCK:
+        if _BOMB_USERS == 0:
+            _BOMB_SAVED = Image.MAX_IMAGE_PIXELS
+            Image.MAX_IMAGE_PIXELS = None
+        _BOMB_USERS += 1
+    try:
+        yield
+    finally:
+        with _BOMB_LOCK:
+            _BOMB_USERS -= 1
+            if _BOMB_USERS == 0:
+                Image.MAX_IMAGE_PIXELS = _BOMB_SAVED
+
+
+def load_image(path: Path, alpha: str = "reject", allow_large: bool = False) -> Loaded:
     """Decode one image file to uint8 ``(H, W, C)`` with C in {1, 3}; an animated one to ``(T, H, W, C)``.
 
     An image with more than one frame (animated GIF / APNG / WebP) is returned as a video
@@ -171,13 +205,25 @@ def load_image(path: Path, alpha: str = "reject") -> Loaded:
     A PNG (or APNG) must be intact: complete chunks, matching CRCs, an IEND chunk
     (:func:`check_png_integrity`); other formats pass Pillow's ``Image.verify()`` first.
 
+    ``allow_large`` lifts Pillow's decompression-bomb limit (without it, an image above the limit is an
+    InputError naming ``--allow-large``, never Pillow's text).
+
     Raises:
         InputError: unreadable, truncated or corrupt file; 16-bit; alpha under ``reject``; odd modes;
-            decoded size above :data:`MAX_DECODED_BYTES`.
+            decoded size above :data:`MAX_DECODED_BYTES`; above Pillow's bomb limit without ``allow_large``.
     """
+    from PIL import Image
+
+    # the memory bound is checked from the header before decoding (quality.memory); Pillow's warning between
+    # its limit and twice the limit would print its own text
+    warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
+    with unbounded_pillow() if allow_large else contextlib.nullcontext():
+        return _load_image(Path(path), alpha)
+
+
+def _load_image(path: Path, alpha: str) -> Loaded:
     from PIL import Image, ImageOps, UnidentifiedImageError
 
-    path = Path(path)
     notes: list[str] = []
     if path.suffix.lower() == ".png" and _png_bit_depth(path) == 16:
         raise InputError(f"{path}: 16-bit PNG is not supported (8-bit expected); convert it to 8-bit explicitly")
@@ -212,7 +258,8 @@ def load_image(path: Path, alpha: str = "reject") -> Loaded:
     except InputError:
         raise
     except Image.DecompressionBombError as exc:
-        raise InputError(f"{path}: {exc}") from exc
+        raise InputError(f"{path}: above Pillow's decompression-bomb limit of {2 * (Image.MAX_IMAGE_PIXELS or 0)} "
+                         f"pixels ({exc}); pass --allow-large if the file is trusted") from exc
     except (UnidentifiedImageError, OSError, EOFError, SyntaxError, ValueError) as exc:
         raise InputError(f"{path}: cannot decode image (truncated, corrupt or not an image: {exc})") from exc
     if arr.dtype != np.uint8:
@@ -366,7 +413,7 @@ def frame_number(path: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def load_frame_folder(path: Path, alpha: str = "reject") -> Loaded:
+def load_frame_folder(path: Path, alpha: str = "reject", allow_large: bool = False) -> Loaded:
     """Load a frame folder as ``(T, H, W, C)`` uint8, frames in the order of their numbers.
 
     ``frame_numbers`` holds each frame's number (callers pair two folders by number, not by position).
@@ -387,7 +434,7 @@ def load_frame_folder(path: Path, alpha: str = "reject") -> Loaded:
     if not numbered:
         raise InputError(f"{path}: frame folder holds no image files")
     numbers = sorted(numbered)
-    imgs = [load_image(numbered[n], alpha) for n in numbers]
+    imgs = [load_image(numbered[n], alpha, allow_large) for n in numbers]
     for im in imgs:
         if im.is_video:
             raise InputError(f"{path}: frame {im.path.name} is itself {im.describe()}; a frame folder holds stills")
@@ -418,7 +465,7 @@ def frame_timing(pts_s: list[float], fps: float | None) -> tuple[bool, str | Non
                   "paired by index, not by time")
 
 
-def load_any(path: Path, alpha: str = "reject") -> Loaded:
+def load_any(path: Path, alpha: str = "reject", allow_large: bool = False) -> Loaded:
     """Load an image, ``.npy`` array, video file or frame folder by kind.
 
     Raises:
@@ -428,15 +475,15 @@ def load_any(path: Path, alpha: str = "reject") -> Loaded:
     if not path.exists():
         raise InputError(f"{path}: file not found")
     if path.is_dir():  # a manifest may name any folder of frames; path pairing only offers frame folders
-        return load_frame_folder(path, alpha)
+        return load_frame_folder(path, alpha, allow_large)
     kind = kind_of(path)
     if kind == "image":
-        return load_image(path, alpha)
+        return load_image(path, alpha, allow_large)
     if kind == "array":
         return load_array(path)
     if kind == "video":
         return load_video(path)
     if kind == "frames":
-        return load_frame_folder(path, alpha)
+        return load_frame_folder(path, alpha, allow_large)
     supported = sorted(IMAGE_EXTS | ARRAY_EXTS | VIDEO_EXTS)
     raise InputError(f"{path}: unsupported format; supported: {', '.join(supported)} or a frame folder")
