@@ -188,8 +188,10 @@ def register(app: typer.Typer) -> None:
         if report.errors and not allow_missing:
             listed = "; ".join(f"{e.key}: {e.problem}" for e in report.errors[:10])
             more = f" (+{len(report.errors) - 10} more)" if len(report.errors) > 10 else ""
+            large = " (--allow-large scores the pairs refused as too large)" if any(
+                "--allow-large" in e.problem for e in report.errors) else ""
             raise InputError(f"{len(report.errors)} pair(s) could not be compared: {listed}{more}. "
-                             "Fix the outputs or pass --allow-missing")
+                             f"Fix the outputs or pass --allow-missing{large}")
         if report.n_pairs == 0:
             raise InputError(f"no pair could be compared between {baseline} and {candidate}")
         failed = [g for g in report.gates if not g.passed]
