@@ -1,5 +1,9 @@
 """``diffbench quality``: compare a candidate run's outputs with a fixed-seed baseline, then gate.
 
+A pair whose estimated peak memory (read from the headers, before decoding) is above the bound (70 % of available
+memory per thread), or an image above Pillow's decompression-bomb limit, is a pair error naming the file, its size,
+the estimate and ``--allow-large`` (which lifts both).
+
 Exit codes: 0 ok; 1 a gate failed (outputs written first); 2 pair errors without ``--allow-missing``
 or bad input (unknown gate metric/statistic, missing directories, unwritable ``--json``/``--csv``: all
 checked before any pair is decoded); 3 missing weights (LPIPS / Inception). Heavy imports happen
@@ -111,6 +115,9 @@ def register(app: typer.Typer) -> None:
                                          "of one configuration: report the floor gates must sit below."),
         mkdir: bool = typer.Option(False, "--mkdir", help="Create missing parent directories of --json/--csv "
                                    "(otherwise a missing directory is an error before any work)."),
+        allow_large: bool = typer.Option(False, "--allow-large", help="Score pairs whose estimated peak memory "
+                                         "(from the headers, before decoding) is above 70 % of available memory per "
+                                         "thread, and images above Pillow's decompression-bomb limit."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress line on stderr (pairs done / total, "
                                    "pairs/s; drawn only when stderr is a terminal)."),
     ) -> None:
@@ -151,7 +158,7 @@ def register(app: typer.Typer) -> None:
                                  "or a folder of images")
         opts = QualityOptions(alpha=alpha, allow_missing=allow_missing, ms_ssim=ms_ssim, lpips=lpips,  # type: ignore[arg-type]
                               lpips_backbone=lpips_backbone, fid=fid, inception=inception, clip=clip, pickscore=pickscore,
-                              clip_iqa=clip_iqa, worst=worst,
+                              clip_iqa=clip_iqa, worst=worst, allow_large=allow_large,
                               workers=workers if workers is not None else 2)
         console = Console()
         with contextlib.ExitStack() as stack:
@@ -183,8 +190,10 @@ def register(app: typer.Typer) -> None:
         if report.errors and not allow_missing:
             listed = "; ".join(f"{e.key}: {e.problem}" for e in report.errors[:10])
             more = f" (+{len(report.errors) - 10} more)" if len(report.errors) > 10 else ""
+            large = " (--allow-large scores the pairs refused as too large)" if any(
+                "--allow-large" in e.problem for e in report.errors) else ""
             raise InputError(f"{len(report.errors)} pair(s) could not be compared: {listed}{more}. "
-                             "Fix the outputs or pass --allow-missing")
+                             f"Fix the outputs or pass --allow-missing{large}")
         if report.n_pairs == 0:
             raise InputError(f"no pair could be compared between {baseline} and {candidate}")
         failed = [g for g in report.gates if not g.passed]

@@ -23,6 +23,7 @@ from diffbench.quality.distribution import ClipScorer, FeatureExtractor, Feature
 from diffbench.quality.gates import Gate, evaluate_gates
 from diffbench.quality.io import Loaded, load_any
 from diffbench.quality.kernels import SSIM_RADIUS, ms_ssim, psnr, ssim, ssim_border_difference
+from diffbench.quality.memory import check_pair, pair_budget
 from diffbench.quality.models import (
     SIDE_SCORES,
     DistributedRun,
@@ -62,6 +63,7 @@ class Scorers:
     clip: ClipScorer | None = None
     pick: PickScorer | None = None
     iqa: ClipIqaScorer | None = None
+    budget: int | None = None  # bytes one pair may take (quality.memory.pair_budget); None: unbounded
 
 
 def load_scorers(opt: QualityOptions, pairing_mode: str, lpips_model: Callable | None = None,
@@ -93,12 +95,13 @@ def load_scorers(opt: QualityOptions, pairing_mode: str, lpips_model: Callable |
     clip = prompted("--clip", opt.clip, ClipScorer)
     pick = prompted("--pickscore", opt.pickscore, PickScorer)
     iqa = ClipIqaScorer(opt.clip_iqa) if opt.clip_iqa is not None else None
-    return Scorers(lp=lp, fx=fx, clip=clip, pick=pick, iqa=iqa)
+    budget = None if opt.allow_large else pair_budget(opt.max_memory, opt.workers)
+    return Scorers(lp=lp, fx=fx, clip=clip, pick=pick, iqa=iqa, budget=budget)
 
 
 def score_pair(spec: PairSpec, opt: QualityOptions, sc: Scorers) -> _Outcome:
     """One pair's outcome: its row (and frames, and float64 feature rows for FID/KID) or its PairError."""
-    return _score(spec, opt, sc.lp, sc.fx, sc.clip, sc.pick, sc.iqa)
+    return _score(spec, opt, sc.lp, sc.fx, sc.clip, sc.pick, sc.iqa, sc.budget)
 
 
 def new_stats(sc: Scorers) -> tuple[FeatureStats | None, FeatureStats | None]:
@@ -149,6 +152,8 @@ def _mismatch(a: Loaded, b: Loaded) -> str | None:
                 f"{names.get(b.channels, b.channels)} (not converted)")
     if a.data_range != b.data_range:
         return f"range mismatch: baseline data range {a.data_range:g}, candidate {b.data_range:g} (uint8 vs float)"
+    if a.frame_numbers is not None and b.frame_numbers is not None and a.frame_numbers != b.frame_numbers:
+        return frame_number_mismatch(a.frame_numbers, b.frame_numbers)
     if a.is_video and a.array.shape[0] != b.array.shape[0]:
         return (f"frame count mismatch: baseline {a.describe()}, candidate {b.describe()} "
                 "(not truncated or padded)")
@@ -159,12 +164,54 @@ def _mismatch(a: Loaded, b: Loaded) -> str | None:
     return None
 
 
+def _spans(numbers: Sequence[int]) -> str:
+    """``[3, 4, 5, 9]`` → ``"3-5, 9"`` (at most 10 spans, then the count of the rest)."""
+    spans: list[str] = []
+    ns = sorted(numbers)
+    i = 0
+    while i < len(ns):
+        j = i
+        while j + 1 < len(ns) and ns[j + 1] == ns[j] + 1:
+            j += 1
+        spans.append(str(ns[i]) if i == j else f"{ns[i]}-{ns[j]}")
+        i = j + 1
+    return ", ".join(spans[:10]) + (f" (+{len(spans) - 10} more spans)" if len(spans) > 10 else "")
+
+
+def frame_number_mismatch(nb: Sequence[int], nc: Sequence[int]) -> str:
+    """The pair error of two frame folders whose frame numbers differ: the numbers missing on each side."""
+    parts = []
+    for side, mine, other in (("candidate", nc, nb), ("baseline", nb, nc)):
+        missing = sorted(set(other) - set(mine))
+        if missing:
+            parts.append(f"frame{'s' if len(missing) > 1 else ''} {_spans(missing)} missing in {side}")
+    what = "frame count mismatch" if len(nb) != len(nc) else "frame numbers differ"
+    return (f"{what}: {'; '.join(parts)} (baseline {len(nb)} frames, candidate {len(nc)}; frames "
+            "pair by the number in their file names, never by position: not compared)")
+
+
+FPS_NOTE = "frame rates differ"
+
+
+def frame_rate_note(a: Loaded, b: Loaded) -> str | None:
+    """A note when two video files have different average frame rates (relative difference above 0.1 %)."""
+    if a.fps is None or b.fps is None or abs(a.fps - b.fps) <= 1e-3 * max(a.fps, b.fps):
+        return None
+    return (f"{FPS_NOTE}: baseline {a.fps:.4g} fps, candidate {b.fps:.4g} fps; frames are paired by index, so frame i "
+            f"is at {1 / a.fps * 1e3:.1f}·i ms vs {1 / b.fps * 1e3:.1f}·i ms: the same generated frames if only "
+            "the export rate differs, otherwise not time-aligned")
+
+
 def _score(spec: PairSpec, opt: QualityOptions, lp: Callable | None, fx: FeatureExtractor | None,
            clip: ClipScorer | None = None, pick: PickScorer | None = None,
-           iqa: ClipIqaScorer | None = None) -> _Outcome:
+           iqa: ClipIqaScorer | None = None, budget: int | None = None) -> _Outcome:
+    too_large, ms_note = check_pair(spec.baseline, spec.candidate, opt.ms_ssim, lp is not None, budget,
+                                    opt.allow_large)
+    if too_large:
+        return _err(spec, too_large)  # refused from the headers, before decoding
     try:
-        a = load_any(spec.baseline, opt.alpha)
-        b = load_any(spec.candidate, opt.alpha)
+        a = load_any(spec.baseline, opt.alpha, opt.allow_large)
+        b = load_any(spec.candidate, opt.alpha, opt.allow_large)
     except DiffbenchError as exc:
         return _err(spec, str(exc))
     bad = _mismatch(a, b)
@@ -172,6 +219,11 @@ def _score(spec: PairSpec, opt: QualityOptions, lp: Callable | None, fx: Feature
         return _err(spec, bad)
     r = a.data_range
     notes = sorted({f"baseline: {n}" for n in a.notes} | {f"candidate: {n}" for n in b.notes})
+    if ms_note and not a.is_video:
+        notes.append(ms_note)
+    fps_note = frame_rate_note(a, b)
+    if fps_note:
+        notes.insert(0, fps_note)
     # one pass over the pixels: per frame for a video (its rows need it), summed for the pair
     per_frame_diff = ([ssim_border_difference(a.array[i], b.array[i]) for i in range(a.array.shape[0])]
                       if a.is_video else [ssim_border_difference(a.array, b.array)])
@@ -189,7 +241,7 @@ def _score(spec: PairSpec, opt: QualityOptions, lp: Callable | None, fx: Feature
     try:
         if not a.is_video:
             m: dict[str, float | None] = {"psnr": psnr(a.array, b.array, r), "ssim": ssim(a.array, b.array, r)}
-            if opt.ms_ssim:
+            if opt.ms_ssim and not ms_note:
                 m["ms_ssim"] = ms_ssim(a.array, b.array, r)
             if lp is not None:
                 if a.channels == 3:
@@ -257,9 +309,15 @@ def _score_video(spec: PairSpec, a: Loaded, b: Loaded, lp: Callable | None, comm
     m: dict[str, float | None] = {"psnr": psnr_pair, "ssim": stats.ssim_mean}
     if lps is not None:
         m["lpips"] = stats.lpips_mean
+    numbers = a.frame_numbers  # a frame folder's rows carry the numbers in the file names
+    if numbers is not None:
+        stats.psnr_worst_frame = numbers[stats.psnr_worst_frame]
+        stats.ssim_worst_frame = numbers[stats.ssim_worst_frame]
+        if stats.lpips_worst_frame is not None:
+            stats.lpips_worst_frame = numbers[stats.lpips_worst_frame]
     frames = []
     for i, (fb, fi) in enumerate(diffs):
-        frames.append(FrameRow(key=spec.key, frame=i, psnr=float(p[i]), ssim=float(s[i]),
+        frames.append(FrameRow(key=spec.key, frame=numbers[i] if numbers is not None else i, psnr=float(p[i]), ssim=float(s[i]),
                                lpips=float(lps[i]) if lps is not None else None,
                                identical=bool(fb == 0 and fi == 0), border_only_difference=fb > 0 and fi == 0))
     pr = PairResult(kind="video", frames=stats.frames, identical=not any(fb or fi for fb, fi in diffs),
@@ -408,6 +466,18 @@ def compare_dirs(
             report.warnings.append(f"{len(report.clip_truncated)} prompt(s) truncated at {clip.limit} CLIP tokens "
                                    f"(EOS kept): {', '.join(report.clip_truncated[:5])}")
     report.n_pairs = len(report.pairs)
+    no_ms = [p.key for p in report.pairs if any(n.startswith("MS-SSIM not computed") for n in p.notes)]
+    if no_ms:
+        report.warnings.append(f"{len(no_ms)} pair(s) too large for MS-SSIM within the memory bound (PSNR/SSIM "
+                               f"computed; --allow-large computes it): {', '.join(no_ms[:5])}"
+                               + (f" (+{len(no_ms) - 5} more)" if len(no_ms) > 5 else ""))
+    timing = [p.key for p in report.pairs if any(n.startswith(FPS_NOTE) or "variable frame rate" in n
+                                                  for n in p.notes)]
+    if timing:
+        report.warnings.append(
+            f"{len(timing)} video pair(s) differ in frame rate or have a variable frame rate: frames are paired by "
+            f"index, not by time (see each pair's notes): {', '.join(timing[:5])}"
+            + (f" (+{len(timing) - 5} more)" if len(timing) > 5 else ""))
     report.n_identical = sum(p.identical for p in report.pairs)
     report.n_border_only = sum(p.border_only_difference for p in report.pairs)
     if report.n_border_only:

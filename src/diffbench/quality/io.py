@@ -19,16 +19,22 @@ Policies (reported in :attr:`Loaded.notes` and in the report settings):
   Palette frames are expanded; an alpha channel that is fully opaque in every frame (animated WebP
   always decodes to RGBA) is dropped and noted, otherwise the alpha policy applies. A one-frame GIF is
   a still image.
-- Videos: ``.mp4``, ``.webm``, ``.mov``, ``.mkv`` decoded with PyAV to RGB uint8 frames; or a
-  *frame folder*: a directory whose entries are all image files with numeric names (``00000.png``).
+- Videos: ``.mp4``, ``.webm``, ``.mov``, ``.mkv`` decoded with PyAV to RGB uint8 frames, with the stream's
+  average frame rate and a variable-frame-rate flag (presentation-time deltas not constant); or a
+  *frame folder*: a directory whose entries are all image files with numeric names (``00000.png``,
+  ``frame_0003.png``), each frame keeping its number (two files with one number are an error).
 - Decoded size is bounded by :data:`MAX_DECODED_BYTES` (an InputError, never an out-of-memory kill).
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import struct
+import threading
+import warnings
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -43,7 +49,10 @@ IMAGE_EXTS = frozenset({".png", ".apng", ".gif", ".jpg", ".jpeg", ".webp", ".bmp
 ARRAY_EXTS = frozenset({".npy"})
 VIDEO_EXTS = frozenset({".mp4", ".webm", ".mov", ".mkv"})
 MAX_DECODED_BYTES = 8 << 30  # one decoded file (all frames); beyond this a file is refused, not swapped
-_FRAME_NAME = re.compile(r"^(?:frame[_-]?)?\d+$")
+_FRAME_NAME = re.compile(r"^(?:frame[_-]?)?(\d+)$")
+# Frame intervals of a constant-rate video may differ by one tick of the stream's time base (30 fps in 1/1000 s
+# ticks: 33, 33, 34 ms) or by rounding; a wider spread than this (relative to the median interval) is VFR.
+VFR_TOLERANCE = 0.01
 
 
 @dataclass
@@ -56,6 +65,9 @@ class Loaded:
     is_video: bool = False
     notes: list[str] = field(default_factory=list)
     animated: bool = False  # an animated image (GIF/APNG/WebP) read as video
+    frame_numbers: list[int] | None = None  # a frame folder: each frame's number, from its file name (sorted)
+    fps: float | None = None  # a video file: the stream's average frame rate (frames/s), when the container has one
+    vfr: bool = False  # a video file whose frame intervals (pts deltas) are not constant
 
     @property
     def frames(self) -> int | None:
@@ -90,7 +102,7 @@ def is_frame_folder(path: Path) -> bool:
     """True for a non-empty directory holding only image files with numeric stems (``00012.png``)."""
     entries = [p for p in path.iterdir() if not p.name.startswith(".")]
     return bool(entries) and all(
-        p.is_file() and p.suffix.lower() in IMAGE_EXTS and _FRAME_NAME.match(p.stem) for p in entries
+        p.is_file() and p.suffix.lower() in IMAGE_EXTS and _FRAME_NAME.match(p.stem) is not None for p in entries
     )
 
 
@@ -154,7 +166,37 @@ def _apply_alpha(rgba: np.ndarray, policy: str, path: Path, notes: list[str]) ->
     raise UsageError(f"unknown alpha policy {policy!r}; choose one of {', '.join(ALPHA_POLICIES)}")
 
 
-def load_image(path: Path, alpha: str = "reject") -> Loaded:
+_BOMB_LOCK = threading.Lock()
+_BOMB_USERS = 0
+_BOMB_SAVED: int | None = None
+
+
+@contextlib.contextmanager
+def unbounded_pillow() -> Iterator[None]:
+    """Pillow's decompression-bomb check (``Image.MAX_IMAGE_PIXELS``) off inside the block.
+
+    Reference-counted, so threads that overlap restore the limit only when the last one leaves. Callers check
+    the size themselves first (:func:`diffbench.quality.memory.check_pair`: our refusal names the file, its
+    size and ``--allow-large``).
+    """
+    global _BOMB_USERS, _BOMB_SAVED
+    from PIL import Image
+
+    with _BOMB_LOCK:
+        if _BOMB_USERS == 0:
+            _BOMB_SAVED = Image.MAX_IMAGE_PIXELS
+            Image.MAX_IMAGE_PIXELS = None
+        _BOMB_USERS += 1
+    try:
+        yield
+    finally:
+        with _BOMB_LOCK:
+            _BOMB_USERS -= 1
+            if _BOMB_USERS == 0:
+                Image.MAX_IMAGE_PIXELS = _BOMB_SAVED
+
+
+def load_image(path: Path, alpha: str = "reject", allow_large: bool = False) -> Loaded:
     """Decode one image file to uint8 ``(H, W, C)`` with C in {1, 3}; an animated one to ``(T, H, W, C)``.
 
     An image with more than one frame (animated GIF / APNG / WebP) is returned as a video
@@ -163,13 +205,25 @@ def load_image(path: Path, alpha: str = "reject") -> Loaded:
     A PNG (or APNG) must be intact: complete chunks, matching CRCs, an IEND chunk
     (:func:`check_png_integrity`); other formats pass Pillow's ``Image.verify()`` first.
 
+    ``allow_large`` lifts Pillow's decompression-bomb limit (without it, an image above the limit is an
+    InputError naming ``--allow-large``, never Pillow's text).
+
     Raises:
         InputError: unreadable, truncated or corrupt file; 16-bit; alpha under ``reject``; odd modes;
-            decoded size above :data:`MAX_DECODED_BYTES`.
+            decoded size above :data:`MAX_DECODED_BYTES`; above Pillow's bomb limit without ``allow_large``.
     """
+    from PIL import Image
+
+    # the memory bound is checked from the header before decoding (quality.memory); Pillow's warning between
+    # its limit and twice the limit would print its own text
+    warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
+    with unbounded_pillow() if allow_large else contextlib.nullcontext():
+        return _load_image(Path(path), alpha)
+
+
+def _load_image(path: Path, alpha: str) -> Loaded:
     from PIL import Image, ImageOps, UnidentifiedImageError
 
-    path = Path(path)
     notes: list[str] = []
     if path.suffix.lower() == ".png" and _png_bit_depth(path) == 16:
         raise InputError(f"{path}: 16-bit PNG is not supported (8-bit expected); convert it to 8-bit explicitly")
@@ -204,7 +258,8 @@ def load_image(path: Path, alpha: str = "reject") -> Loaded:
     except InputError:
         raise
     except Image.DecompressionBombError as exc:
-        raise InputError(f"{path}: {exc}") from exc
+        raise InputError(f"{path}: above Pillow's decompression-bomb limit of {2 * (Image.MAX_IMAGE_PIXELS or 0)} "
+                         f"pixels ({exc}); pass --allow-large if the file is trusted") from exc
     except (UnidentifiedImageError, OSError, EOFError, SyntaxError, ValueError) as exc:
         raise InputError(f"{path}: cannot decode image (truncated, corrupt or not an image: {exc})") from exc
     if arr.dtype != np.uint8:
@@ -321,12 +376,19 @@ def load_video(path: Path) -> Loaded:
     av = require("av", "quality")
     path = Path(path)
     frames: list[np.ndarray] = []
+    pts_s: list[float] = []
+    fps: float | None = None
     try:
         with av.open(str(path)) as container:
             if not container.streams.video:
                 raise InputError(f"{path}: no video stream")
+            stream = container.streams.video[0]
+            rate = stream.average_rate or stream.guessed_rate
+            fps = float(rate) if rate else None
             nbytes = 0
             for frame in container.decode(video=0):
+                if frame.pts is not None and frame.time_base is not None:
+                    pts_s.append(float(frame.pts * frame.time_base))
                 frames.append(frame.to_ndarray(format="rgb24"))
                 nbytes += frames[-1].nbytes
                 if nbytes > MAX_DECODED_BYTES:
@@ -340,19 +402,39 @@ def load_video(path: Path) -> Loaded:
     shapes = {f.shape for f in frames}
     if len(shapes) != 1:
         raise InputError(f"{path}: frames change size within the video ({sorted(shapes)})")
-    return Loaded(path=path, array=np.stack(frames), data_range=255.0, is_video=True)
+    vfr, note = frame_timing(pts_s, fps) if len(pts_s) == len(frames) else (False, None)
+    return Loaded(path=path, array=np.stack(frames), data_range=255.0, is_video=True, fps=fps, vfr=vfr,
+                  notes=[note] if note else [])
 
 
-def load_frame_folder(path: Path, alpha: str = "reject") -> Loaded:
-    """Load a frame folder (numeric names, sorted numerically) as ``(T, H, W, C)`` uint8."""
+def frame_number(path: Path) -> int | None:
+    """The frame number in a frame file's name (``0003.png``, ``frame_0003.png``, ``frame-3.jpg`` → 3), else None."""
+    m = _FRAME_NAME.match(path.stem)
+    return int(m.group(1)) if m else None
+
+
+def load_frame_folder(path: Path, alpha: str = "reject", allow_large: bool = False) -> Loaded:
+    """Load a frame folder as ``(T, H, W, C)`` uint8, frames in the order of their numbers.
+
+    ``frame_numbers`` holds each frame's number (callers pair two folders by number, not by position).
+
+    Raises:
+        InputError: no image file, two files with one number, a frame that is not a still, or frames that
+            differ in size or channels.
+    """
     path = Path(path)
-    files = sorted(
-        (p for p in path.iterdir() if p.suffix.lower() in IMAGE_EXTS),
-        key=lambda p: int(re.sub(r"\D", "", p.stem) or 0),
-    )
-    if not files:
+    numbered: dict[int, Path] = {}
+    for p in sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_EXTS):
+        n = frame_number(p)
+        if n is None:
+            n = int(re.sub(r"\D", "", p.stem) or 0)  # a manifest may name a folder with other names
+        if n in numbered:
+            raise InputError(f"{path}: two files for frame {n} ({numbered[n].name}, {p.name}); keep one")
+        numbered[n] = p
+    if not numbered:
         raise InputError(f"{path}: frame folder holds no image files")
-    imgs = [load_image(p, alpha) for p in files]
+    numbers = sorted(numbered)
+    imgs = [load_image(numbered[n], alpha, allow_large) for n in numbers]
     for im in imgs:
         if im.is_video:
             raise InputError(f"{path}: frame {im.path.name} is itself {im.describe()}; a frame folder holds stills")
@@ -361,10 +443,29 @@ def load_frame_folder(path: Path, alpha: str = "reject") -> Loaded:
         raise InputError(f"{path}: frames differ in size or channels ({sorted(shapes)})")
     notes = sorted({n for im in imgs for n in im.notes})
     return Loaded(path=path, array=np.stack([im.array for im in imgs]), data_range=255.0, is_video=True,
-                  notes=notes)
+                  notes=notes, frame_numbers=numbers)
 
 
-def load_any(path: Path, alpha: str = "reject") -> Loaded:
+def frame_timing(pts_s: list[float], fps: float | None) -> tuple[bool, str | None]:
+    """Whether presentation times (seconds, decode order) show a variable frame rate, and the note saying so.
+
+    VFR when the spread of consecutive intervals exceeds :data:`VFR_TOLERANCE` of the median interval plus
+    one millisecond (a time-base tick of rounding).
+    """
+    ts = sorted(pts_s)
+    d = np.diff(np.asarray(ts, dtype=np.float64))
+    if d.size < 2:
+        return False, None
+    med = float(np.median(d))
+    lo, hi = float(d.min()), float(d.max())
+    if hi - lo <= VFR_TOLERANCE * med + 1e-3:
+        return False, None
+    rate = f" (average {fps:.4g} fps)" if fps else ""
+    return True, (f"variable frame rate: frame intervals {lo * 1e3:.1f}-{hi * 1e3:.1f} ms{rate}; frames are "
+                  "paired by index, not by time")
+
+
+def load_any(path: Path, alpha: str = "reject", allow_large: bool = False) -> Loaded:
     """Load an image, ``.npy`` array, video file or frame folder by kind.
 
     Raises:
@@ -374,15 +475,15 @@ def load_any(path: Path, alpha: str = "reject") -> Loaded:
     if not path.exists():
         raise InputError(f"{path}: file not found")
     if path.is_dir():  # a manifest may name any folder of frames; path pairing only offers frame folders
-        return load_frame_folder(path, alpha)
+        return load_frame_folder(path, alpha, allow_large)
     kind = kind_of(path)
     if kind == "image":
-        return load_image(path, alpha)
+        return load_image(path, alpha, allow_large)
     if kind == "array":
         return load_array(path)
     if kind == "video":
         return load_video(path)
     if kind == "frames":
-        return load_frame_folder(path, alpha)
+        return load_frame_folder(path, alpha, allow_large)
     supported = sorted(IMAGE_EXTS | ARRAY_EXTS | VIDEO_EXTS)
     raise InputError(f"{path}: unsupported format; supported: {', '.join(supported)} or a frame folder")

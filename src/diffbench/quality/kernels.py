@@ -14,6 +14,9 @@ Conventions (see shared reference quality-metrics.md §1-§3):
   ``structural_similarity(a, b, gaussian_weights=True, sigma=1.5, use_sample_covariance=False,
   data_range=R, channel_axis=-1)`` (tested within 1e-4; observed ~1e-7).
 
+Memory: PSNR and SSIM run over row strips of at most :data:`STRIP_BYTES` of working memory; both are exact
+(PSNR sums squared errors; an SSIM strip carries the 10 rows its 11-row windows need, so the map is the same).
+
 Speed: the four local statistics (μx, μy, E[x²+y²], E[xy]) of every channel are filtered in one
 stacked float32 array, separably and block by block (cache-resident), valid region only; values are
 centered on the pair mean first so float32 variances keep ~1e-7 relative precision.
@@ -110,12 +113,17 @@ def psnr(a: np.ndarray, b: np.ndarray, data_range: float | None = None) -> float
         pooled PSNR is not the per-image mean). UsageError: missing data_range for non-uint8 input.
     """
     r = _check_pair(a, b, data_range)
-    if a.dtype == np.uint8 and b.dtype == np.uint8:
-        d = a.astype(np.float32) - b.astype(np.float32)  # exact; d*d <= 65025 < 2**24, exact in float32
-        mse = float(np.mean(d * d, dtype=np.float64))
-    else:
-        d = a.astype(np.float64) - b.astype(np.float64)
-        mse = float(np.mean(d * d))
+    sse = 0.0  # summed over row strips of at most STRIP_BYTES of working memory: exact for uint8 (integer sums)
+    rows = _strip_rows(a.shape, 8)
+    for r0 in range(0, a.shape[0], rows):
+        sa, sb = a[r0 : r0 + rows], b[r0 : r0 + rows]
+        if a.dtype == np.uint8 and b.dtype == np.uint8:
+            d = sa.astype(np.float32) - sb.astype(np.float32)  # exact; d*d <= 65025 < 2**24, exact in float32
+        else:
+            d = sa.astype(np.float64) - sb.astype(np.float64)
+        d *= d
+        sse += float(np.sum(d, dtype=np.float64))
+    mse = sse / a.size
     if mse == 0.0:
         return math.inf
     return 10.0 * math.log10(r * r / mse)
@@ -149,6 +157,16 @@ def ssim_border_difference(a: np.ndarray, b: np.ndarray) -> tuple[int, int]:
     total = int(np.count_nonzero(diff))
     interior = int(np.count_nonzero(diff[..., r : max(r, h - r), r : max(r, w - r)]))
     return total - interior, interior
+
+
+STRIP_BYTES = 64 << 20  # working memory of one row strip of PSNR / SSIM (bytes); images are scored strip by strip
+_SSIM_BYTES_PER_VALUE = 4 * 4 * 3  # float32 stack of 4 statistics, its filtered copy and the temporaries, per value
+
+
+def _strip_rows(shape: tuple[int, ...], bytes_per_value: int, minimum: int = 1) -> int:
+    """Rows per strip so that a strip's working memory stays near :data:`STRIP_BYTES` (at least ``minimum``)."""
+    per_row = max(1, int(np.prod(shape[1:], dtype=np.int64))) * bytes_per_value
+    return max(minimum, STRIP_BYTES // per_row)
 
 
 _ROWS = 16  # output rows per block: the block's inputs stay in cache for both passes
@@ -216,9 +234,24 @@ def ssim_channels(a: np.ndarray, b: np.ndarray, data_range: float | None = None)
     h, w, c = a.shape
     if min(h, w) < SSIM_WIN:
         raise ShapeError(f"SSIM needs H and W >= {SSIM_WIN} px (Gaussian window), got {h}x{w}")
+    # the map's rows depend only on their 11-row windows: strips of output rows that overlap by the window's
+    # 10 rows give the exact map, with memory bounded by the strip instead of the image
+    center = np.float32(0.5 * (float(a.mean(dtype=np.float64)) + float(b.mean(dtype=np.float64))))
+    n = h - 2 * SSIM_RADIUS
+    rows = _strip_rows(a.shape, _SSIM_BYTES_PER_VALUE, minimum=4 * SSIM_WIN)
+    sums = np.zeros(c, dtype=np.float64)
+    for r0 in range(0, n, rows):
+        r1 = min(n, r0 + rows)
+        m = _ssim_map(a[r0 : r1 + 2 * SSIM_RADIUS], b[r0 : r1 + 2 * SSIM_RADIUS], center, r)
+        sums += m.transpose(1, 0, 2).reshape(c, -1).sum(axis=1, dtype=np.float64)
+    return sums / (n * (w - 2 * SSIM_RADIUS))
+
+
+def _ssim_map(a: np.ndarray, b: np.ndarray, center: np.float32, r: float) -> np.ndarray:
+    """The valid SSIM map ``(H-10, C, W-10)`` (float32) of an ``(H, W, C)`` pair, values centred on ``center``."""
+    h, w, c = a.shape
     x = np.array(a.transpose(0, 2, 1), dtype=np.float32, order="C")  # (H, C, W)
     y = np.array(b.transpose(0, 2, 1), dtype=np.float32, order="C")
-    center = np.float32(0.5 * (float(x.mean(dtype=np.float64)) + float(y.mean(dtype=np.float64))))
     x -= center
     y -= center
     stack = np.empty((h, 4 * c, w), dtype=np.float32)
@@ -254,7 +287,7 @@ def ssim_channels(a: np.ndarray, b: np.ndarray, data_range: float | None = None)
     m2 += c2
     den *= m2
     num /= den
-    return num.transpose(1, 0, 2).reshape(c, -1).mean(axis=1, dtype=np.float64)
+    return num
 
 
 def ms_ssim(a: np.ndarray, b: np.ndarray, data_range: float | None = None) -> float | None:

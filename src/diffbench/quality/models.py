@@ -58,6 +58,8 @@ class QualityOptions(BaseModel):
     worst: int = Field(5, ge=0)
     workers: int = Field(2, ge=1)
     verify_sha256: bool = True
+    allow_large: bool = False  # score pairs above the memory bound, and images above Pillow's bomb limit
+    max_memory: int | None = Field(None, ge=1)  # bytes one pair may take (None: a share of available memory)
 
 
 class PairError(BaseModel):

@@ -54,10 +54,19 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def scan_outputs(root: Path) -> tuple[dict[str, Path], list[PairError]]:
+def scan_outputs(root: Path, notes: list[str] | None = None) -> tuple[dict[str, Path], list[PairError]]:
     """Map relative path → output path under ``root`` (images, arrays, videos, frame folders).
 
     Unsupported files are returned as errors (metadata files such as .json/.csv/.txt are skipped).
+
+    Symbolic links are followed (a folder of links to outputs kept elsewhere is compared like a copy), but
+    every real directory and every real file is taken once (by ``(st_dev, st_ino)``):
+
+    - a directory link that points at its own folder, a parent, or the root's parent (a loop) is not followed;
+    - a second path to a directory or file already taken (a link or hard link inside the tree) is skipped;
+      the real path wins over a link path (real folders are walked before any link is followed).
+
+    Each skipped path is named in ``notes`` (appended to, when given).
 
     Raises:
         InputError: ``root`` is not a directory, or holds no output at all.
@@ -67,24 +76,77 @@ def scan_outputs(root: Path) -> tuple[dict[str, Path], list[PairError]]:
         raise InputError(f"{root}: not a directory (give a run output directory or a folder of images)")
     found: dict[str, Path] = {}
     errors: list[PairError] = []
+    notes = notes if notes is not None else []
+    root_real = root.resolve()
+    seen_dirs: dict[tuple[int, int], str] = {}
+    seen_files: dict[tuple[int, int], str] = {}
+
+    def ident(p: Path) -> tuple[int, int]:
+        st = p.stat()
+        return st.st_dev, st.st_ino
+
+    def take_dir(p: Path, rel: str) -> bool:
+        """Whether the directory ``p`` is new (not reached before); notes a loop or an alias."""
+        real = p.resolve()
+        if p.is_symlink() and (p.parent.resolve().is_relative_to(real) or root_real.is_relative_to(real)):
+            notes.append(f"{root / rel}: symlink to {real}, a folder that contains it (a loop); not followed")
+            return False
+        key = ident(p)
+        if key in seen_dirs:
+            notes.append(f"{root / rel}: the same folder as {root / seen_dirs[key]} (a link); counted once")
+            return False
+        seen_dirs[key] = rel or "."
+        return True
+
+    def take_file(p: Path, rel: str) -> None:
+        ext = p.suffix.lower()
+        if ext in IMAGE_EXTS or ext in ARRAY_EXTS or ext in VIDEO_EXTS:
+            if p.exists():  # a dangling link is kept: pairing reports it as not found
+                key = ident(p)
+                if key in seen_files:
+                    notes.append(f"{p}: the same file as {root / seen_files[key]} (a link); counted once")
+                    return
+                seen_files[key] = rel
+            found[rel] = p
+        elif ext not in METADATA_EXTS and p.name != MANIFEST_NAME:
+            errors.append(PairError(key=rel, baseline=str(p), problem=f"unsupported format {ext or '(none)'}"))
+
+    def take_folder(p: Path, rel: str) -> None:
+        if not take_dir(p, rel):
+            return
+        if is_frame_folder(p):
+            found[rel] = p
+        else:
+            stack.append(p)
+
+    take_dir(root, "")
+    links: list[tuple[Path, str]] = []  # links, followed after every real folder and file is taken
     stack = [root]
-    while stack:
+    while stack or links:
+        if not stack:
+            link, rel = links.pop(0)
+            if link.is_dir():
+                take_folder(link, rel)
+            else:
+                take_file(link, rel)
+            continue
         d = stack.pop()
-        for p in sorted(d.iterdir()):
+        try:
+            entries = sorted(d.iterdir())
+        except OSError as exc:
+            errors.append(PairError(key=d.relative_to(root).as_posix() or ".", baseline=str(d),
+                                    problem=f"cannot list folder ({exc.strerror or exc})"))
+            continue
+        for p in entries:
             if p.name.startswith("."):
                 continue
             rel = p.relative_to(root).as_posix()
-            if p.is_dir():
-                if is_frame_folder(p):
-                    found[rel] = p
-                else:
-                    stack.append(p)
-                continue
-            ext = p.suffix.lower()
-            if ext in IMAGE_EXTS or ext in ARRAY_EXTS or ext in VIDEO_EXTS:
-                found[rel] = p
-            elif ext not in METADATA_EXTS and p.name != MANIFEST_NAME:
-                errors.append(PairError(key=rel, baseline=str(p), problem=f"unsupported format {ext or '(none)'}"))
+            if p.is_symlink():
+                links.append((p, rel))
+            elif p.is_dir():
+                take_folder(p, rel)
+            else:
+                take_file(p, rel)
     if not found:
         raise InputError(f"{root}: no images, arrays or videos found (empty directory?)")
     return found, errors
@@ -201,8 +263,8 @@ def _check_file(path: Path, entry: ManifestEntry, verify: bool) -> str | None:
 
 def pair_by_path(baseline: Path, candidate: Path) -> Pairing:
     res = Pairing(mode="path")
-    fb, eb = scan_outputs(baseline)
-    fc, ec = scan_outputs(candidate)
+    fb, eb = scan_outputs(baseline, res.warnings)
+    fc, ec = scan_outputs(candidate, res.warnings)
     for e in ec:
         e.candidate, e.baseline = e.baseline, None
     res.errors.extend(eb + ec)
