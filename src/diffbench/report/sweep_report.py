@@ -88,12 +88,11 @@ def write_csv(result: SweepResult, path: Path) -> Path:
 
 
 def make_console() -> object:
-    """A rich Console; 160 columns when the output is not a terminal (pipes, CI logs) so tables stay legible."""
-    import sys
+    """A rich Console for stdout, sized by :func:`diffbench.core.console.make_console` (``COLUMNS``, the
+    terminal, or wide enough that no row wraps in a pipe, a file or a CI log)."""
+    from diffbench.core.console import make_console as _make
 
-    from rich.console import Console
-
-    return Console() if sys.stdout.isatty() else Console(width=160)
+    return _make()
 
 
 def print_console(result: SweepResult, console: object | None = None) -> None:
