@@ -118,6 +118,10 @@ def print_console(result: SweepResult, console: object | None = None) -> None:
         con.print(f"timing noise floor (baseline vs itself, even vs odd interleaved blocks, n={tf.n_baseline} "
                   f"pairs): {tf.speedup:.3f}x, 95 % CI {tf.low:.3f}–{tf.high:.3f}; a point whose CI includes 1 "
                   f"or overlaps its floor is not measurably faster")
+        from diffbench.sweep.working_point import noise_floor_note
+
+        if (wide := noise_floor_note(tf)) is not None:
+            con.print(f"[yellow]note:[/yellow] {wide}")
     if result.schedule is not None:
         sc = result.schedule
         warm = ", ".join(f"{k} {len(v)}" for k, v in result.warmup_s.items())

@@ -162,6 +162,7 @@ def _points_table(results: list[LoadedResult]) -> Table:
 
 def _details(i: int, r: LoadedResult, multi: bool) -> Section:
     from diffbench.report.sweep_report import conditions_line
+    from diffbench.sweep.working_point import noise_floor_note
 
     m = r.model
     b, nf, tf = m.baseline, m.noise_floor_psnr, m.timing_floor
@@ -198,6 +199,8 @@ def _details(i: int, r: LoadedResult, multi: bool) -> Section:
         notes.append(("warn", "forced comparison: the fingerprints differ in "
                               f"{', '.join(m.fingerprint_differences)}"))
     notes += [("warn", w) for w in m.warnings]
+    if (wide := noise_floor_note(tf)) is not None:
+        notes.append(("warn", wide))
     for k, (level, text) in enumerate(notes):
         blocks.append(Note(id=f"sweep-{i}-note-{k}", text=text, level=level))
     title = f"sweep: {r.label}" if multi else f"sweep {m.sweep_id}: details"
