@@ -250,3 +250,19 @@ def test_an_edit_input_too_large_to_decode_is_a_clear_error(capsys, tmp_path, mo
     assert main([*URL, "--rates", "1", "--workload", "w.yaml"]) == 2
     err = capsys.readouterr().err
     assert "is too large a picture to decode" in err and "b.png" in err and "Traceback" not in err
+
+
+def test_a_rate_whose_schedule_draws_no_arrival_says_so(fake, tmp_path, capsys) -> None:
+    """Issue 24 item 9: ``--rate 0.001 --duration 1`` (expected 0.001 x 1 = 0.001 arrivals) drew no arrival
+    and said "interrupted before any request finished", exit 130, although nothing was interrupted. It is a
+    bad combination of rate and duration: exit 2, naming the expected count and the fix; no file written."""
+    out = tmp_path / "r.json"
+    rate, duration = 0.001, 1.0
+    code = main(["load", "--url", fake.url("ok"), "--rates", str(rate), "--duration", str(duration),
+                 "--warmup", "0", "--timeout", "5", "--size", "64x64", "--json", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "interrupted" not in err
+    assert "drew no arrival" in err and f"{rate * duration:.3g} arrivals" in err
+    assert "longer --duration or a higher rate" in err
+    assert not out.exists()

@@ -229,3 +229,27 @@ def test_a_result_streamed_mid_shape_shows_the_runs_done(runs: dict[str, Path], 
     ((x, y),) = _cdf_lines(found[f"bench-cdf-{slug(running['shape'])}"]).values()  # type: ignore[arg-type]
     assert np.interp(0.5, y, x) == pytest.approx(float(np.median(done)) * 1e3, rel=1e-12)
     assert any(getattr(b, "id", "") == "bench-status-1" for b in found.values())
+
+
+def test_a_comparison_with_a_too_wide_noise_floor_says_so(tmp_path: Path) -> None:
+    """Issue 24 item 9: a noise floor too wide to judge anything (e.g. CI 0.04-4.9) got no comment. The first
+    result's runs are replaced by noisy ones (lognormal, sigma 1.5), whose even-vs-odd floor reaches 2x by a
+    direct bootstrap of the medians' ratio here; the page then says to run more or quiet the machine, and a
+    quiet first result gets no such note."""
+    base = _bench(tmp_path / "base.json", "--engine", "sim", "--steps", "2", "--warmup", "1", "--runs", "20",
+                  "--shapes", "256x256", "-q")
+    cand = _bench(tmp_path / "cand.json", "--engine", "sim", "--steps", "2", "--warmup", "1", "--runs", "20",
+                  "--shapes", "256x256", "-q")
+    data = json.loads(base.read_text())
+    rng = np.random.default_rng(5)
+    noisy = [float(v) for v in 0.05 * np.exp(rng.normal(0.0, 1.5, 20))]
+    data["shapes"][0]["samples_s"] = noisy
+    (tmp_path / "noisy.json").write_text(json.dumps(data))
+    even, odd = np.asarray(noisy[0::2]), np.asarray(noisy[1::2])
+    boot = np.random.default_rng(11).integers(0, even.size, size=(4000, even.size))
+    ratios = np.median(even[boot], axis=1) / np.median(odd[boot], axis=1)
+    lo, hi = np.percentile(ratios, [2.5, 97.5])
+    assert lo < 0.4 or hi > 2.5  # too wide to tell 2x, by this independent bootstrap
+    ids = _doc(tmp_path / "noisy.json", cand).block_ids()
+    assert "bench-compare-floor-0" in ids
+    assert not [i for i in _doc(base, cand).block_ids() if i.startswith("bench-compare-floor")]

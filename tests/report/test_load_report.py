@@ -292,3 +292,42 @@ def test_an_interrupted_result_says_so(sim_json: Path, tmp_path: Path) -> None:
     assert "stopped early" in found["load-partial-0"].text and found["load-partial-0"].level == "warn"
     assert ("partial", "yes (interrupted)") in found["load-result-0"].items
     assert "load-latency" in found  # the rows it has are still plotted
+
+
+@pytest.mark.slow  # a scraped load run against serve: ~10 s on 2 busy cores
+def test_the_scraped_server_side_is_on_the_page(serve_url: str, tmp_path: Path, chrome) -> None:  # type: ignore[no-untyped-def]
+    """Issue 24 item 10: ``load --scrape`` put the server's view in the console and the JSON but not on the
+    page. Every scraped number of each row is in the page's server table (ms, read back as numbers)."""
+    res = tmp_path / "scraped.json"
+    assert main(["load", "--url", serve_url, "--rates", "4,16", "--duration", "1", "--warmup", "1",
+                 "--size", "64x64", "--steps", "2", "--timeout", "20", "--quiet", "--scrape", serve_url,
+                 "--scrape-interval", "0.2", "--json", str(res)]) == 0
+    rows = json.loads(res.read_text())["rates"]
+    servers = [r["server"] for r in rows]
+    assert all(s is not None and s["n"] > 0 and s["request_mean_s"] for s in servers)
+    table = _by_id(_doc(res))["load-server-0"]
+    assert isinstance(table, Table) and len(table.rows) == len(rows)
+    col = {h: k for k, h in enumerate(table.headers)}
+
+    def close(cell: str, seconds: float | None) -> None:
+        if seconds is None:
+            assert cell == "—"
+        else:
+            assert float(cell) == pytest.approx(seconds * 1e3, rel=1e-3)
+
+    for cells, s in zip(table.rows, servers, strict=True):
+        close(cells[col["queue wait mean (ms)"]], s["queue_wait_mean_s"])
+        close(cells[col["request mean (ms)"]], s["request_mean_s"])
+        close(cells[col["service mean (ms)"]], s["service_mean_s"])
+        for stage, v in s["stages_mean_s"].items():
+            close(cells[col[f"{stage} mean (ms)"]], v)
+        assert int(cells[col["server n"]]) == sum(s["outcomes"].values())
+        if s["queue_depth_mean"] is not None:
+            mean, peak = (float(x) for x in cells[col["queue depth mean / max"]].split(" / "))
+            assert mean == pytest.approx(s["queue_depth_mean"], rel=1e-2)
+            assert peak == pytest.approx(s["queue_depth_max"], rel=1e-2)
+    out = tmp_path / "scraped.html"
+    assert main(["report", str(res), "-o", str(out), "--quiet"]) == 0
+    open_page(chrome, out)
+    shown = blocks(chrome, "table")["load-server-0"].text
+    assert "server side (scraped from" in shown and "queue wait mean (ms)" in shown

@@ -122,3 +122,34 @@ def test_choose_never_picks_speedup_below_one_or_ci_low_at_most_one():
             p = next(p for p in pts if p.value == wp.value)
             assert p.speedup > 1 and p.speedup_ci[0] > 1 and p.speedup_ci[0] > p.noise_floor.high  # type: ignore[union-attr]
             assert p.passed and p.skipped_steps != 0.0
+
+
+def _scipy_floor(samples: list[float]) -> tuple[float, float]:
+    """The even-vs-odd floor's 95 % percentile-bootstrap CI, by scipy (paired by block, ratio of medians)."""
+    from scipy.stats import bootstrap
+
+    even, odd = np.asarray(samples[0::2]), np.asarray(samples[1::2])
+    res = bootstrap((even, odd), lambda e, o, axis=-1: np.median(e, axis=axis) / np.median(o, axis=axis),
+                    paired=True, vectorized=True, method="percentile", n_resamples=4000,
+                    random_state=np.random.default_rng(7))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def test_a_noise_floor_too_wide_to_tell_2x_gets_a_note() -> None:
+    """Issue 24 item 9: a timing noise floor like 0.22x (CI 0.04-4.9) got no comment. Samples: lognormal
+    blocks with sigma 1.5 (noisy) and 0.01 (quiet); scipy's bootstrap decides independently which side of
+    the rule (CI reaches 0.5x or 2x) each is on, far from the boundary."""
+    from diffbench.sweep.interleave import noise_floor_ci
+    from diffbench.sweep.working_point import noise_floor_note
+
+    rng = np.random.default_rng(3)
+    noisy = list(np.exp(rng.normal(0.0, 1.5, 20)))
+    quiet = list(np.exp(rng.normal(0.0, 0.01, 20)))
+    lo, hi = _scipy_floor(noisy)
+    assert lo < 0.4 or hi > 2.5  # clearly too wide by the reference
+    note = noise_floor_note(noise_floor_ci(noisy))
+    assert note is not None and "run more" in note and "2× change" in note
+    lo, hi = _scipy_floor(quiet)
+    assert lo > 0.9 and hi < 1.1  # clearly narrow by the reference
+    assert noise_floor_note(noise_floor_ci(quiet)) is None
+    assert noise_floor_note(None) is None

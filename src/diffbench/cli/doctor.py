@@ -33,8 +33,7 @@ def register(app: typer.Typer) -> None:
         """Walk the runbook's first checks for a symptom and say what the metrics show for each."""
         import math
 
-        from rich.console import Console
-
+        from diffbench.core.console import make_console
         from diffbench.core.jsonio import write_json_atomic
         from diffbench.core.outpath import check_output_file
         from diffbench.errors import UsageError
@@ -56,7 +55,7 @@ def register(app: typer.Typer) -> None:
         view, source, url = open_view(metrics=metrics or None, prometheus=prometheus, scrapes=scrapes, window=w,
                                       interval_s=interval)
         report = diagnose(symptom, view, url=url, source=source)
-        render(report, Console(highlight=False))
+        render(report, make_console(highlight=False))
         if json_out is not None:
             write_json_atomic(json_out, report.model_dump(mode="json"))
             typer.echo(f"doctor report written to {json_out}")

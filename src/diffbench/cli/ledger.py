@@ -68,8 +68,8 @@ def register(app: typer.Typer) -> None:
                              "(or --validate)")
         assert model is not None and size is not None and gpu is not None
         from pydantic import ValidationError
-        from rich.console import Console
 
+        from diffbench.core.console import make_console
         from diffbench.core.jsonio import write_json_atomic
         from diffbench.core.outpath import check_output_file
         from diffbench.errors import ModelError, ShapeError
@@ -118,7 +118,7 @@ def register(app: typer.Typer) -> None:
                     "even with tiling, offload or fp8; use a smaller size or fewer frames, or split it across "
                     f"GPUs (diffbench plan --model {model} --size {size} ... shows TP/sequence-parallel layouts)")
         parallel = parallel_options(cat, result, gpus_per_node)
-        Console(width=max(Console().width, 150)).print(ledger_renderable(result, suggestions, parallel, gpus_per_node))
+        make_console(min_width=150).print(ledger_renderable(result, suggestions, parallel, gpus_per_node))
         if json_path is not None:
             data = result.model_dump(mode="json")
             data["fit_suggestions"] = suggestions or []
@@ -128,8 +128,7 @@ def register(app: typer.Typer) -> None:
 
 def _validate(catalog: Path | None, json_path: Path | None, mkdir: bool) -> None:
     """``ledger --validate``: print the leave-one-out table; GateFailed when a non-outlier is off target."""
-    from rich.console import Console
-
+    from diffbench.core.console import make_console
     from diffbench.core.jsonio import write_json_atomic
     from diffbench.core.outpath import check_output_file
     from diffbench.errors import GateFailed
@@ -142,7 +141,7 @@ def _validate(catalog: Path | None, json_path: Path | None, mkdir: bool) -> None
     cat = load_catalog(catalog)
     rows = validate(cat)
     fr = fitted_params(cat)
-    Console(width=max(Console().width, 150)).print(validate_table(rows, fr))
+    make_console(min_width=150).print(validate_table(rows, fr))
     bad = [r for r in rows if r.anchor.outlier is None and not TARGET[0] <= r.ratio <= TARGET[1]]
     if json_path is not None:
         write_json_atomic(json_path, {

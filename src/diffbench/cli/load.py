@@ -438,9 +438,9 @@ def run_load_command(o: LoadOptions) -> None:
         except ValidationError as exc:
             raise UsageError(f"--url: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
 
-    from rich.console import Console
+    from diffbench.core.console import make_console
 
-    console = Console()
+    console = make_console()
     if o.url is not None and not o.url.strip():
         raise UsageError("--url is empty; give the service's base URL (e.g. http://host:8000) or leave --url out "
                          "to start the reference service")

@@ -46,9 +46,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Derive a serving configuration: lossless, lossy, multi-GPU, few-step, capacity, signals."""
         from pydantic import ValidationError
-        from rich.console import Console
 
         from diffbench.cli.ledger import _config_error
+        from diffbench.core.console import make_console
         from diffbench.core.jsonio import write_json_atomic
         from diffbench.core.outpath import check_output_file
         from diffbench.errors import ShapeError, UsageError
@@ -121,6 +121,6 @@ def register(app: typer.Typer) -> None:
             model_spec = cat.models.get(model.strip().lower())
             extra = source_warnings(service_from, model, model_spec.display_name if model_spec else model, gpu)
             result = result.model_copy(update={"warnings": [*extra, *result.warnings]})
-        Console(width=max(Console().width, 140)).print(plan_renderable(result))
+        make_console(min_width=140).print(plan_renderable(result))
         if json_path is not None:
             write_json_atomic(json_path, result.model_dump(mode="json"))

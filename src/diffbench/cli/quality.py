@@ -122,8 +122,7 @@ def register(app: typer.Typer) -> None:
                                    "pairs/s; drawn only when stderr is a terminal)."),
     ) -> None:
         """Quality against a fixed-seed baseline: PSNR/SSIM/MS-SSIM/LPIPS per pair, video, FID/KID, gates."""
-        from rich.console import Console
-
+        from diffbench.core.console import make_console
         from diffbench.core.outpath import check_output_file
         from diffbench.core.progress import LiveLine
         from diffbench.errors import GateFailed, InputError, UsageError
@@ -160,7 +159,7 @@ def register(app: typer.Typer) -> None:
                               lpips_backbone=lpips_backbone, fid=fid, inception=inception, clip=clip, pickscore=pickscore,
                               clip_iqa=clip_iqa, worst=worst, allow_large=allow_large,
                               workers=workers if workers is not None else 2)
-        console = Console()
+        console = make_console()
         with contextlib.ExitStack() as stack:
             executor = None
             if address is not None:

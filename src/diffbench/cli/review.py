@@ -65,8 +65,7 @@ def register(app: typer.Typer) -> None:
 def _review(baseline: Path | None, candidate: Path | None, output: Path | None, worst: int, by: str, random: int,
             seed: int, key: Path | None, quality_json: Path | None, lpips_backbone: Path | None, max_px: int,
             alpha: str, workers: int, mkdir: bool, quiet: bool) -> None:
-    from rich.console import Console
-
+    from diffbench.core.console import make_console
     from diffbench.core.jsonio import write_json_atomic, write_text_atomic
     from diffbench.core.outpath import check_not_an_input, check_output_file
     from diffbench.core.progress import LiveLine
@@ -121,7 +120,7 @@ def _review(baseline: Path | None, candidate: Path | None, output: Path | None, 
     write_json_atomic(key, k.model_dump(mode="json"))
     write_text_atomic(output, html)
     n_worst = sum(p.selection == "worst" for p in k.pairs)
-    out = Console()
+    out = make_console()
     out.print(f"review {k.review_id}: {len(k.pairs)} of {len(pairs)} pairs ({n_worst} worst by {by}, {taken} at "
               f"random; seed {seed}); metric: {source}", soft_wrap=True)
     for note in k.notes:
@@ -135,8 +134,7 @@ def _score(baseline: Path | None, candidate: Path | None, output: Path | None, s
            max_worse: float | None, confidence: float, json_out: Path | None, mkdir: bool) -> None:
     import json
 
-    from rich.console import Console
-
+    from diffbench.core.console import make_console
     from diffbench.core.jsonio import strict_json_value, write_json_atomic
     from diffbench.core.outpath import check_not_an_input, check_output_file
     from diffbench.errors import GateFailed, UsageError
@@ -159,7 +157,7 @@ def _score(baseline: Path | None, candidate: Path | None, output: Path | None, s
     if to_stdout:
         typer.echo(json.dumps(strict_json_value(res.model_dump(mode="json")), indent=2))
     else:
-        _table(res, Console())
+        _table(res, make_console())
         if json_out is not None:
             write_json_atomic(json_out, res.model_dump(mode="json"))
     if res.passed is False:

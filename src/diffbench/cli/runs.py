@@ -163,6 +163,10 @@ def register(app: typer.Typer) -> None:
             if nf is not None:
                 con.print(f"timing noise floor (baseline vs itself, even vs odd interleaved blocks): {nf.speedup:.3f}x "
                           f"(95 % CI {nf.low:.3f}–{nf.high:.3f}; n={nf.n_baseline} pairs)")
+                from diffbench.sweep.working_point import noise_floor_note
+
+                if (wide := noise_floor_note(nf)) is not None:
+                    con.print(f"[yellow]note:[/yellow] {wide}")
             con.print(f"verdict: {res.verdict}")
         if res.quality:
             q = res.quality.psnr

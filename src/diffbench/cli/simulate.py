@@ -84,9 +84,8 @@ def register(app: typer.Typer) -> None:
         """Simulate c devices with a FCFS queue under open- or closed-loop load; print the per-rate table."""
         import math
 
-        from rich.console import Console
-
         from diffbench.core import interrupt
+        from diffbench.core.console import make_console
         from diffbench.core.jsonio import write_json_atomic
         from diffbench.core.linesink import LineSink
         from diffbench.core.outpath import check_output_file
@@ -141,7 +140,7 @@ def register(app: typer.Typer) -> None:
             mode=m, rates=rate_list, users=user_list, schedule=schedule, duration_s=duration, think=think,
             slo_s=slo, seed=seed, max_requests=max_requests,
         )
-        console = Console()
+        console = make_console()
         sink = LineSink(jsonl_path, "--jsonl") if jsonl_path is not None else None
         try:
             with LiveLine.for_cli(quiet) as line:

@@ -73,8 +73,9 @@ def _fmt(v: float | None, digits: int) -> str:
 
 def print_table(rec: PassRecord) -> None:
     """The ``--once`` table: probe, entry, PSNR, SSIM, threshold, verdict (one row per reference output)."""
-    from rich.console import Console
     from rich.table import Table
+
+    from diffbench.core.console import make_console
 
     t = Table(title=f"probe {rec.probe} · {rec.model} · {rec.url}")
     for col in ("probe", "entry", "PSNR (dB)", "SSIM", "threshold (dB)", "verdict"):
@@ -82,7 +83,7 @@ def print_table(rec: PassRecord) -> None:
     for e in rec.entries:
         entry = f"{e.case} i{e.index}" + (f" (worst frame {e.worst_frame})" if e.worst_frame is not None else "")
         t.add_row(rec.probe, entry, _fmt(e.psnr_db, 2), _fmt(e.ssim, 4), _fmt(rec.threshold_db, 1), e.verdict)
-    Console(width=140).print(t)
+    make_console(min_width=140).print(t)
     for err in rec.errors:
         print(f"error: {err}", file=sys.stderr)
     if rec.threshold_db is not None:

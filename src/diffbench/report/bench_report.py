@@ -145,10 +145,11 @@ def summary_rows(r: BenchResult) -> list[tuple[str, ...]]:
 
 def print_console(r: BenchResult) -> None:
     """Print the conditions and one table per shape, then the warnings (rich)."""
-    from rich.console import Console
     from rich.table import Table
 
-    con = Console(width=max(Console().width, 120))
+    from diffbench.core.console import make_console
+
+    con = make_console(min_width=120)
     con.print(f"[bold]conditions[/bold]: {conditions_line(r)}")
     con.print(
         f"protocol: warmup {_warmup_text(r)}/shape (reported apart) · "

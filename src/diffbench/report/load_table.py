@@ -11,12 +11,14 @@ server's own view (queue depth and wait, request and stage times, outcomes) besi
 from __future__ import annotations
 
 import math
+import os
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from diffbench.core.console import make_console
 from diffbench.load.knee import SweepResult
 from diffbench.load.summary import RateSummary
 
@@ -164,11 +166,12 @@ def print_sweep(result: SweepResult, console: Console | None = None, title: str 
     """Print the table, the knee, the capacity estimate and the warnings of a sweep.
 
     When the console is not a terminal (piped, captured), its width is raised to at least ``min_width``
-    columns while printing (restored afterwards) instead of squeezing the table into rich's default 80.
+    columns while printing (restored afterwards) instead of squeezing the table into rich's default 80 —
+    unless ``COLUMNS`` is set, which wins (:func:`diffbench.core.console.make_console`).
     """
-    console = console or Console()
+    console = console or make_console()
     saved = console.width
-    if not console.is_terminal and saved < min_width:
+    if not console.is_terminal and saved < min_width and not os.environ.get("COLUMNS", "").strip():
         console.width = min_width
     try:
         _print_sweep(result, console, title)

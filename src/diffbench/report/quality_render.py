@@ -10,6 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from diffbench.core.console import make_console
 from diffbench.core.jsonio import write_json_atomic, write_text_atomic
 from diffbench.quality.models import QualityReport
 
@@ -68,7 +69,7 @@ def write_csv(report: QualityReport, path: Path) -> Path:
 
 def render_console(report: QualityReport, console: Console | None = None) -> None:
     """Summary table, worst pairs, errors, distribution metrics and gate results."""
-    c = console or Console()
+    c = console or make_console()
     title = "noise floor (baseline vs baseline re-run)" if report.noise_floor else "quality vs baseline"
     c.print(f"[bold]{title}[/]: {report.candidate} vs {report.baseline} — paired by {report.pairing}, "
             f"{report.n_pairs} pairs, {report.n_identical} identical, "

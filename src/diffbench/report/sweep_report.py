@@ -93,12 +93,11 @@ def write_csv(result: SweepResult, path: Path) -> Path:
 
 
 def make_console() -> object:
-    """A rich Console; 160 columns when the output is not a terminal (pipes, CI logs) so tables stay legible."""
-    import sys
+    """A rich Console for stdout, sized by :func:`diffbench.core.console.make_console` (``COLUMNS``, the
+    terminal, or wide enough that no row wraps in a pipe, a file or a CI log)."""
+    from diffbench.core.console import make_console as _make
 
-    from rich.console import Console
-
-    return Console() if sys.stdout.isatty() else Console(width=160)
+    return _make()
 
 
 def print_console(result: SweepResult, console: object | None = None) -> None:
@@ -124,6 +123,10 @@ def print_console(result: SweepResult, console: object | None = None) -> None:
         con.print(f"timing noise floor (baseline vs itself, even vs odd interleaved blocks, n={tf.n_baseline} "
                   f"pairs): {tf.speedup:.3f}x, 95 % CI {tf.low:.3f}–{tf.high:.3f}; a point whose CI includes 1 "
                   f"or overlaps its floor is not measurably faster")
+        from diffbench.sweep.working_point import noise_floor_note
+
+        if (wide := noise_floor_note(tf)) is not None:
+            con.print(f"[yellow]note:[/yellow] {wide}")
     if result.schedule is not None:
         sc = result.schedule
         warm = ", ".join(f"{k} {len(v)}" for k, v in result.warmup_s.items())

@@ -43,6 +43,26 @@ def gate_rows(quality: RunQuality, gates: Sequence[str], noise: RunQuality | Non
     return [GateRow(gate=r, noise_floor=floor.get(r.expr)) for r in results]
 
 
+NOISE_FACTOR = 2.0
+"""A timing noise floor whose 95 % CI reaches ``NOISE_FACTOR``× or 1/``NOISE_FACTOR``× (the baseline against
+itself looked 2× faster or 2× slower) is too wide to judge anything: :func:`noise_floor_note`."""
+
+
+def noise_floor_note(floor: SpeedupCI | None) -> str | None:
+    """A note when the timing noise floor is too wide to tell even a 2× change from noise, else None.
+
+    Rule: the floor's 95 % CI has ``low <= 1/2`` or ``high >= 2`` (the baseline against itself spans a
+    factor 2 on one side; for a CI around 1 this also covers ``high / low > 4``). Then no speed-up or
+    slow-down up to 2× can clear the floor, and the verdicts say "within noise" whatever the candidate does.
+    """
+    if floor is None or not (floor.low <= 1.0 / NOISE_FACTOR or floor.high >= NOISE_FACTOR):
+        return None
+    return (f"the timing noise floor (baseline against itself) is too wide to judge anything: 95 % CI "
+            f"{floor.low:.3g}–{floor.high:.3g}×, so not even a {NOISE_FACTOR:g}× change can be told from noise; "
+            "run more (more timed runs or blocks), interleave more, or quiet the machine (no other jobs, "
+            "idle CPUs, fixed clocks) and run again")
+
+
 def speed_verdict(sp: SpeedupCI, floor: SpeedupCI | None, skipped: float | None) -> tuple[bool, str]:
     """(measurably faster?, verdict text) for a speed-up interval against the timing noise floor.
 

@@ -301,7 +301,8 @@ async def run_sweep(
     included, over its shortened window) are summarized and returned with ``interrupted=True``.
 
     Raises:
-        UsageError: bad rates (<= 0), a burst without ``num_requests``, or a schedule above ``max_requests``.
+        UsageError: bad rates (<= 0), a burst without ``num_requests``, a schedule above ``max_requests``, or
+            no rate whose schedule drew any arrival in ``duration_s`` (exit 2; nothing measured).
         WarmupFailed: no warm-up request reached the service.
         StoppedBeforeMeasuring: a stop before any request finished (exit 130).
     """
@@ -406,11 +407,14 @@ async def run_sweep(
                 rows.append(_summarize(run, cfg, schedule="burst" if burst else cfg.schedule.kind,
                                        stopped_by="interrupted" if run.interrupted else arrivals.stop, slo=slo))
             elif not control.stopped:
-                skipped.append(f"{rate:g} req/s: the schedule drew no arrival in {cfg.duration_s:g} s "
-                               "(no row); use a longer --duration")
+                skipped.append(f"{rate:g} req/s: the schedule drew no arrival in --duration {cfg.duration_s:g} s "
+                               f"(expected rate x duration = {rate * cfg.duration_s:.3g} arrivals; no row); "
+                               "use a longer --duration or a higher rate")
     if not rows and probe_result is not None and control.stopped:
         partial = probe_result.model_copy(update={"partial": True, "interrupted": True})
         return SweepRun(result=partial, probe=probe_result, warmup=wu, interrupted=True)
+    if not rows and skipped and not control.stopped:
+        raise UsageError("nothing was measured: " + "; ".join(skipped))
     if not rows:
         raise StoppedBeforeMeasuring("interrupted before any request finished; nothing was measured or written")
     result = merge_probe_capacity(analyze_sweep(rows, slo_s=cfg.knee_slo_s, source="load", conditions=conditions),

@@ -79,9 +79,9 @@ def build(results: list[LoadedResult], opts: ReportOptions) -> list[Section]:
     models: list[BenchResult] = [in_progress(r.model) for r in results]
     labels = [r.label for r in results]
     entries = _entries(models, labels)
-    return [s for s in (
-        _conditions_section(models, labels),
+    return [s for s in (  # the headline (p50/p99 with n per shape) first, under the title; conditions after
         _summary_section(models, labels),
+        _conditions_section(models, labels),
         _latency_section(entries, labels),
         _steps_section(entries),
         _stages_section(entries),

@@ -143,8 +143,10 @@ def compare_blocks(models: list[BenchResult], labels: list[str]) -> list[Block]:
     noise floor (its even vs odd timed runs, :func:`diffbench.sweep.interleave.noise_floor_ci`)."""
     from diffbench.sweep.bootstrap import speedup_ci
     from diffbench.sweep.interleave import noise_floor_ci
+    from diffbench.sweep.working_point import noise_floor_note
 
-    rows = []
+    rows: list[list[str]] = []
+    wide: list[str] = []
     for shape in dict.fromkeys(s.shape for m in models for s in m.shapes):
         have = [(label, s) for m, label in zip(models, labels, strict=True) for s in m.shapes
                 if s.shape == shape and s.latency_s is not None and s.samples_s]
@@ -153,6 +155,8 @@ def compare_blocks(models: list[BenchResult], labels: list[str]) -> list[Block]:
         base_label, base = have[0]
         floor = noise_floor_ci(base.samples_s)
         floor_txt = "— (needs ≥ 2 runs)" if floor is None else f"{floor.low:.3f} – {floor.high:.3f}"
+        if (note := noise_floor_note(floor)) is not None:
+            wide.append(f"{shape}: {note}")
         assert base.latency_s is not None
         for label, s in have[1:]:
             assert s.latency_s is not None
@@ -183,6 +187,7 @@ def compare_blocks(models: list[BenchResult], labels: list[str]) -> list[Block]:
                   "not controlled. For a decision, compare the configurations interleaved in one process "
                   "(diffbench sweep)."),
     ]
+    blocks += [Note(id=f"bench-compare-floor-{k}", level="warn", text=t) for k, t in enumerate(wide)]
     if diff:
         blocks.append(diff_table)
     return blocks

@@ -10,6 +10,9 @@ Sections, with every block id prefixed ``load-``:
   lines; achieved, ok and goodput rates vs offered (y = x) or vs users; outcome stacks per row;
   first-half vs second-half p50 (divergence); client send lag p50/p99. Several results are overlaid, one
   colour per result, each with its own knee line (plots in :mod:`diffbench.report.kinds.load_plots`).
+  With one rate (or user count) only, a note and a table of the row replace the plots (one point each).
+- ``load-server``: the server's own view of each row when ``load --scrape`` collected it, and the stage
+  times the server reported in its responses (:func:`server_blocks`).
 - ``load-rows``: per result a table of every plotted number per row, the row warnings and the run's
   conditions (devices and service of a simulation; url, shapes, arrival, seed of a load run).
 """
@@ -33,6 +36,7 @@ from diffbench.report.kinds.load_plots import (
     outcomes_plot,
     rates_plot,
     row_label,
+    row_x,
 )
 from diffbench.report.loader import LoadedResult
 
@@ -128,6 +132,56 @@ def rows_table(i: int, r: LoadedResult) -> Table:
     return Table(id=f"load-rows-{i}", title=f"{_source(r)}: rows", headers=head, rows=rows, caption=cap)
 
 
+def server_blocks(i: int, r: LoadedResult) -> list[Block]:
+    """The server's own view of each row of result ``i``, as ``load --scrape`` stored it (``row.server``:
+    queue depth and running requests (mean/max of the scrapes inside the row), mean queue wait, request,
+    service and stage times (ms, from histogram sum/count deltas over the row), the outcomes the server
+    counted) and the per-stage times the server reported in its responses (``row.server_stages_s``, mean over
+    ok requests, ms). Empty when the run was not scraped and no response reported stages."""
+    res: SweepResult = r.model
+    blocks: list[Block] = []
+    scraped = [row for row in res.rates if row.server is not None]
+    if scraped:
+        url = scraped[0].server.url  # type: ignore[union-attr]
+        stages = list(dict.fromkeys(st for row in scraped for st in row.server.stages_mean_s))  # type: ignore[union-attr]
+
+        def pair(a: float | None, b: float | None) -> str:
+            return "—" if a is None else f"{a:.3g} / {b:.3g}" if b is not None else f"{a:.3g}"
+
+        rows = []
+        for row in res.rates:
+            sv = row.server
+            if sv is None:
+                rows.append([row_label(row), ms(row.latency_from_arrival_s.p50 if row.n_ok else None)]
+                            + ["—"] * (8 + len(stages)))
+                continue
+            outs = " · ".join(f"{k} {v}" for k, v in sv.outcomes.items() if v) or "none"
+            rows.append([row_label(row), ms(row.latency_from_arrival_s.p50 if row.n_ok else None),
+                         pair(sv.queue_depth_mean, sv.queue_depth_max), pair(sv.running_mean, sv.running_max),
+                         ms(sv.queue_wait_mean_s), ms(sv.request_mean_s), ms(sv.service_mean_s),
+                         *(ms(sv.stages_mean_s.get(st)) for st in stages), str(sv.n), outs,
+                         str(sv.scrapes) + (f" ({len(sv.errors)} failed)" if sv.errors else "")])
+        blocks.append(Table(
+            id=f"load-server-{i}", title=f"{_source(r)}: server side (scraped from {url})",
+            headers=["users" if res.mode == "closed" else "offered (req/s)", "client p50 (ms)",
+                     "queue depth mean / max", "running mean / max", "queue wait mean (ms)",
+                     "request mean (ms)", "service mean (ms)", *(f"{st} mean (ms)" for st in stages),
+                     "server n", "server outcomes", "scrapes"], rows=rows,
+            caption="the server's /metrics, scraped during each row (load --scrape): queue depth and running "
+                    "requests are the mean / max of the scrapes inside the row (requests); times are means "
+                    "from histogram sum/count deltas over the row; server n and outcomes are "
+                    "diffusion_requests_total deltas (user traffic); — where the server exported nothing"))
+    reported = [row for row in res.rates if row.server_stages_s]
+    if reported:
+        keys = list(dict.fromkeys(k for row in reported for k in row.server_stages_s))
+        blocks.append(Table(
+            id=f"load-server-stages-{i}", title=f"{_source(r)}: stage times reported by the server",
+            headers=["users" if res.mode == "closed" else "offered (req/s)", *(f"{k} (ms)" for k in keys)],
+            rows=[[row_label(row), *(ms(row.server_stages_s.get(k)) for k in keys)] for row in reported],
+            caption="mean over the ok requests of each row of the stage times the server put in its responses"))
+    return blocks
+
+
 def row_warnings_table(i: int, r: LoadedResult) -> Table | None:
     lines = [[row_label(row), w] for row in r.model.rates for w in row.warnings]
     if not lines:
@@ -142,11 +196,31 @@ def _n_range(series: Series) -> str:
     return f"n = {lo}" if lo == hi else f"n = {lo}–{hi}"
 
 
+def _one_point(prefix: str, series: Series) -> list[Block]:
+    """One rate (or user count) only: a chart against the load axis would be one point per line, so the row's
+    headline numbers are a table instead, with a note saying why there is no chart."""
+    closed = series[0][1].mode == "closed"
+    rows = [[label, row_label(row), num(row.ok_rate), num(row.goodput), ms(row.latency_from_arrival_s.p50),
+             ms(row.latency_from_arrival_s.p99), str(row.n_ok)] for label, res in series for row in res.rates]
+    return [
+        Note(id=f"{prefix}-one-point-note",
+             text=f"one {'user count' if closed else 'offered rate'} only: charts against the load axis need two "
+                  f"or more {'user counts' if closed else 'rates'} (e.g. --rates 2,4,8), so this row is a table"),
+        Table(id=f"{prefix}-one-point", title="The one row",
+              headers=["result", "users" if closed else "offered (req/s)", "ok/s", "goodput (req/s)",
+                       "p50 (ms)", "p99 (ms)", "n ok"], rows=rows,
+              caption=f"latency from intended arrival of ok requests, {METHOD}; every number of the row is in "
+                      "the rows table below"),
+    ]
+
+
 def plot_blocks(prefix: str, series: Series) -> list[Block]:
     """The plots of results of one mode (``series`` non-empty, every result with rows)."""
     mode = series[0][1].mode
     n = _n_range(series)
     blocks: list[Block] = []
+    if len({row_x(row) for _, res in series for row in res.rates}) < 2:
+        return _one_point(prefix, series)
     bid = f"{prefix}-latency"
     blocks.append(Plot(id=bid, title="Latency from arrival vs load", figure=latency_plot(bid, series),
                        caption=f"p50 (dashed) and p99 (solid) latency from intended arrival of ok requests, "
@@ -203,6 +277,9 @@ def build(results: list[LoadedResult], opts: ReportOptions) -> list[Section]:
         prefix = "load" if len(modes) == 1 else f"load-{mode}"
         sections.append(Section(id=f"{prefix}-plots", title=f"{' + '.join(sources)}: {mode} loop",
                                 blocks=plot_blocks(prefix, series)))
+    server = [b for i, r in enumerate(results) for b in server_blocks(i, r)]
+    if server:
+        sections.append(Section(id="load-server", title=f"{' + '.join(sources)}: server side", blocks=server))
     tables: list[Block] = []
     for i, r in enumerate(results):
         if r.model.rates:

@@ -339,9 +339,27 @@ def _plan_tables(i: int, r: LoadedResult, multi: bool) -> Section:
     return Section(id=f"plan-{i}", title=f"plan: {r.label}" if multi else "plan: details", blocks=blocks)
 
 
+def _answer(results: list[LoadedResult]) -> Section:
+    """The answer first: per plan, the GPUs and the configuration, against its SLO and QPS."""
+    multi = len(results) > 1
+    blocks: list[Block] = []
+    for i, r in enumerate(results):
+        m, c = r.model, r.model.config
+        applied = [s.name for s in m.steps if s.applied]
+        text = ((f"{r.label}: " if multi else "")
+                + f"{m.total_gpus} GPUs ({m.gpu_name}) on {m.nodes} node(s): {m.instances} instance(s) × "
+                f"{m.gpus_per_instance} GPU(s) for {c.qps:g} QPS; latency per request {m.latency_s:.3f} s, "
+                f"{'meets' if m.slo_met else 'MISSES'} the SLO p99 {c.slo_p99_s:g} s; "
+                + (f"PSNR estimate {m.psnr_db:.1f} dB" if m.psnr_db is not None else "lossless")
+                + (f"; configuration: {', '.join(applied)}" if applied else ""))
+        blocks.append(Note(id=f"plan-{i}-headline", text=text, level="info" if m.slo_met else "warn"))
+    return Section(id="plan-answer", title="plan: answer", blocks=blocks)
+
+
 def build_plan(results: list[LoadedResult], opts: ReportOptions) -> list[Section]:
-    """The waterfall (overlaid), then each plan's capacity, derivation, alternatives, signals and alerts."""
+    """The answer (GPUs and configuration), the waterfall (overlaid), then each plan's capacity,
+    derivation, alternatives, signals and alerts."""
     multi = len(results) > 1
     head = Section(id="plan", title="plan: derivation" + (" (overlaid)" if multi else ""),
                    blocks=[_waterfall(results)])
-    return [head] + [_plan_tables(i, r, multi) for i, r in enumerate(results)]
+    return [_answer(results), head] + [_plan_tables(i, r, multi) for i, r in enumerate(results)]

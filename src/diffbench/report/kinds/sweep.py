@@ -162,6 +162,7 @@ def _points_table(results: list[LoadedResult]) -> Table:
 
 def _details(i: int, r: LoadedResult, multi: bool) -> Section:
     from diffbench.report.sweep_report import conditions_line
+    from diffbench.sweep.working_point import noise_floor_note
 
     m = r.model
     b, nf, tf = m.baseline, m.noise_floor_psnr, m.timing_floor
@@ -198,18 +199,37 @@ def _details(i: int, r: LoadedResult, multi: bool) -> Section:
         notes.append(("warn", "forced comparison: the fingerprints differ in "
                               f"{', '.join(m.fingerprint_differences)}"))
     notes += [("warn", w) for w in m.warnings]
-    if m.working_point is not None:
-        notes.append(("info", m.working_point.message))
+    if (wide := noise_floor_note(tf)) is not None:
+        notes.append(("warn", wide))
     for k, (level, text) in enumerate(notes):
         blocks.append(Note(id=f"sweep-{i}-note-{k}", text=text, level=level))
-    blocks += [Note(id=f"sweep-{i}-verdict-{j}", text=f"{p.value}: {p.verdict}") for j, p in enumerate(m.points)]
     title = f"sweep: {r.label}" if multi else f"sweep {m.sweep_id}: details"
     return Section(id=f"sweep-{i}-details", title=title, blocks=blocks)
 
 
+def _verdict(results: list[LoadedResult]) -> Section:
+    """The answer first: per sweep, the working point (speed-up with its 95 % CI, or why there is none) and
+    per value its speed-up, CI, quality-gate result and verdict."""
+    multi = len(results) > 1
+    blocks: list[Block] = []
+    for i, r in enumerate(results):
+        m = r.model
+        prefix = f"{r.label}: " if multi else ""
+        wp = m.working_point
+        text = wp.message if wp is not None else "no working point (the sweep has no finished point)"
+        blocks.append(Note(id=f"sweep-{i}-headline", text=prefix + "working point: " + text,
+                           level="info" if wp is not None and wp.value is not None else "warn"))
+        blocks += [Note(id=f"sweep-{i}-verdict-{j}",
+                        text=f"{prefix}{p.value}: {p.speedup:.3f}× (95 % CI {p.speedup_ci[0]:.3f}–"
+                             f"{p.speedup_ci[1]:.3f}) · quality gates {'PASS' if p.passed else 'FAIL'} · {p.verdict}")
+                   for j, p in enumerate(m.points)]
+    return Section(id="sweep-verdict", title="sweep: verdict", blocks=blocks)
+
+
 def build(results: list[LoadedResult], opts: ReportOptions) -> list[Section]:
-    """The curve and the table of every point (all results overlaid), then each sweep's facts and gates."""
+    """The verdict, then the curve and the table of every point (all results overlaid), then each sweep's
+    facts and gates."""
     multi = len(results) > 1
     head = Section(id="sweep", title=f"sweep: {results[0].model.axis}" + (" (overlaid)" if multi else ""),
                    blocks=[_curve(results), _points_table(results)])
-    return [head] + [_details(i, r, multi) for i, r in enumerate(results)]
+    return [_verdict(results), head] + [_details(i, r, multi) for i, r in enumerate(results)]
