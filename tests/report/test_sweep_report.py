@@ -147,3 +147,30 @@ def test_an_interrupted_sweep_still_reports(sweep_json: Path, tmp_path: Path) ->
     assert isinstance(table, Table) and [r[0] for r in table.rows] == ["baseline"]
     warns = [b.text for b in got.values() if isinstance(b, Note) and b.level == "warn"]
     assert any("partial result" in w for w in warns) and any("0 of 2" in w for w in warns)
+
+
+def test_the_verdict_comes_first(sweep_json: Path, tmp_path: Path, chrome) -> None:  # type: ignore[no-untyped-def]
+    """Issue 24 item 17: the verdict sat last, below the first screen. Now the working point and each
+    value's speed-up, CI and gate result are under the title, in a 1280x800 viewport, before the facts."""
+    res = load_result(sweep_json).model
+    out = tmp_path / "verdict.html"
+    _report([sweep_json], out)
+    d = chrome.driver
+    d.set_window_size(1280, 800)
+    try:
+        open_page(chrome, out)
+        d.execute_script("window.scrollTo(0, 0)")
+        top, height, before = d.execute_script(
+            "const h = document.querySelector(\"[data-block='sweep-0-headline']\");"
+            "const c = document.querySelector(\"[data-block='sweep-0-facts']\");"
+            "return [h.getBoundingClientRect().top, window.innerHeight,"
+            " !!(h.compareDocumentPosition(c) & Node.DOCUMENT_POSITION_FOLLOWING)];")
+        notes = blocks(chrome, "note")
+    finally:
+        d.set_window_size(1400, 1000)
+    assert 0 <= top < height and before
+    assert res.working_point.message in notes["sweep-0-headline"].text
+    for j, p in enumerate(res.points):
+        text = notes[f"sweep-0-verdict-{j}"].text
+        assert f"{p.speedup:.3f}×" in text and f"{p.speedup_ci[0]:.3f}–{p.speedup_ci[1]:.3f}" in text
+        assert ("PASS" if p.passed else "FAIL") in text
