@@ -197,3 +197,19 @@ def test_a_redirect_is_reported_with_its_target(scripted, tmp_path: Path) -> Non
     (failed,) = shape["failed_runs"]
     assert failed["status"] == 307 and failed["outcome"] == "http_error"
     assert "http://127.0.0.1:9/elsewhere/v1/images/generations" in failed["error"]
+
+
+def test_when_every_run_fails_the_error_line_says_why(scripted, tmp_path: Path, capsys) -> None:
+    """Fewer failures than abandon a shape, but no sample: the console error gives the last failure and the
+    redirect's target (was: 'error: every shape failed: ?', the reason only in the JSON)."""
+    url, script = scripted
+    script.plan = ["redirect", "redirect"]
+    out = tmp_path / "r.json"
+    rc = main([*BENCH, "--url", url, "--warmup", "0", "--runs", "2", "--json", str(out)])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == 2
+    (shape,) = json.loads(out.read_text())["shapes"]
+    assert len(shape["failed_runs"]) == 2 and shape["latency_s"] is None
+    assert "every shape failed: ?" not in err
+    assert "all 2 request(s) failed (http_error)" in err
+    assert "redirect to http://127.0.0.1:9/elsewhere/v1/images/generations" in err

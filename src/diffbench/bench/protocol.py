@@ -165,6 +165,10 @@ class ShapeRun:
         r = self.result
         samples = r.samples_s
         if not samples:
+            if r.error is None and r.failed_runs:  # fewer failures than abandon a shape, but not one sample
+                last = r.failed_runs[-1]
+                r.error = (f"all {len(r.failed_runs)} request(s) failed"
+                           + (f" ({last.outcome})" if last.outcome else "") + f"; last: {last.error}")
             return r
         r.latency_s = summarize(samples, check=cfg.percentiles)
         if self.stage_rows:
