@@ -138,3 +138,12 @@ def test_vllm_names_that_cannot_apply_are_one_line(args, fragments, capsys, one_
     base = [] if any(a in args for a in ("--url", "--base-url")) else ["--url", "http://127.0.0.1:1"]
     rc = main(["load", *base, *args, "--request-rate", "1", "--num-requests", "1"])
     one_line_error(rc, capsys.readouterr().err, 2, fragments)
+
+
+def test_a_result_dir_that_is_a_file_is_one_line(tmp_path, capsys, one_line_error) -> None:
+    """--result-dir naming a file: one error line, exit 2 (was: a FileExistsError traceback from makedirs)."""
+    f = tmp_path / "afile"
+    f.write_text("")
+    rc = main(["load", "--url", "http://127.0.0.1:1", "--save-result", "--result-dir", str(f),
+               "--request-rate", "1", "--num-requests", "1"])
+    one_line_error(rc, capsys.readouterr().err, 2, [f"--result-dir {f}", "is a file, not a folder"])

@@ -104,7 +104,8 @@ def result_path(v: VllmOptions, *, label: str, request_rate: str | None, max_con
     is created.
 
     Raises:
-        UsageError: ``--result-dir`` or ``--result-filename`` without ``--save-result``.
+        UsageError: ``--result-dir`` or ``--result-filename`` without ``--save-result``; a ``--result-dir``
+            that is a file or cannot be created.
     """
     if not v.save_result:
         if v.result_dir is not None or v.result_filename is not None:
@@ -122,7 +123,14 @@ def result_path(v: VllmOptions, *, label: str, request_rate: str | None, max_con
         stamp = (now or _dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
         name = f"{label}-{rate}qps{conc}-{(model or 'unknown').split('/')[-1]}-{stamp}.json"
     if v.result_dir:
-        os.makedirs(v.result_dir, exist_ok=True)
+        if os.path.exists(v.result_dir) and not os.path.isdir(v.result_dir):
+            raise UsageError(f"--result-dir {v.result_dir}: is a file, not a folder; give a folder (it is "
+                             "created when missing) or --json PATH")
+        try:
+            os.makedirs(v.result_dir, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"--result-dir {v.result_dir}: cannot create it ({exc.strerror or exc}); give a "
+                             "writable folder") from None
         return os.path.join(v.result_dir, name)
     return name
 
