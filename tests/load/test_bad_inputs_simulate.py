@@ -111,3 +111,13 @@ def test_negative_draws_are_counted_and_reported(tmp_path, capsys) -> None:
     assert "clipped to 0 s" in capsys.readouterr().out
     assert main(BASE + ["--service", "N(1,0.02)", "--rates", "0.5", "--json", str(out)]) == 0
     assert "service_clipped_fraction" not in json.loads(out.read_text())["conditions"]
+
+
+@pytest.mark.parametrize("service", [[], ["--service", "const:0.05"], ["--service", "0.05", "--think", "zz"]])
+def test_a_rejected_service_leaves_no_jsonl(service, tmp_path, capsys) -> None:
+    """The input is checked before any output is opened (was: an empty --jsonl file was left behind)."""
+    out = tmp_path / "s.jsonl"
+    mode = ["--mode", "closed", "--users", "2"] if "--think" in service else ["--rates", "5"]
+    rc = main(["simulate", *mode, "--duration", "60", *service, "--jsonl", str(out)])
+    assert rc == 2, capsys.readouterr().err
+    assert not out.exists()

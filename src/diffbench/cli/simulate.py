@@ -91,8 +91,9 @@ def register(app: typer.Typer) -> None:
         from diffbench.core.outpath import check_output_file
         from diffbench.core.progress import LiveLine
         from diffbench.errors import UsageError
-        from diffbench.load.simulator import SimConfig, simulate_sweep
+        from diffbench.load.simulator import SimConfig, service_of, simulate_sweep
         from diffbench.queueing.schedules import parse_int_list, parse_rate_list, spec_from_cli
+        from diffbench.queueing.service_time import parse_service
         from diffbench.report.load_table import print_sweep
 
         if json_path is not None:
@@ -140,6 +141,9 @@ def register(app: typer.Typer) -> None:
             mode=m, rates=rate_list, users=user_list, schedule=schedule, duration_s=duration, think=think,
             slo_s=slo, seed=seed, max_requests=max_requests,
         )
+        service_of(config)  # a bad --service/--service-from/--think is an error before --jsonl is opened
+        if config.think:
+            parse_service(config.think, option="--think")
         console = make_console()
         sink = LineSink(jsonl_path, "--jsonl") if jsonl_path is not None else None
         try:
