@@ -176,6 +176,25 @@ def test_compare_never_takes_another_baselines_samples(tmp_path) -> None:
     assert own.speedup.speedup == pytest.approx(0.21 / 0.11)  # median of its baseline samples / its own
 
 
+def test_compare_with_another_sweeps_baseline_names_the_points_own(tmp_path) -> None:
+    """`runs compare B P` where P belongs to another sweep (its own baseline is B2): the warning names B2 and
+    says why there is no speed-up (was: 'a run has no timing: no speed-up', which hid the cause)."""
+    from diffbench.store.models import RunQuality
+    from diffbench.sweep.compare import compare_runs
+
+    point = _run("p2").model_copy(update={"sweep_id": "sweep-2"})
+    point = point.model_copy(update={"quality": RunQuality(against_run="b2", psnr=point.quality.psnr)})  # type: ignore[union-attr]
+    with RunStore.open(tmp_path / "s.sqlite") as st:
+        st.put_run(_run("b1").model_copy(update={"kind": "baseline", "timing": None, "quality": None,
+                                                 "sweep_id": "sweep-1", "fingerprint": point.fingerprint,
+                                                 "fingerprint_hash": point.fingerprint_hash}))
+        st.put_run(point)
+        res = compare_runs(st, "b1", "p2")
+    assert res.speedup is None and not res.paired
+    (w,) = [w for w in res.warnings if "p2" in w]
+    assert "own baseline run b2, not b1" in w and "compare b2 p2" in w
+
+
 def test_read_commands_work_on_a_store_that_cannot_be_written(tmp_path, capsys, monkeypatch) -> None:
     """As root chmod does not stop writes, so the read-only mount is simulated where diffbench asks: the
     file and its directory report not writable (os.access). Before, `runs` refused with `chmod u+w`."""

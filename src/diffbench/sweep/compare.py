@@ -150,6 +150,13 @@ def compare_timing(a: RunRecord, b: RunRecord) -> tuple[SpeedupCI | None, Speedu
         own = list(tb.baseline_samples_s or [])
         return paired_speedup_ci(own, tb.samples_s), noise_floor_ci(own), True, []
     if ta is None or tb is None:
+        if a.kind == "baseline" and b.kind == "point" and against is not None and against != a.id:
+            # a point of another sweep: it was timed only beside its own baseline run
+            return None, None, False, [
+                f"point {b.id} (sweep {b.sweep_id}) was measured against its own baseline run {against}, not "
+                f"{a.id} (sweep {a.sweep_id}): a point is timed only beside its own baseline, so no speed-up "
+                f"against {a.id} is given (compare {against} {b.id} for its timing); the quality below is "
+                f"against {a.id}, as named"]
         return None, None, False, ["a run has no timing: no speed-up"]
     base: list[float] | None = None
     floor_src: list[float] | None = None
