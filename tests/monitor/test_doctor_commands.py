@@ -56,3 +56,24 @@ def test_confirming_commands_run_as_printed_against_the_service(sim_url, tmp_pat
         assert rc == 0, (cmd, capsys.readouterr().err)
     loads = [c for c in commands if c.startswith("diffbench load")]
     assert all(f"--url {sim_url} " in c for c in loads), loads
+
+
+@pytest.mark.parametrize("symptom", ["p99", "artifacts"])
+def test_sweep_commands_of_a_sim_service_name_a_pipeline_placeholder(symptom, sim_url, tmp_path) -> None:
+    """A sim service stands for no pipeline and `sweep` has no sim engine: its sweep lines say PIPELINE_DIR
+    (with a note) and the service's default steps (was: `diffbench sweep --model sim ...`, exit 2 as printed);
+    local bench lines carry the service's steps too (was: the local default of 28)."""
+    out = tmp_path / "doctor.json"
+    assert main(["doctor", symptom, "--metrics", sim_url, "--json", str(out)]) == 0
+    card = json.loads(request(sim_url + "/v1/models", deadline_s=10).body)["data"][0]
+    commands = [c["command"] for c in json.loads(out.read_text())["checks"] if c.get("command")]
+    sweeps = [shlex.split(c, comments=True) for c in commands if c.startswith("diffbench sweep")]
+    assert sweeps, commands
+    for argv in sweeps:
+        assert argv[argv.index("--model") + 1] == "PIPELINE_DIR"
+        assert argv[argv.index("--steps") + 1] == str(card["default_steps"])
+    assert all("# PIPELINE_DIR:" in c for c in commands if c.startswith("diffbench sweep"))
+    for c in commands:
+        if c.startswith("diffbench bench --engine sim"):
+            argv = shlex.split(c, comments=True)
+            assert argv[argv.index("--steps") + 1] == str(card["default_steps"])

@@ -76,7 +76,18 @@ class Context:
         """A local ``bench`` of the served model, for what only a local pipeline can change (compile, device,
         VAE tiling): ``--engine sim`` when the service reports the sim engine."""
         engine = " --engine sim" if self.engine == "sim" else ""
-        return f"diffbench bench{engine} --model {model or self.model} {rest}"
+        steps = f" --steps {self.steps}" if self.steps and "--steps" not in rest else ""
+        return f"diffbench bench{engine} --model {model or self.model}{steps} {rest}"
+
+    def sweep(self, rest: str, model: str | None = None) -> str:
+        """A ``sweep`` of the served model (in-process diffusers, at the service's default steps). A sim
+        service stands for no pipeline and ``sweep`` has no sim engine: the model is then the placeholder
+        ``PIPELINE_DIR`` with a shell comment saying what to put there."""
+        steps = f" --steps {self.steps}" if self.steps else ""
+        if self.engine == "sim":
+            return (f"diffbench sweep --model PIPELINE_DIR{steps} {rest}  # PIPELINE_DIR: the diffusers pipeline "
+                    "this service stands for (it runs the sim engine; sweep runs the pipeline in-process)")
+        return f"diffbench sweep --model {model or self.model}{steps} {rest}"
 
 
 def _ms(v: float | None) -> str:
@@ -259,7 +270,7 @@ def _cache(view: MetricsView, ctx: Context, key: str, title: str, artifacts: boo
         if worst is None or abs(drift) > abs(worst[0]):
             worst = (drift, r, b, k)
     model = worst[3][0] if worst else ctx.model
-    cmd = f"diffbench sweep --model {model} --cache first-block --values 0.05,0.1,0.2 --json cache.json"
+    cmd = ctx.sweep("--cache first-block --values 0.05,0.1,0.2 --json cache.json", model)
     if worst is None:
         why = "cache decisions but no baseline for their shapes" if details else \
               "no step-cache decisions (no cache enabled, or it exposes no decisions)"
@@ -371,7 +382,7 @@ def precision(view: MetricsView, ctx: Context) -> Finding:
     dep = view.info("diffusion_deployment_info")
     metrics = ["diffusion_deployment_info"]
     model = dep[0].get("model", ctx.model) if dep else ctx.model
-    cmd = f"diffbench sweep --model {model} --option precision --values float32,bfloat16 --json precision.json"
+    cmd = ctx.sweep("--option precision --values float32,bfloat16 --json precision.json", model)
     title = "precision / quantization"
     if not dep:
         return Finding(key="precision", title=title, verdict="no data", metrics=metrics, command=cmd,
