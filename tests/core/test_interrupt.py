@@ -109,6 +109,9 @@ def test_sweep_sigterm_writes_partial_json_and_stores_interrupted(tmp_path: Path
         runs = st.list_runs()
     assert sweep is not None and sweep.status == "interrupted"
     assert runs and not [r.id for r in runs if r.status == "running"]
+    # the runs SIGTERM stopped are stored interrupted, like their sweep (was: 'failed')
+    assert not [r.id for r in runs if r.status == "failed"]
+    assert any(r.status == "interrupted" and r.status_note == "stopped by SIGTERM" for r in runs)
 
 
 def test_bench_sigterm_writes_partial_json(tmp_path: Path) -> None:

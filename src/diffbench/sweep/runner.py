@@ -16,7 +16,7 @@ Every run goes to the store as it finishes (status ``done``); a point stores its
 the baseline samples it was interleaved with, so a resumed point keeps a drift-free ratio (the baseline run
 itself holds the quality reference and no timing: stored runs are immutable). Rerunning the same command
 resumes: points are keyed by (sweep id, value, fingerprint hash) and are not recomputed; an interrupted
-timing session leaves its points ``failed`` and is redone. The sweep id hashes the sorted value set, the
+timing session leaves its points ``interrupted`` (``failed`` after an error) and is redone. The sweep id hashes the sorted value set, the
 model, shape, steps, prompts, seeds, protocol and the deployment fingerprint without the swept field: a
 sweep with other values is a separate sweep and never touches another's runs or result.
 """
@@ -177,8 +177,13 @@ class _Sweep:
         return done
 
     def _fail(self, run: RunRecord, exc: BaseException) -> None:
-        msg = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
-        self.store.put_run(run.model_copy(update={"status": "failed", "error": msg}))
+        if isinstance(exc, KeyboardInterrupt):  # Ctrl-C or SIGTERM: the run was stopped, not failed
+            from diffbench.core.interrupt import interrupt_name
+
+            self.store.put_run(run.model_copy(update={"status": "interrupted", "error": None,
+                                                      "status_note": f"stopped by {interrupt_name()}"}))
+            return
+        self.store.put_run(run.model_copy(update={"status": "failed", "error": f"{type(exc).__name__}: {exc}"}))
 
 
 def _point_config(base: EngineConfig, axis: str, value: str, url: str | None = None) -> EngineConfig:
