@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
@@ -78,7 +78,24 @@ class SkipStats(BaseModel):
     method: str
 
 
-class RunRecord(BaseModel):
+class _Owned(BaseModel):
+    """The process that wrote a stored row: ``pid``, ``host``, ``pid_started`` (its start, Unix s), and the
+    ``status_note`` that says why a status is what it is (``"pid N ended"``, ``"stopped by SIGTERM"``)."""
+
+    pid: int | None = None
+    host: str | None = None
+    pid_started: float | None = None
+    status_note: str | None = None
+    if TYPE_CHECKING:
+        status: str  # declared by each row kind
+
+    @property
+    def status_text(self) -> str:
+        """The status with its note, e.g. ``"interrupted (pid 1234 ended)"``."""
+        return f"{self.status} ({self.status_note})" if self.status_note else self.status
+
+
+class RunRecord(_Owned):
     """One generation set: a baseline, its noise-floor repeat, or a sweep point.
 
     ``pid``, ``host`` and ``pid_started`` (Unix s) name the process that wrote the row; a ``running`` row
@@ -101,18 +118,9 @@ class RunRecord(BaseModel):
     quality: RunQuality | None = None
     skipped: SkipStats | None = None
     error: str | None = None
-    pid: int | None = None
-    host: str | None = None
-    pid_started: float | None = None
-    status_note: str | None = None
-
-    @property
-    def status_text(self) -> str:
-        """The status with its note, e.g. ``"interrupted (pid 1234 ended)"``."""
-        return f"{self.status} ({self.status_note})" if self.status_note else self.status
 
 
-class SweepRecord(BaseModel):
+class SweepRecord(_Owned):
     """One sweep: its identity, options (JSON) and last assembled result (JSON)."""
 
     id: str
@@ -123,15 +131,6 @@ class SweepRecord(BaseModel):
     status: SweepStatus
     options_json: str
     result_json: str | None = None
-    pid: int | None = None
-    host: str | None = None
-    pid_started: float | None = None
-    status_note: str | None = None
-
-    @property
-    def status_text(self) -> str:
-        """The status with its note, e.g. ``"interrupted (pid 1234 ended)"``."""
-        return f"{self.status} ({self.status_note})" if self.status_note else self.status
 
 
 def fingerprint_hash(fp: dict[str, object], ignore: tuple[str, ...] = ()) -> str:
