@@ -172,9 +172,6 @@ async def with_deadline(coro: Coroutine[object, object, T], seconds: float) -> T
         return await asyncio.wait_for(coro, seconds)
 
 
-_with_deadline = with_deadline
-
-
 def _error_text(error: str | None, body: bytes, encoding: str | None) -> str | None:
     """``"HTTP 400: <the first 160 characters of the answer>"`` (the status alone for a compressed or empty
     answer)."""
@@ -279,7 +276,7 @@ class HttpBackend:
         body = self._video if spec.kind == "video" else self._image
         session = self._client()
         try:
-            await _with_deadline(body(session, spec, attempt, now), self.target.timeout_s)
+            await with_deadline(body(session, spec, attempt, now), self.target.timeout_s)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # every failure is data
