@@ -75,8 +75,8 @@ def test_a_dripping_body_fails_at_the_deadline(drip: str) -> None:
 
 
 def test_users_have_the_total_deadline(drip: str) -> None:
+    from diffbench.metrics.scrape import fetch_metrics
     from diffbench.monitor.drills.harness import DrillError, http_text
-    from diffbench.monitor.scrape import fetch_metrics
     from diffbench.server.background import _health_ok
 
     drip_s = len(BODY) * DRIP_EVERY_S

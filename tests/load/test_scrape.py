@@ -23,7 +23,7 @@ import pytest
 from diffbench.cli.main import main
 from diffbench.engines.registry import EngineConfig, SimParams
 from diffbench.load.scrape import ServerSide, mismatch_warning
-from diffbench.monitor.scrape import fetch_metrics
+from diffbench.metrics.scrape import fetch_metrics
 from diffbench.server.background import run_in_background
 from diffbench.server.config import ServerConfig
 
@@ -180,7 +180,7 @@ def test_end_of_row_waits_until_the_server_counted_every_answer() -> None:
     """The server counts a request after its answer is sent: the end scrape is retried until the count
     reaches the client's answered requests (here the third read), so the row's delta is exact."""
     from diffbench.load.scrape import MetricsScraper
-    from diffbench.monitor.scrape import parse_text
+    from diffbench.metrics.scrape import parse_text
 
     reads = iter([_text(10, 1.0, 0), _text(13, 1.3, 0), _text(14, 1.4, 0), _text(15, 1.5, 0), _text(99, 9, 0)])
     scraper = MetricsScraper("http://127.0.0.1:1/metrics", fetch=lambda u: parse_text(next(reads), u))
@@ -194,7 +194,7 @@ def test_end_of_row_waits_until_the_server_counted_every_answer() -> None:
 def test_a_scrape_failing_during_the_row_is_recorded_and_the_row_kept() -> None:
     from diffbench.errors import InputError
     from diffbench.load.scrape import MetricsScraper
-    from diffbench.monitor.scrape import parse_text
+    from diffbench.metrics.scrape import parse_text
 
     calls = {"n": 0}
 

@@ -12,7 +12,8 @@ import sys
 import pytest
 
 from diffbench.cli.main import main
-from diffbench.monitor import dashboard, lint, names, rules
+from diffbench.metrics import names
+from diffbench.monitor import dashboard, lint, rules
 
 PROMTOOL = rules.find_promtool()
 needs_promtool = pytest.mark.skipif(

@@ -9,7 +9,7 @@ SDK Grafana generates from its dashboard schema): beyond "the JSON parses".
 - Every datasource reference is the ``${datasource}`` variable, which is a Prometheus datasource variable;
   every ``$var`` in a target or variable query names a variable defined earlier in the list (Grafana
   resolves variables in order), or one of Grafana's built-ins.
-- Every metric a panel or a variable query reads is exported (:mod:`diffbench.monitor.names`) or recorded
+- Every metric a panel or a variable query reads is exported (:mod:`diffbench.metrics.names`) or recorded
   by monitoring/alerts.yaml.
 """
 
@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from diffbench.monitor import lint, names, rules
+from diffbench.metrics import names
+from diffbench.monitor import lint, rules
 
 sdk = pytest.importorskip("grafana_foundation_sdk", reason="test extra: pip install grafana-foundation-sdk")
 from grafana_foundation_sdk.cog import plugins, runtime  # noqa: E402

@@ -1,5 +1,5 @@
 """``diffbench doctor``: each check's verdict follows from the values injected into an exposition built
-with prometheus_client from the metric table (tests/monitor/scrape_fixtures.py).
+with prometheus_client from the metric table (tests/metrics/scrape_fixtures.py).
 
 Before/after scrapes are real exposition text parsed back; the expected numbers are computed here from the
 injected values (e.g. a step of 13 ms against a 10 ms baseline is ×1.3), not read from the code.
@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from tests.metrics.scrape_fixtures import MODEL, Exposition, healthy
 
 from diffbench.cli.main import main
-from diffbench.monitor import names
+from diffbench.metrics import names
+from diffbench.metrics.scrape import parse_text
 from diffbench.monitor.doctor import diagnose, view_from_scrapes
-from diffbench.monitor.scrape import parse_text
-
-from .scrape_fixtures import MODEL, Exposition, healthy
 
 
 def _pair(after_fn, **healthy_kw):

@@ -20,13 +20,12 @@ from pathlib import Path
 import pytest
 from prometheus_client.openmetrics.exposition import generate_latest as om_latest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
+from tests.metrics.scrape_fixtures import MODEL, Exposition, healthy
 
 from diffbench.cli.main import main
+from diffbench.metrics.scrape import PromQuery
 from diffbench.monitor.doctor import diagnose
 from diffbench.monitor.doctor_views import PromView
-from diffbench.monitor.scrape import PromQuery
-
-from .scrape_fixtures import MODEL, Exposition, healthy
 
 pytestmark = pytest.mark.skipif(not (shutil.which("prometheus") and shutil.which("promtool")),
                                 reason="prometheus/promtool not installed (Debian package 'prometheus')")

@@ -1,6 +1,6 @@
 """Request buckets fine enough that histogram_quantile(0.99) is within 5 % of the client's own p99.
 
-The quantile is computed from the exported buckets with :func:`diffbench.monitor.quantile.histogram_quantile`,
+The quantile is computed from the exported buckets with :func:`diffbench.metrics.quantile.histogram_quantile`,
 which is checked bit for bit against promtool (Prometheus's own implementation) once here.
 """
 
@@ -16,9 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from diffbench.engines.base import GenerationRequest
 from diffbench.engines.registry import EngineConfig, SimParams
 from diffbench.engines.sim import SimEngine
-from diffbench.monitor import names
+from diffbench.metrics import names
+from diffbench.metrics.quantile import histogram_quantile
 from diffbench.monitor.exporter import Exporter
-from diffbench.monitor.quantile import histogram_quantile
 
 # The buckets serve exported before issue 11, and the first 12.5 % series of names.py: both fail.
 OLD_SERVE = (0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200)
@@ -150,7 +150,7 @@ def test_python_histogram_quantile_equals_promtool(tmp_path):
 
 
 def _promtool_quantile_with(tmp_path, q, buckets, wrong: float) -> str:
-    import diffbench.monitor.quantile as mod
+    import diffbench.metrics.quantile as mod
 
     real = mod.histogram_quantile
     try:

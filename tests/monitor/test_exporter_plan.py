@@ -7,7 +7,7 @@ import json
 import pytest
 
 from diffbench.cli.main import main
-from diffbench.monitor import names
+from diffbench.metrics import names
 from diffbench.monitor.exporter import Exporter
 
 ARGS = ["plan", "--model", "flux.1-dev", "--size", "1024x1024", "--steps", "28", "--gpu", "h100-sxm",

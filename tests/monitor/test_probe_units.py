@@ -151,7 +151,7 @@ def test_metrics_zero_initialised_and_a_failed_pass_keeps_the_last_values() -> N
 def test_exported_families_are_in_the_metric_table() -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
-    from diffbench.monitor.names import sample_names
+    from diffbench.metrics.names import sample_names
 
     m = ProbeMetrics("tiny-flux", "golden", interval_s=1.0, threshold_db=None)
     names = {s.name for f in text_string_to_metric_families(m.render().decode()) for s in f.samples

@@ -9,7 +9,8 @@ import subprocess
 import pytest
 import yaml
 
-from diffbench.monitor import lint, names, rules
+from diffbench.metrics import names
+from diffbench.monitor import lint, rules
 
 PROMTOOL = rules.find_promtool()
 needs_promtool = pytest.mark.skipif(

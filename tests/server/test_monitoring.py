@@ -17,7 +17,7 @@ from diffbench.core.env import capture_env
 from diffbench.core.fingerprint import FINGERPRINT_FIELDS, deployment_fingerprint
 from diffbench.engines.registry import EngineConfig
 from diffbench.engines.sim import SimEngine
-from diffbench.monitor import names
+from diffbench.metrics import names
 from diffbench.monitor.calibration import Calibration, ShapeBaseline, StageBaselines, fingerprint_id
 from diffbench.monitor.exporter import STATUS_OF
 

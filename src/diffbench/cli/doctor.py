@@ -37,8 +37,8 @@ def register(app: typer.Typer) -> None:
         from diffbench.core.jsonio import write_json_atomic
         from diffbench.core.outpath import check_output_file
         from diffbench.errors import UsageError
+        from diffbench.metrics.scrape import read_scrapes
         from diffbench.monitor.doctor import SYMPTOMS, diagnose, open_view, parse_window, render
-        from diffbench.monitor.scrape import read_scrapes
 
         if symptom not in SYMPTOMS:
             raise UsageError(f"unknown symptom {symptom!r}; choose one of {', '.join(SYMPTOMS)}")

@@ -147,8 +147,8 @@ def register(app: typer.Typer) -> None:
             return
         from diffbench.engines.registry import EngineConfig, SimParams
         from diffbench.errors import UsageError
+        from diffbench.metrics.shapes import parse_shapes
         from diffbench.monitor.calibration import read_calibration
-        from diffbench.monitor.shapes import parse_shapes
         from diffbench.server.config import Limits, ServerConfig
         from diffbench.server.validation import parse_size
 

@@ -37,8 +37,8 @@ from pydantic import BaseModel
 
 from diffbench.core.records import RequestRecord
 from diffbench.errors import UsageError
-from diffbench.monitor.names import OUTCOMES, STAGES
-from diffbench.monitor.scrape import Scrape, fetch_metrics, metrics_url
+from diffbench.metrics.names import OUTCOMES, STAGES
+from diffbench.metrics.scrape import Scrape, fetch_metrics, metrics_url
 
 SETTLE_S = 2.0
 SETTLE_POLL_S = 0.02

@@ -1,7 +1,7 @@
 """After launch: the signals a diffusion service must export, and the tools that read them.
 
-- :mod:`diffbench.monitor.names`: the one table of metric names, types, units, labels and buckets
-  (monitoring.md §3). The exporter, the alert rules, the dashboard, ``plan`` and ``doctor`` all read it.
+- the metric contract (names, shapes, scrape parser, quantiles) lives in :mod:`diffbench.metrics`, one package
+  below this one: the exporter, the alert rules, the dashboard, ``plan``, ``doctor`` and ``load --scrape`` read it.
 - :mod:`diffbench.monitor.instrument` (``attach``, ``detach``, re-exported here lazily): hooks that measure
   stage and step times, memory, cache decisions, recompiles, per-rank compute and FLOPs of a pipeline.
 - :mod:`diffbench.monitor.signals`: what one generation reports beyond its stage times (cache decisions,

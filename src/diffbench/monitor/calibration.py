@@ -93,7 +93,7 @@ class Calibration(BaseModel):
     @field_validator("shapes")
     @classmethod
     def _labels(cls, v: dict[str, ShapeBaseline]) -> dict[str, ShapeBaseline]:
-        from diffbench.monitor.shapes import parse_label
+        from diffbench.metrics.shapes import parse_label
 
         for label in v:
             parse_label(label)  # ValueError → ValidationError naming the label
@@ -156,7 +156,7 @@ def bench_fingerprint(conditions: Any, packages: dict[str, str] | None) -> dict[
 
 def _label_of(shape: str) -> str:
     """``"256x256 s8 b1"`` (a result's shape) → the exporter's label ``256x256``."""
-    from diffbench.monitor.shapes import shape_label
+    from diffbench.metrics.shapes import shape_label
 
     m = _HUMAN_SHAPE.match(shape)
     if not m:

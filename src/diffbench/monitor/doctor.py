@@ -25,9 +25,9 @@ from typing import Literal
 from pydantic import BaseModel
 
 from diffbench.errors import UsageError
+from diffbench.metrics.scrape import PromQuery, Scrape, fetch_metrics, merge, metrics_url, read_scrapes
 from diffbench.monitor.doctor_checks import RUNBOOK, Context, Finding
 from diffbench.monitor.doctor_views import MetricsView, PromView, ScrapeView
-from diffbench.monitor.scrape import PromQuery, Scrape, fetch_metrics, merge, metrics_url, read_scrapes
 
 Symptom = Literal["p99", "artifacts", "oom"]
 SYMPTOMS: tuple[str, ...] = tuple(RUNBOOK)
@@ -63,7 +63,7 @@ def view_from_scrapes(scrapes: Sequence[Scrape]) -> ScrapeView:
 
 def diagnose_scrapes(symptom: str, *paths: str | Path) -> DoctorReport:
     """:func:`diagnose` on saved scrapes: one or two files, or one directory of them (see
-    :func:`~diffbench.monitor.scrape.read_scrapes`), e.g. ``diagnose_scrapes("oom", "tests/fixtures/scrapes/vae")``.
+    :func:`~diffbench.metrics.scrape.read_scrapes`), e.g. ``diagnose_scrapes("oom", "tests/fixtures/scrapes/vae")``.
 
     Raises:
         InputError: a path that is missing or not a metrics text.
@@ -155,7 +155,7 @@ def open_view(*, metrics: str | Sequence[str] | None = None, prometheus: str | N
 
     Raises:
         UsageError: none or several kinds of source.
-        InputError: the source is unreachable or not metrics (see :mod:`diffbench.monitor.scrape`).
+        InputError: the source is unreachable or not metrics (see :mod:`diffbench.metrics.scrape`).
     """
     urls = [metrics] if isinstance(metrics, str) else list(metrics or ())
     given = [n for n, v in (("--metrics", urls), ("--prometheus", prometheus), ("--scrape", scrapes)) if v]

@@ -2,7 +2,7 @@
 
 Each check reads a :class:`~diffbench.monitor.doctor_views.MetricsView`, and returns a :class:`Finding`:
 the value it found, a verdict (``ok`` / ``suspect`` / ``no data``), one sentence, per-group details, the
-metrics it read (all from :data:`diffbench.monitor.names.METRICS`) and the ``diffbench`` command that
+metrics it read (all from :data:`diffbench.metrics.names.METRICS`) and the ``diffbench`` command that
 confirms it. Thresholds are the alert rules' (monitoring.md §4.1): step mean > 1.2 × baseline, cache hit
 ratio off its baseline by more than 30 %, peak memory > 90 % of the device, PSNR < threshold − 3 dB,
 recompiles > 0, per-rank spread > 10 %, estimated wait > ½ SLO.
@@ -451,7 +451,7 @@ def peak_memory(view: MetricsView, ctx: Context) -> Finding:
 
 def other_shapes(view: MetricsView, ctx: Context) -> Finding:
     """Requests served at shapes outside the warmup/allowlist (``shape="other"``)."""
-    from diffbench.monitor.names import OTHER_SHAPE
+    from diffbench.metrics.names import OTHER_SHAPE
 
     counts = view.delta("diffusion_shape_requests", ("shape", "outcome"))
     metrics = ["diffusion_shape_requests_total"]

@@ -15,7 +15,7 @@ Both views answer the same questions, so every check is written once:
 
 Label filters (``want``) match a label only where the series carries it (an older exporter without
 ``traffic`` is not filtered out): on Prometheus ``label=~"value|"``, which also matches an absent label.
-Every family name passed in must be in :data:`diffbench.monitor.names.METRICS`.
+Every family name passed in must be in :data:`diffbench.metrics.names.METRICS`.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import math
 from collections.abc import Sequence
 from typing import Protocol
 
-from diffbench.monitor import names
-from diffbench.monitor.scrape import PromQuery, Scrape
+from diffbench.metrics import names
+from diffbench.metrics.scrape import PromQuery, Scrape
 
 Key = tuple[str, ...]
 

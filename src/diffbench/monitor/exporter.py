@@ -1,4 +1,4 @@
-"""The diffusion exporter: every family of :data:`diffbench.monitor.names.METRICS` a service exports.
+"""The diffusion exporter: every family of :data:`diffbench.metrics.names.METRICS` a service exports.
 
 One :class:`Exporter` per service, with its own ``prometheus_client`` registry. At construction it creates
 every known label combination (model × outcome × status × traffic, shapes incl. ``other`` × stages, caches,
@@ -7,7 +7,7 @@ sees the first event (monitoring.md §2.3). ``_created`` series are dropped from
 (a filtering collector; ``prometheus_client.disable_created_metrics`` would change every registry of the
 process).
 
-Traffic classes (``traffic`` label, :data:`~diffbench.monitor.names.TRAFFIC`):
+Traffic classes (``traffic`` label, :data:`~diffbench.metrics.names.TRAFFIC`):
 
 - ``user``: counted everywhere;
 - ``probe`` (a quality probe's replay, HTTP header ``X-Diffbench-Traffic: probe``): counted in
@@ -39,8 +39,8 @@ from collections.abc import Callable, Iterator, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-from diffbench.monitor.names import BY_NAME, OUTCOMES, TRAFFIC, MetricSpec
-from diffbench.monitor.shapes import ShapeAllowlist
+from diffbench.metrics.names import BY_NAME, OUTCOMES, TRAFFIC, MetricSpec
+from diffbench.metrics.shapes import ShapeAllowlist
 
 if TYPE_CHECKING:
     from diffbench.engines.base import EngineInfo, MemoryStats, StageTimes
@@ -131,7 +131,7 @@ class Exporter:
 
     Args:
         model: the ``model`` label (the served model id).
-        shapes: the shape allowlist (labels as :func:`diffbench.monitor.shapes.shape_label` writes them);
+        shapes: the shape allowlist (labels as :func:`diffbench.metrics.shapes.shape_label` writes them);
             ``other`` is added.
         gpus: ``gpu`` label values (``"0"`` for cuda:0, ``"cpu"``); a device reported by a request that
             is not listed is added when it first reports.
@@ -285,7 +285,7 @@ class Exporter:
         duration histogram. ``warmup`` traffic is not exported.
 
         Raises:
-            ValueError: an outcome not in :data:`~diffbench.monitor.names.OUTCOMES` or an unknown traffic.
+            ValueError: an outcome not in :data:`~diffbench.metrics.names.OUTCOMES` or an unknown traffic.
         """
         self._check_traffic(traffic)
         if outcome not in OUTCOMES:

@@ -52,10 +52,10 @@ from typing import TYPE_CHECKING, Any
 
 from diffbench.engines.base import MemoryStats, StageTimes
 from diffbench.errors import DeviceOutOfMemory, UsageError
+from diffbench.metrics.names import OTHER_SHAPE
 from diffbench.monitor import compile_counter, ranks
 from diffbench.monitor.cache_counter import CacheCounter
 from diffbench.monitor.memory import StageMemory
-from diffbench.monitor.names import OTHER_SHAPE
 from diffbench.monitor.signals import RequestSignals
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -7,7 +7,7 @@ parses expressions with ``promtool`` by writing them as a throwaway recording-ru
 Metric identifiers are found as monitoring.md §6.4 says: every whole identifier
 ``[A-Za-z_:][A-Za-z0-9_:]*`` of an expression (quoted strings removed first) that mentions ``diffusion_``;
 one with a colon must be a recording rule of the rule file, any other a sample name of
-:func:`diffbench.monitor.names.sample_names`. Matching a bare ``diffusion_\\w+`` would wrongly pull
+:func:`diffbench.metrics.names.sample_names`. Matching a bare ``diffusion_\\w+`` would wrongly pull
 ``diffusion_requests_failed`` out of ``model:diffusion_requests_failed:ratio_rate5m``.
 """
 
@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from diffbench.monitor import names
+from diffbench.metrics import names
 
 SEVERITIES = ("page", "warning", "info")
 RECORD_NAME = re.compile(r"^[a-z][a-z0-9_]*:[a-z][a-z0-9_]*:[a-z][a-z0-9_]*$")

@@ -374,8 +374,8 @@ class ProbeMetrics:
                  registry: Any = None) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge
 
+        from diffbench.metrics.names import spec
         from diffbench.monitor.exporter import NoCreatedCollector
-        from diffbench.monitor.names import spec
 
         inner = CollectorRegistry(auto_describe=True)  # exported without _created series, as serve's
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)

@@ -26,7 +26,7 @@ from pathlib import Path
 from diffbench.core.records import OUTCOMES
 from diffbench.load.knee import SweepResult
 from diffbench.load.summary import RateSummary
-from diffbench.monitor.names import OUTCOMES as SERVER_OUTCOMES
+from diffbench.metrics.names import OUTCOMES as SERVER_OUTCOMES
 from diffbench.report.load_table import offered_text
 
 SERVER_COLUMNS: tuple[str, ...] = (

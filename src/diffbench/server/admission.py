@@ -99,7 +99,7 @@ class _Observation:
 def calibrated_baseline(cal: object) -> Callable[[GenerationRequest], float | None]:
     """A :class:`ServiceTimeModel` baseline from a :class:`~diffbench.monitor.calibration.Calibration`:
     seconds for a request whose shape label it calibrates, else None."""
-    from diffbench.monitor.shapes import shape_label
+    from diffbench.metrics.shapes import shape_label
 
     shapes = getattr(cal, "shapes", {})
 

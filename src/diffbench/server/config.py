@@ -103,7 +103,7 @@ class ServerConfig(BaseModel):
         frame count; None for images), as ``shape`` labels, deduplicated."""
         if self.shapes:
             return self.shapes
-        from diffbench.monitor.shapes import shape_label
+        from diffbench.metrics.shapes import shape_label
         from diffbench.server.validation import parse_size
 
         sizes = [parse_size(s, "--warmup") for s in (self.default_size, *self.warmup_sizes)]

@@ -298,10 +298,10 @@ def prom_exposition(result: list[dict[str, Any]], *, note: str = "") -> str:
     """An instant-vector query result (every series of one job) as Prometheus text format 0.0.4.
 
     ``job`` and ``instance`` (added by Prometheus) are dropped, other labels kept as they were scraped
-    (``le="30.0"``); ``# HELP``/``# TYPE`` lines come from :data:`diffbench.monitor.names.METRICS`, so
+    (``le="30.0"``); ``# HELP``/``# TYPE`` lines come from :data:`diffbench.metrics.names.METRICS`, so
     histograms and counters parse as their families again. Series of unknown families are left out.
     """
-    from diffbench.monitor.names import METRICS
+    from diffbench.metrics.names import METRICS
 
     fams = {spec.name: spec for spec in METRICS}
     by_family: dict[str, list[str]] = {}

@@ -1,7 +1,7 @@
 """The ``shape`` label: ``WxH``, ``WxHfF`` for video, suffix ``bB`` when batch > 1, from an allowlist.
 
 ``256x256`` (one 256×256 image), ``128x128f9`` (a 9-frame video), ``256x256b2`` (two images per request).
-A request whose label is not on the service's allowlist is exported as :data:`~diffbench.monitor.names.OTHER_SHAPE`
+A request whose label is not on the service's allowlist is exported as :data:`~diffbench.metrics.names.OTHER_SHAPE`
 (``other``), so a burst of odd sizes adds no label values (bounded labels, monitoring.md §2.3).
 Steps are not part of the label: the per-step histogram is per step, and the stage baselines of a
 calibration are for the steps it was measured at.
@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 from diffbench.errors import UsageError
-from diffbench.monitor.names import OTHER_SHAPE
+from diffbench.metrics.names import OTHER_SHAPE
 
 _LABEL = re.compile(r"^(\d+)x(\d+)(?:f(\d+))?(?:b(\d+))?$")
 

@@ -11,7 +11,7 @@ import pytest
 
 from diffbench.cli.main import main
 from diffbench.errors import InputError
-from diffbench.monitor.scrape import PromQuery, fetch_metrics, parse_text, read_scrapes
+from diffbench.metrics.scrape import PromQuery, fetch_metrics, parse_text, read_scrapes
 
 from .scrape_fixtures import MODEL, Exposition, healthy
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from diffbench.errors import UsageError
-from diffbench.monitor.shapes import ShapeAllowlist, parse_label, parse_shapes, shape_label
+from diffbench.metrics.shapes import ShapeAllowlist, parse_label, parse_shapes, shape_label
 
 
 @pytest.mark.parametrize(("args", "label"), [

@@ -1,6 +1,6 @@
 """Build realistic exposition text for the doctor/scrape tests with ``prometheus_client`` itself.
 
-Every family, label set and bucket series comes from :data:`diffbench.monitor.names.METRICS`, so the
+Every family, label set and bucket series comes from :data:`diffbench.metrics.names.METRICS`, so the
 text is what an exporter written to the table writes (not hand-typed numbers): a :class:`Exposition` is a
 registry of those families; tests drive it with :meth:`Exposition.serve` (one request's observations)
 and the ``set_*`` helpers, and take :meth:`Exposition.text` before and after.
@@ -12,8 +12,8 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from diffbench.monitor import names
-from diffbench.monitor.scrape import format_scrape
+from diffbench.metrics import names
+from diffbench.metrics.scrape import format_scrape
 
 MODEL = "tiny-flux"
 
