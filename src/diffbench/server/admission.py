@@ -1,6 +1,7 @@
 """Admission control: predict the queue wait of a new request and reject it (429) above a limit.
 
-Prediction (work-weighted, monitoring.md §3.4): the estimated wait of a new request is the predicted
+Prediction (work-weighted, not a queue length: one queued video can outweigh ten thumbnails; see
+docs/reference/metrics.md, ``diffusion_queue_estimated_wait_seconds``): the estimated wait of a new request is the predicted
 service time of every queued request plus the predicted remaining time of the running one (one slot per
 device). A request's predicted service time (seconds) is
 
@@ -17,7 +18,7 @@ device). A request's predicted service time (seconds) is
 
 With a calibration file (``serve --calibration``), a request whose shape label (``WxH[fF][bB]``) the file
 calibrates is predicted from its baselines instead: steps × step baseline + text-encode + VAE-decode
-baselines (monitoring.md §3.4), before any request completed; other shapes fall back to 1–3 (and count
+baselines (the same rule as :meth:`diffbench.monitor.calibration.ShapeBaseline.predict_s`), before any request completed; other shapes fall back to 1–3 (and count
 0 until something was observed: the estimate is then a lower bound).
 
 A line fitted on small shapes can under-predict a much larger one; bound such requests with

@@ -1,6 +1,7 @@
-"""``POST /v1/chat/completions`` in vLLM-Omni's diffusion form (serving-apis.md §2.3, §8).
+"""``POST /v1/chat/completions`` in vLLM-Omni's diffusion form.
 
-Request (vLLM-Omni ``docs/serving/chat_completions_api.md``; its benchmark's ``vllm-omni`` backend,
+Request (vLLM-Omni
+https://github.com/vllm-project/vllm-omni/blob/main/docs/serving/chat_completions_api.md; its benchmark's ``vllm-omni`` backend,
 ``benchmarks/diffusion/backends.py`` ``async_request_chat_completions``)::
 
     {"model": "...", "messages": [{"role": "user", "content": "a lighthouse at dusk"}],

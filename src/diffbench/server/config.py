@@ -14,7 +14,8 @@ class Limits(BaseModel):
     Sizes are pixels; the engine may narrow them further (e.g. a multiple of 16 for a FLUX VAE with
     2×2 patches) and its :class:`~diffbench.errors.ShapeError` message is returned as a 400.
     Ranges for ``steps``, ``n`` and ``guidance_scale`` follow vLLM-Omni's images API (steps 1–200,
-    n 1–10, guidance 0–20; serving-apis.md §2.1). ``max_pixels`` bounds the work of one request
+    n 1–10, guidance 0–20: the bounds of ``ImageGenerationRequest`` in vllm-project/vllm-omni
+    ``vllm_omni/entrypoints/openai/protocol/images.py``). ``max_pixels`` bounds the work of one request
     (width × height × frames × n), so a single 4096² request cannot hold the device for minutes while
     admission control (which predicts queue waits, not a request's own run time) lets it in.
     """
@@ -50,7 +51,8 @@ class ServerConfig(BaseModel):
     the engine's default, else 8). ``seed``: seeds the generator that picks a seed for requests that give
     none (reported back in each response). ``warmup_sizes``: ``"WIDTHxHEIGHT"`` sizes generated once at
     startup (default steps, n=1) before ``/health`` turns 200, so first-call costs (compile, autotune,
-    allocator growth) do not land in the first measured request (serving-apis.md §7, lesson 13); they
+    allocator growth) do not land in the first measured request (a warm-up at reduced steps or one frame
+    leaves them there: sgl-project/sglang PR #29306; see docs/concepts/measurement-protocol.md); they
     are not counted in metrics nor in the admission estimate.
 
     Monitoring (``/metrics``, :mod:`diffbench.monitor.exporter`): ``shapes`` is the ``shape`` label

@@ -1,4 +1,5 @@
-"""``POST /v1/images/edits``: image-to-image in the OpenAI multipart form (serving-apis.md §1, §2.2, §3.2, §8).
+"""``POST /v1/images/edits``: image-to-image in the OpenAI multipart form (OpenAI API reference,
+"Create image edit": https://platform.openai.com/docs/api-reference/images/createEdit).
 
 Request: ``multipart/form-data`` as the ``openai`` client's ``images.edit`` sends it (openai-python
 ``resources/images.py``: files ``image`` — ``image[]`` when a list is given — and ``mask``; text fields

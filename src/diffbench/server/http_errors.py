@@ -21,7 +21,7 @@ JSON offset); a body that is not JSON has ``param: null``.
 - 504 (``timeout``): the request did not finish within ``serve --request-timeout`` seconds of arrival.
 - 499 (``cancelled``, never seen by the client): the client disconnected before its answer; counted only.
 - 507 (``out_of_memory``): the device ran out of memory for this request ("out of memory at WxH, ...").
-  The service keeps serving (monitoring.md §8.2, single-device contract).
+  The service keeps serving (the single-device contract: docs/reference/http-routes.md).
 """
 
 from __future__ import annotations

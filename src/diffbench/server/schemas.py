@@ -1,6 +1,8 @@
 """Request and response bodies of the reference service (OpenAI images + vLLM-Omni / SGLang extensions).
 
-Field names and ranges follow serving-apis.md §1–§3. Unknown request fields are accepted and listed back
+Field names and ranges follow the OpenAI images API (https://platform.openai.com/docs/api-reference/images),
+vLLM-Omni's request model (vllm-project/vllm-omni ``vllm_omni/entrypoints/openai/protocol/images.py``) and
+SGLang Diffusion's OpenAI API (sgl-project/sglang ``python/sglang/multimodal_gen/``). Unknown request fields are accepted and listed back
 in ``ignored_parameters`` (vLLM-Omni ignores unsupported parameters silently, which hides mistakes).
 Durations are seconds; ``peak_memory_mb`` is MiB (bytes / 2**20), ``peak_memory_bytes`` bytes.
 """

@@ -4,7 +4,8 @@ The worker is the only code that calls ``engine.generate`` / ``engine.sync``, so
 concurrently on one device. Every exception of one request fails that request's future and the loop goes
 on: an out-of-memory error (:class:`~diffbench.errors.DeviceOutOfMemory`, or ``torch.OutOfMemoryError``
 translated to it) is followed by ``gc.collect()`` and, when CUDA is in use, ``torch.cuda.empty_cache()``
-(the single-GPU contract of monitoring.md §8.2).
+(the single-device contract, docs/reference/http-routes.md: one request's out-of-memory error fails that request,
+never the service, unlike an engine that dies with it and fails every later request, vllm-project/vllm#52871).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Request bodies and server-timing fields of the serving APIs (serving-apis.md §1-3).
+"""Request bodies and server-timing fields of the serving APIs (OpenAI images API
+https://platform.openai.com/docs/api-reference/images; vLLM-Omni and SGLang Diffusion as cited below).
 
 Dialects:
 
@@ -6,7 +7,7 @@ Dialects:
   response_format=b64_json``); steps, seed and guidance are *not* sent (the server's defaults apply).
   Video jobs as a multipart form (as the OpenAI videos API takes them).
 - ``vllm-omni``: the OpenAI body plus ``num_inference_steps, guidance_scale, seed, negative_prompt``
-  (vLLM-Omni ``docs/serving/image_generation_api.md``); video jobs as a multipart form with ``width,
+  (vLLM-Omni https://github.com/vllm-project/vllm-omni/blob/main/docs/serving/image_generation_api.md); video jobs as a multipart form with ``width,
   height, num_frames`` (always sent: the server defaults ``num_frames`` to 1), ``fps``, steps and seed.
 - ``sglang``: the same extension fields merged into the JSON object (SGLang Diffusion OpenAI API docs);
   video jobs as JSON.

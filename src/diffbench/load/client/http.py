@@ -12,7 +12,8 @@ create + polls + download), enforced with one asyncio deadline around the reques
 ``ClientTimeout`` is set so that it never fires first (no total, no read timeout; only the TCP connect is
 bounded, by ``min(timeout_s, 30 s)``): its 300 s default total is the hidden deadline of
 vllm-project/vllm-omni #5548. A video job whose deadline passes is *not* deleted unless
-``delete_abandoned`` is set (serving-apis.md lesson 7).
+``delete_abandoned`` is set (a client deadline that DELETEs a running job aborts it on the server:
+vllm-project/vllm-omni#7246).
 
 Timestamps: ``first_byte_s`` when the response headers have arrived; ``done_s`` when the last body byte
 has arrived (``await resp.read()`` returned), before any parsing. Payload checks run afterwards in worker

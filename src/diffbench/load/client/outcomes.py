@@ -1,7 +1,7 @@
 """Classify what happened to one request into an outcome (see :data:`diffbench.core.records.OUTCOMES`).
 
 Third-party (aiohttp) exceptions are translated here, at one boundary; nothing else in the client looks at
-exception classes. Rules (serving-apis.md §5):
+exception classes. Rules (every failure stays in the denominator; see docs/concepts/goodput-slo-knee.md):
 
 - 2xx → ``ok`` (the payload is checked later, outside the timed region, and may become ``invalid_payload``);
 - 429 and 503 → ``rejected``; ``Retry-After`` (delta-seconds or an HTTP-date, RFC 9110 §10.2.3) is kept

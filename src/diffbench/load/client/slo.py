@@ -14,7 +14,7 @@ Attainment of a row: requests that have an SLO, and among them those that succee
 ``slo_attainment_rate`` is ``met / defined``, failures counted as not met. Here the latency compared is the
 latency **from the intended arrival** (``done - intended``: client queueing and send lag included); vLLM-Omni
 measures from its own request function's start. Its warm-up runs at 2 steps (and 1 frame for t2v); here
-the warm-up runs each workload shape as measured, so the base is fitted on the real shapes (lesson 13).
+the warm-up runs each workload shape as measured, so the base is fitted on the real shapes (see docs/concepts/measurement-protocol.md).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ runner hooks ``on_sent(lag_s)`` / ``on_record(rec)``; a hook is passed only to a
 
 Before measuring, every distinct shape of the workload is warmed up (``warmup_per_shape`` sequential
 requests each, not recorded) so compilation and first-shape costs do not land in the measured window
-(serving-apis.md lesson 13). The knee, the divergence flag and the capacity come from
+(a warm-up at reduced steps leaves them there: sgl-project/sglang PR #29306). The knee, the divergence flag and the capacity come from
 :func:`diffbench.load.knee.analyze_sweep`.
 """
 
