@@ -1,5 +1,5 @@
 """``diffbench drill {cache,shapes,vae,all}``: pre-launch fault drills against ``diffbench serve`` with a
-local Prometheus evaluating the real rule file (monitoring.md §8.5).
+local Prometheus evaluating the real rule file (docs/guides/after-launch.md).
 
 Exit codes: 0 every drill passed; 1 a drill failed (or could not run); 2 bad input (an option value, an
 unwritable ``--json``); 3 the ``prometheus`` binary is missing (``apt-get install prometheus``).

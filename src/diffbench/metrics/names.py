@@ -1,4 +1,5 @@
-"""The one table of diffbench's Prometheus metrics (monitoring.md §3; names follow §2.1).
+"""The one table of diffbench's Prometheus metrics (reference: docs/reference/metrics.md; names follow
+Prometheus's naming practice, https://prometheus.io/docs/practices/naming/).
 
 Every exported family, every alert rule, every dashboard panel and every metric ``plan`` or ``doctor``
 names comes from :data:`METRICS`. Tests check that the rule file, the dashboard and ``plan`` name only
@@ -10,7 +11,8 @@ from bounded sets only (``shape`` is an allowlisted class or ``other``; no promp
 
 Buckets: the request histogram uses a fine series (at most 5 % between neighbouring edges from 10 ms to
 1800 s, every round SLO value such as 1, 2, 2.5, 3, 4.5, 5, 10, 30, 60, 90 s an edge), so that
-``histogram_quantile(0.99, …)`` is within 5 % of the raw p99 (monitoring.md §2.2: the error of a
+``histogram_quantile(0.99, …)`` is within 5 % of the raw p99
+(https://prometheus.io/docs/practices/histograms/#errors-of-quantile-estimation: the error of a
 histogram quantile is bounded by the width of the bucket holding it; both the interpolated value and the
 sample quantile lie in that bucket). A 12.5 % series left 9 % error on a steady run with 2 % jitter. Stage, step and queue histograms use a coarser series (at most 33 %): their
 alerts compare means (``_sum``/``_count``), and they carry more label combinations.
@@ -61,7 +63,7 @@ QUEUE_BUCKETS = (0.0,) + fine_buckets(-3, 2, top=1000.0, mantissas=_COARSE)  # a
 
 OUTCOMES = ("ok", "rejected", "oom", "timeout", "error", "cancelled", "invalid", "not_found", "unavailable")
 """``outcome`` label values. ``rejected`` is deliberate load shedding (429), not charged to the error budget;
-``oom``, ``timeout`` and ``error`` are (monitoring.md §4.3); ``cancelled`` = the client went away or the
+``oom``, ``timeout`` and ``error`` are (docs/concepts/goodput-slo-knee.md); ``cancelled`` = the client went away or the
 service stopped before the generation ran; ``invalid`` = 4xx for bad input; ``not_found`` = 404;
 ``unavailable`` = 503 before the engine is ready."""
 ERROR_OUTCOMES = ("oom", "timeout", "error")

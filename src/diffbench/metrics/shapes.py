@@ -2,7 +2,8 @@
 
 ``256x256`` (one 256×256 image), ``128x128f9`` (a 9-frame video), ``256x256b2`` (two images per request).
 A request whose label is not on the service's allowlist is exported as :data:`~diffbench.metrics.names.OTHER_SHAPE`
-(``other``), so a burst of odd sizes adds no label values (bounded labels, monitoring.md §2.3).
+(``other``), so a burst of odd sizes adds no label values (bounded labels:
+https://prometheus.io/docs/practices/instrumentation/#do-not-overuse-labels).
 Steps are not part of the label: the per-step histogram is per step, and the stage baselines of a
 calibration are for the steps it was measured at.
 """

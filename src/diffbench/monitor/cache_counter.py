@@ -1,5 +1,6 @@
-"""Step-cache lookups and hits of a diffusers cache, for ``diffusion_cache_{lookups,hits}_total`` (monitoring.md
-§3.5), counted with the sweep's :class:`~diffbench.sweep.probe.SkipProbe` (one implementation).
+"""Step-cache lookups and hits of a diffusers cache, for ``diffusion_cache_{lookups,hits}_total`` (two
+counters, so a reader picks the window: docs/reference/metrics.md), counted with the
+sweep's :class:`~diffbench.sweep.probe.SkipProbe` (one implementation).
 
 A lookup is one cache decision, a hit one decision that skipped compute:
 

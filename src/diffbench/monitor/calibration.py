@@ -3,7 +3,7 @@
 Written by ``diffbench monitor calibrate`` from ``bench --json`` and ``sweep`` results, loaded by
 ``serve --calibration`` (and by anyone's server through :meth:`Exporter.load_calibration
 <diffbench.monitor.exporter.Exporter.load_calibration>`), which publishes every value as a gauge with the
-same ``model``/``shape``/``probe`` labels as the live series (monitoring.md §3.9): rules hold no magic
+same ``model``/``shape``/``probe`` labels as the live series (docs/guides/after-launch.md): rules hold no magic
 numbers and one rule covers every shape.
 
 JSON layout (seconds, ratios 0–1, decibels)::
@@ -65,7 +65,7 @@ class ShapeBaseline(BaseModel):
 
     def predict_s(self, steps: int) -> float:
         """Predicted service time (s) at ``steps``: steps × step baseline + text encode + VAE decode
-        (monitoring.md §3.4)."""
+        (the work-weighted queue-wait prediction, docs/reference/metrics.md)."""
         fixed = self.stages.text_encode + self.stages.vae_decode if self.stages is not None else 0.0
         return steps * self.step_s + fixed
 

@@ -1,4 +1,5 @@
-"""A process-wide count of torch.compile compilations (monitoring.md §8.3).
+"""A process-wide count of torch.compile compilations (what triggers a recompile:
+https://docs.pytorch.org/docs/stable/compile/programming_model.recompilation.html).
 
 Method: ``torch._dynamo.callback_handler.register_start_callback(fn)`` calls ``fn`` once at the start of
 every compilation: the first compile of a frame and each recompile (a function called with inputs of

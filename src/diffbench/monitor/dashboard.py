@@ -1,7 +1,8 @@
 """The Grafana dashboard of a diffbench-instrumented service, generated from the metric table.
 
 ``monitoring/dashboard.json`` is build output of :func:`build_dashboard` (vLLM's generate-then-check
-pattern, monitoring.md §6.2): ``diffbench monitor dashboard -o monitoring/dashboard.json`` writes it,
+pattern, vllm-project/vllm ``tools/generate_grafana_dashboards.py``):
+``diffbench monitor dashboard -o monitoring/dashboard.json`` writes it,
 ``--check`` fails when the committed file is stale, and tests run the offline checks of
 :mod:`diffbench.monitor.lint` on it. Never edit the JSON by hand.
 

@@ -3,7 +3,8 @@
 Each check reads a :class:`~diffbench.monitor.doctor_views.MetricsView`, and returns a :class:`Finding`:
 the value it found, a verdict (``ok`` / ``suspect`` / ``no data``), one sentence, per-group details, the
 metrics it read (all from :data:`diffbench.metrics.names.METRICS`) and the ``diffbench`` command that
-confirms it. Thresholds are the alert rules' (monitoring.md §4.1): step mean > 1.2 × baseline, cache hit
+confirms it. Thresholds are the alert rules' (``monitoring/alerts.yaml``, docs/guides/after-launch.md):
+step mean > 1.2 × baseline, cache hit
 ratio off its baseline by more than 30 %, peak memory > 90 % of the device, PSNR < threshold − 3 dB,
 recompiles > 0, per-rank spread > 10 %, estimated wait > ½ SLO.
 """

@@ -4,8 +4,8 @@ Both views answer the same questions, so every check is written once:
 
 - :meth:`hist_mean` — mean of a histogram per label group: Δ``_sum`` / Δ``_count`` between two scrapes,
   ``_sum`` / ``_count`` totals of one scrape, ``sum by (...) (increase(x_sum[w])) / sum by (...)
-  (increase(x_count[w]))`` on Prometheus (aggregate numerator and denominator, then divide: monitoring.md
-  §2.1);
+  (increase(x_count[w]))`` on Prometheus (aggregate numerator and denominator, then divide:
+  https://prometheus.io/docs/practices/rules/);
 - :meth:`hist_quantile` — ``histogram_quantile`` over all groups (linear interpolation inside the bucket, as
   Prometheus does);
 - :meth:`delta` — a counter's increase (Δ, total, or ``increase(x_total[w])``);

@@ -1,4 +1,4 @@
-"""``diffbench drill``: fault drills against ``diffbench serve`` with a local Prometheus (monitoring.md §8.5).
+"""``diffbench drill``: fault drills against ``diffbench serve`` with a local Prometheus (docs/guides/after-launch.md).
 
 :func:`run_drills` runs the named drills one after another and returns one
 :class:`~diffbench.monitor.drills.core.DrillReport` each. A drill that cannot run (a process that does not

@@ -3,7 +3,8 @@
 One :class:`Exporter` per service, with its own ``prometheus_client`` registry. At construction it creates
 every known label combination (model × outcome × status × traffic, shapes incl. ``other`` × stages, caches,
 ranks, gpus), so a scrape before the first request already shows each series at 0 and ``increase()``
-sees the first event (monitoring.md §2.3). ``_created`` series are dropped from this registry's output
+sees the first event
+(https://prometheus.io/docs/practices/instrumentation/#avoid-missing-metrics). ``_created`` series are dropped from this registry's output
 (a filtering collector; ``prometheus_client.disable_created_metrics`` would change every registry of the
 process).
 
@@ -18,8 +19,8 @@ Traffic classes (``traffic`` label, :data:`~diffbench.metrics.names.TRAFFIC`):
 
 Memory peaks (``diffusion_gpu_memory_peak_bytes`` = reserved, ``..._peak_allocated_bytes``, and
 ``diffusion_stage_memory_peak_bytes{stage}`` by the stage that held the peak) are the maximum over the
-requests finished in the last ``peak_window_s`` seconds (default 60; monitoring.md §3.3's exporter-side
-fixed period): reading does not reset them, so several scrapers of one exporter all see the same peak, and
+requests finished in the last ``peak_window_s`` seconds (default 60; a fixed exporter-side
+period, not a reset on read): reading does not reset them, so several scrapers of one exporter all see the same peak, and
 a window with no request reads 0.
 ``diffusion_gpu_memory_total_bytes`` and the SLO and baseline gauges are created only once known (a
 total or SLO of 0 would make the ratio alerts fire).
@@ -82,7 +83,8 @@ class _Peaks:
     """Per key, the maximum over the values recorded in the last ``window_s`` seconds. Thread-safe.
 
     Reading does not reset anything, so every scraper (two Prometheus servers, ``doctor --metrics``,
-    ``load --scrape``) sees the same value: the exporter-side fixed period of monitoring.md §3.3. A peak
+    ``load --scrape``) sees the same value: an exporter-side fixed period (a reset on read would split the
+    peaks between them). A peak
     stays visible for ``window_s`` after the request that made it, longer than any sane scrape interval;
     alerts still take ``max_over_time`` over their own window.
     """

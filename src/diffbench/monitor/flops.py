@@ -1,10 +1,11 @@
-"""FLOPs per request for ``diffusion_model_flops_total`` and MFU (monitoring.md §7.3).
+"""FLOPs per request for ``diffusion_model_flops_total`` and MFU (docs/reference/metrics.md).
 
 Two sources, in this order:
 
 1. **Ledger** (model in the catalog, e.g. ``flux.1-dev``): ``diffbench.ledger.account.evaluate(...).total_flops``
    for the request's width, height, frames and steps: text encoders + denoiser forwards × steps + VAE decode,
-   FLOPs = 2 × MACs (model-catalog.md §5). The GPU does not change FLOPs; ``h100-sxm`` is passed because
+   FLOPs = 2 × MACs (a multiply-accumulate counts as two FLOPs, as in Kaplan et al.
+   2020, arXiv:2001.08361, §2.1). The GPU does not change FLOPs; ``h100-sxm`` is passed because
    ``evaluate`` needs one.
 2. **Measured** (any other model, e.g. ``tiny-flux`` or a local directory): the FLOPs of *one denoiser forward*
    counted with ``torch.utils.flop_counter.FlopCounterMode`` (PyTorch docs: counts matmul/conv/attention FLOPs

@@ -25,7 +25,7 @@ Hooks (all removed by :meth:`Instrumentation.detach`):
 4. the cache counter (:mod:`~diffbench.monitor.cache_counter`), the compile counter
    (:mod:`~diffbench.monitor.compile_counter`) and the collective listener (:mod:`~diffbench.monitor.ranks`).
 
-Timing (monitoring.md §3.1). On CUDA every boundary records a ``torch.cuda.Event(enable_timing=True)`` on
+Timing (docs/concepts/measurement-protocol.md). On CUDA every boundary records a ``torch.cuda.Event(enable_timing=True)`` on
 the current stream (events come from a pool reused across requests); nothing synchronizes on the hot path.
 When the request ends, one ``Event.synchronize()`` on its last event waits for the device, then every
 interval is read with ``Event.elapsed_time`` (milliseconds, PyTorch docs) / 1000. On any other device the
@@ -33,7 +33,7 @@ boundaries read ``time.perf_counter_ns()`` (host timing; the CPU runs synchronou
 host time from the request's start to after its final sync; ``other_s = total_s − text_encode − image_encode −
 denoise − vae_decode``.
 
-Memory (monitoring.md §3.3): see :mod:`diffbench.monitor.memory`; marks only at stage boundaries. With an
+Memory: see :mod:`diffbench.monitor.memory`; marks only at stage boundaries. With an
 injected ``memory_budget_bytes`` the budget is reported as the device total, and a request whose peak
 growth over its start exceeds it raises :class:`~diffbench.errors.DeviceOutOfMemory` at that boundary.
 
@@ -345,8 +345,8 @@ class Instrumentation:
 
     # -- requests ---------------------------------------------------------------------------------------
     def mark_warm(self) -> None:
-        """Snapshot the compile counter: compilations that start after this are recompiles (monitoring.md
-        §8.3); call it once every allowlisted shape has been warmed up. Before it, ``recompiles`` is 0."""
+        """Snapshot the compile counter: compilations that start after this are recompiles (the
+        method of :mod:`~diffbench.monitor.compile_counter`); call it once every allowlisted shape has been warmed up. Before it, ``recompiles`` is 0."""
         self._compile.ensure()
         self._warm_starts = self._compile.starts
 
@@ -559,7 +559,7 @@ class Instrumentation:
 
 
 def build_info(device: str = "cpu") -> dict[str, str]:
-    """Label values of ``diffusion_build_info`` (monitoring.md §3): ``version`` (diffbench), ``torch``, ``cuda``
+    """Label values of ``diffusion_build_info`` (docs/reference/metrics.md): ``version`` (diffbench), ``torch``, ``cuda``
     (``torch.version.cuda``, ``none`` on a CPU-only build) and ``gpu_model`` (``torch.cuda.get_device_name``
     for a CUDA ``device``, else ``cpu``)."""
     import torch

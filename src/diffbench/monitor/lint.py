@@ -1,10 +1,11 @@
-"""Offline checks of the rule file and the dashboard (monitoring.md §4.2, §6.4), no Grafana or network.
+"""Offline checks of the rule file and the dashboard, no Grafana or network (the rules of grafana/dashboard-linter,
+https://github.com/grafana/dashboard-linter, that matter here, written in Python).
 
 Each ``*_problems`` function returns a list of human-readable problems (empty = clean), so a test can
 assert both that the shipped files are clean and that a broken input is caught. :func:`promtool_check_exprs`
 parses expressions with ``promtool`` by writing them as a throwaway recording-rule file.
 
-Metric identifiers are found as monitoring.md §6.4 says: every whole identifier
+Metric identifiers are found this way: every whole identifier
 ``[A-Za-z_:][A-Za-z0-9_:]*`` of an expression (quoted strings removed first) that mentions ``diffusion_``;
 one with a colon must be a recording rule of the rule file, any other a sample name of
 :func:`diffbench.metrics.names.sample_names`. Matching a bare ``diffusion_\\w+`` would wrongly pull
@@ -64,7 +65,8 @@ def unknown_metrics(expr: str, recorded: Iterable[str]) -> list[str]:
 
 def integer_le_values(expr: str) -> list[str]:
     """``le`` matchers written as integers (``le="30"``): they match nothing that prometheus_client
-    writes (``le="30.0"``, monitoring.md §2.4) and nothing at all on Prometheus 3."""
+    writes (``le="30.0"``) and nothing at all on Prometheus 3, which stores ``le`` in that float form
+    (https://prometheus.io/docs/prometheus/latest/migration/, "le and quantile label values")."""
     return [m.group(0) for m in _LE.finditer(expr) if _INT.match(m.group(2))]
 
 
@@ -141,12 +143,14 @@ def range_windows(expr: str) -> list[str]:
 
 def substitute_grafana(expr: str) -> str:
     """``expr`` with Grafana's built-in ranges replaced by ``1m`` and template variables by a placeholder,
-    so promtool can parse it (monitoring.md §6.4)."""
+    so promtool can parse it (a ``$`` is not PromQL)."""
     return TEMPLATE_VAR.sub("placeholder", BUILTIN_RANGE.sub("1m", expr))
 
 
 def dashboard_problems(dashboard: dict[str, Any], recorded: Iterable[str]) -> list[str]:
-    """Problems of a dashboard model (monitoring.md §6.4): ``schemaVersion`` not an int, duplicate panel
+    """Problems of a dashboard model (Grafana's JSON model,
+    https://grafana.com/docs/grafana/latest/dashboards/build-dashboards/view-dashboard-json-model/):
+    ``schemaVersion`` not an int, duplicate panel
     ids, missing or duplicate ``refId``, a datasource that is not the ``${datasource}`` variable, a unit
     missing, a ``rate``/``increase`` window other than ``$__rate_interval``, integer ``le``, unknown
     metrics, and template variables other than datasource/job/instance/model/shape missing."""

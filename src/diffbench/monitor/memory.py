@@ -1,4 +1,4 @@
-"""Peak memory per stage of one generation (monitoring.md §3.3), read at stage boundaries.
+"""Peak memory per stage of one generation (docs/reference/metrics.md), read at stage boundaries.
 
 - CUDA: ``torch.cuda.max_memory_allocated`` / ``max_memory_reserved`` then ``reset_peak_memory_stats`` at each
   boundary (the caching allocator keeps these counters on the host: reading them needs no device sync). The

@@ -1,6 +1,6 @@
 """The quality spot-check probe: replay fixed requests against a live service, compare with references.
 
-What one *pass* does (monitoring.md §3.8):
+What one *pass* does (see docs/guides/after-launch.md):
 
 1. ``GET /v1/models``: the served model id and its deployment fingerprint (``data[0].fingerprint``,
    ``data[0].fingerprint_id``). A fingerprint that differs from the references' fails the pass (a baseline
@@ -18,7 +18,7 @@ polls, downloads, deletes) carries the HTTP header ``X-Diffbench-Traffic: probe`
 (:data:`TRAFFIC_HEADER`); ``diffbench serve`` labels such requests ``traffic="probe"``, which SLO series and
 alerts exclude (they select ``traffic="user"``).
 
-Verdicts against the PSNR threshold T (quality-metrics.md §9 for bands; calibrate T per model from a
+Verdicts against the PSNR threshold T (docs/concepts/quality-metrics.md for bands; calibrate T per model from a
 noise-floor run): ``ok`` when PSNR ≥ T, ``low`` when T − 3 dB ≤ PSNR < T, ``alert`` when PSNR < T − 3 dB
 (the ``DiffusionQualityPSNRDrop`` condition), ``error`` when the request failed.
 

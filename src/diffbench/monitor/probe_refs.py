@@ -5,7 +5,7 @@ A reference directory is an outputs manifest (:mod:`diffbench.core.manifest`), w
 --record-reference DIR``, through the same :class:`~diffbench.bench.outputs.OutputWriter`, so the two are
 one format). Images are PNG files, videos folders of PNG frames.
 
-Batch composition (monitoring.md §3.8): same-seed outputs move with the batch size (huggingface/diffusers
+Batch composition: same-seed outputs move with the batch size (huggingface/diffusers
 #2659, #11016), so the probe replays each reference batch exactly as it was made. Entries sharing
 ``(prompt_id, seed, width, height, frames, steps)`` form one batch; their ``index`` values must be
 ``0 … n-1`` and ``n`` is the request's ``n``. A manifest whose ``conditions.batch`` says another size is

@@ -1,4 +1,5 @@
-"""Per-rank compute time before the collective (monitoring.md §3.7).
+"""Per-rank compute time before the collective (equal wall times hid a rank 200 ms slower in
+traceopt-ai/traceml#252).
 
 In a sequence/tensor/CFG-parallel step every rank waits in the same collective, so the step's wall time is
 equal on every rank and hides a slow one. What differs is the time from the step's start to the moment the

@@ -21,7 +21,7 @@ class CacheCounts:
 
 @dataclass
 class RequestSignals:
-    """Per-generation signals (see monitoring.md §3.5–§3.7, §7.3).
+    """Per-generation signals (see docs/reference/metrics.md).
 
     - ``cache``: step-cache decisions, None when no cache is enabled or it exposes no decisions;
     - ``recompiles``: torch.compile compilations that started during this generation after the warmup

@@ -1,4 +1,4 @@
-"""Drill P1 (monitoring.md §8.5): the step-cache threshold pushed outside the quality budget.
+"""Drill P1 (docs/guides/after-launch.md): the step-cache threshold pushed outside the quality budget.
 
 1. **Budget** (in this process, the same tiny pipeline): the probe request (prompt, seed, size, steps)
    without a cache and with each FirstBlockCache threshold of :data:`GRID`; PSNR of each against the

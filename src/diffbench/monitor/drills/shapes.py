@@ -1,4 +1,4 @@
-"""Drill P2 (monitoring.md §8.5): a burst of resolutions outside the shape allowlist on a compiled service.
+"""Drill P2 (docs/guides/after-launch.md): a burst of resolutions outside the shape allowlist on a compiled service.
 
 1. ``serve --compile --warmup SIZE --shapes SIZE`` (the warmup compiles the allowlisted shape; the
    instrumentation's warm snapshot is taken after it, so warmup compiles are not exported).

@@ -1,4 +1,4 @@
-"""Drill P3 (monitoring.md §8.5, §8.2): VAE tiling off at 2048² under a memory budget.
+"""Drill P3 (docs/guides/after-launch.md): VAE tiling off at 2048² under a memory budget.
 
 On a CPU there is no device memory to run out of, so the budget is injected: ``serve --memory-budget B``
 makes the instrumentation raise :class:`~diffbench.errors.DeviceOutOfMemory` for a request whose measured
@@ -13,7 +13,7 @@ peak exceeds B, and exports B as ``diffusion_gpu_memory_total_bytes``.
 3. **Inject** the 2048² request.
 4. **Expect** its outcome ``oom`` (HTTP 507 or 5xx with an out-of-memory message,
    ``diffusion_requests_total{outcome="oom"}`` +1), ``DiffusionGPUPeakMemoryHigh`` firing, ``/health``
-   staying 200, and the next small request succeeding (the single-GPU contract of §8.2).
+   staying 200, and the next small request succeeding (the single-device contract, docs/reference/http-routes.md).
 """
 
 from __future__ import annotations
