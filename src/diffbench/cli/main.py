@@ -65,7 +65,8 @@ _register()
 
 
 def _offline_env() -> None:
-    """Offline by design: hub clients fail fast instead of retrying for ~23 s (offline-setup.md §2)."""
+    """Offline by design: hub clients fail fast instead of retrying for ~23 s (``HF_HUB_OFFLINE``:
+    https://huggingface.co/docs/huggingface_hub/package_reference/environment_variables; docs/getting-started.md)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")

@@ -1,6 +1,6 @@
 """Live progress of long commands (bench, sweep, quality, simulate, report): one rich line on stderr.
 
-Work code never prints (CONVENTIONS rule 2): it takes an optional callback, and the CLI passes the
+Work code never prints (docs/developers/architecture.md): it takes an optional callback, and the CLI passes the
 methods of a :class:`LiveLine` (or nothing). The line goes to **stderr only**, so ``--json -`` or a
 piped table on stdout stays clean, and it is drawn only when :func:`progress_enabled` says so: not
 ``--quiet``, and stderr is a terminal. ``DIFFBENCH_PROGRESS=always`` forces it on a pipe (tests use it

@@ -6,10 +6,12 @@ better, the maximum otherwise) and OP in ``>=, <=, >, <``. An unknown metric or 
 error (exit 2, before any work); a gate on a known metric that was not computed in this run fails
 (never passes silently).
 
-Presets are *starting points that need per-model calibration* (quality-metrics.md §9):
+Presets are *starting points that need per-model calibration* (bands and their anchors:
+docs/concepts/quality-metrics.md):
 
 - ``equivalent``: every image PSNR >= 40 dB (numerics-level change).
-- ``sglang-ci-image``: every image SSIM >= 0.95 and PSNR >= 28 dB. SGLang's CI computes these with
+- ``sglang-ci-image``: every image SSIM >= 0.95 and PSNR >= 28 dB. SGLang's CI (sgl-project/sglang
+  ``python/sglang/multimodal_gen/test/server/consistency_threshold.json``) computes these with
   scikit-image's *uniform 7×7* SSIM (``channel_axis=2, data_range=255``); our Gaussian SSIM reads
   differently, so the same numbers are not interchangeable.
 - ``sglang-ci-video``: every compared frame SSIM >= 0.92 and PSNR >= 24 dB (SGLang compares only the

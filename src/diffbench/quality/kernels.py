@@ -1,6 +1,6 @@
 """Per-image PSNR, SSIM and MS-SSIM kernels (numpy/scipy; MS-SSIM via torchmetrics, imported lazily).
 
-Conventions (see shared reference quality-metrics.md §1-§3):
+Conventions (how they differ from torchmetrics and scikit-image: docs/concepts/quality-metrics.md):
 
 - Images are ``(H, W)`` or ``(H, W, C)`` arrays, channel-last, ``C`` in {1, 3}; any other shape
   (a ``(B, H, W)`` batch, a channel-first ``(3, H, W)`` image, 4-D input) raises ShapeError rather than

@@ -1,4 +1,5 @@
-"""LPIPS v0.1 (AlexNet backbone) in plain torch.nn, no torchvision (offline-setup.md §9).
+"""LPIPS v0.1 (AlexNet backbone) in plain torch.nn, no torchvision (the layer slices of
+richzhang/PerceptualSimilarity ``lpips/pretrained_networks.py``; Zhang et al. 2018, arXiv:1801.03924).
 
 Architecture (Zhang et al. 2018, LPIPS v0.1 "alex"):
 

@@ -5,7 +5,7 @@ Scorers (local weights only; nothing downloads):
 - :class:`PickScorer`: PickScore (Kirstain et al. 2023, arXiv 2305.01569), a CLIP model fine-tuned on human
   preferences; score = exp(logit_scale) · cos(image, prompt) with the model's own ``logit_scale`` (the
   reference implementation in yuvalkirstain/PickScore's README). Weights: ``yuvalkirstain/PickScore_v1``, processor
-  ``laion/CLIP-ViT-H-14-laion2B-s32B-b79K`` saved into one directory (quality-metrics.md §8).
+  ``laion/CLIP-ViT-H-14-laion2B-s32B-b79K`` saved into one directory (the pair that yuvalkirstain/PickScore's README loads).
 - :class:`ClipIqaScorer`: CLIP-IQA (Wang et al. 2022, arXiv 2207.12396) via torchmetrics'
   ``CLIPImageQualityAssessment`` on a local CLIP directory: softmax over 100 · cos(image, "Good photo.") and
   100 · cos(image, "Bad photo."), the probability of "good" in [0, 1]. No prompt needed.
@@ -13,7 +13,8 @@ Scorers (local weights only; nothing downloads):
 These scores do not measure realism and rank differently across prompts, so a value means something only
 relative to a control on the same prompt and seed: :func:`paired_delta` reports per-image Δ = candidate −
 baseline, mean Δ with its standard error, z and a 95 % interval (SGLang's ``bench_image_quality.py`` reports
-mean Δ, SEM and z against a baseline manifest; quality-metrics.md §9).
+mean Δ, SEM and z against a baseline manifest: sgl-project/sglang
+``python/sglang/multimodal_gen/benchmarks/bench_image_quality.py``).
 
 ImageReward and HPSv2 are not offered: ``image-reward`` 1.5 pins ``timm==0.6.13`` (which requires torchvision)
 and ``fairscale``; ``hpsv2`` 1.2.0 requires ``torchvision`` directly and pins ``pytest==7.2.0`` and
@@ -141,7 +142,7 @@ def _pooled_features(model: object) -> object:
     """``model`` with ``get_text_features`` / ``get_image_features`` returning tensors again.
 
     transformers >= 5 returns a ``BaseModelOutputWithPooling`` from both, which torchmetrics 1.9's CLIP-IQA
-    still divides as a tensor (quality-metrics.md §6 pitfall); the embedding is its ``pooler_output``."""
+    still divides as a tensor (the break CLIPScore had, Lightning-AI/torchmetrics#3407); the embedding is its ``pooler_output``."""
     import torch
 
     class Pooled(torch.nn.Module):

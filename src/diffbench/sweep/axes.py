@@ -1,7 +1,7 @@
 """Sweep axes: which knob is swept, how its values are parsed and checked, and which pipelines take it.
 
-Cache axes (diffusers ``diffusers.hooks`` configs, enabled on the denoiser with ``enable_cache``; see
-shared/reference/quality-metrics.md §11):
+Cache axes (diffusers ``diffusers.hooks`` configs, enabled on the denoiser with ``enable_cache``; knobs and
+defaults in huggingface/diffusers ``src/diffusers/hooks/``, e.g. ``first_block_cache.py``):
 
 ==============  ===========================================  ==================  =====================
 axis            config and swept knob                        value range         other knobs (fixed)

@@ -12,7 +12,7 @@ baseline against itself, diffbench.sweep.interleave.noise_floor_ci):
 Working point (:func:`choose`): the highest speed-up among the points that pass every quality gate *and* are
 measurably faster. "No value is measurably faster within the budget" is a valid answer (value None).
 
-Default gates for a budget B dB (quality-metrics.md §9.3: gate on the worst image too, not only a
+Default gates for a budget B dB (docs/concepts/quality-metrics.md: gate on the worst image too, not only a
 percentile): ``psnr.p10 >= B`` and ``psnr.worst >= B - 3``. ``--gate`` expressions (grammar of
 :mod:`diffbench.quality.gates`) replace them.
 """
