@@ -1,4 +1,4 @@
-"""Load-client benchmark (issue 10): every figure of the issue's table, each beside a bare aiohttp client run on
+"""Load-client benchmark: every figure of the load client's target table, each beside a bare aiohttp client run on
 the same schedule in the same invocation.
 
 Run::
@@ -8,10 +8,10 @@ Run::
 Rows (``--only`` names): ``500``, ``1000``, ``2000`` (the client pinned to one CPU and the server to
 another), ``inflight`` (5,000 in flight), ``large`` (8 MB answers at 20 req/s), ``sizes`` (1, 8, 32 MB),
 ``workers`` (the ceiling of 1 vs 2 worker processes), ``transport`` (bare aiohttp vs bare httpx) and
-``scale`` (issue 15: the ceiling of one process, of ``--workers N`` processes and of N Ray actors on a
+``scale`` (the ceiling of one process, of ``--workers N`` processes and of N Ray actors on a
 local cluster, each pool kept open over its search; needs the ray extra, skipped without it).
 ``--quick`` is a smoke run (3 s per run, 2 s per ceiling probe, 1,500 in flight instead of 5,000): its
-numbers are not the issue's figures.
+numbers are not the target figures.
 
 Setup. The server is :mod:`diffbench.load.client.noop_server` in its own process (a raw asyncio responder
 answering a precomputed images response: an 8x8 PNG for the no-op rows, incompressible noise PNGs of ~1, 8
@@ -65,7 +65,7 @@ T = TypeVar("T")
 ROWS = ("500", "1000", "2000", "inflight", "large", "sizes", "workers", "transport", "scale")
 MB = 1_000_000
 LARGE_RATES = {1 * MB: 20.0, 8 * MB: 20.0, 32 * MB: 5.0}
-"""Offered rate per body size of the payload rows: 20 req/s (the issue's) up to 8 MB; 5 req/s at 32 MB, so
+"""Offered rate per body size of the payload rows: 20 req/s (the target's) up to 8 MB; 5 req/s at 32 MB, so
 the checks (~4 ms per MB in one process) fit in the machine (~160 MB/s of answers in both cases)."""
 LAG_TARGET_S = 0.002
 SCHEDULE_SEED = 11
@@ -686,7 +686,7 @@ def main(argv: list[str] | None = None) -> None:
           f"({platform.processor() or platform.machine()})")
     print(machine("start"))
     if args.quick:
-        print("QUICK smoke run: short runs; these are not the issue's figures")
+        print("QUICK smoke run: short runs; these are not the target figures")
     print(f"{seconds:g} s per run, {args.repeats} interleaved pair(s) per row (bare peer first)")
     t0 = time.perf_counter()
     table: dict[str, Callable[[], None]] = {
@@ -704,7 +704,7 @@ def main(argv: list[str] | None = None) -> None:
         if name in rows:
             table[name]()
             sys.stdout.flush()
-    print("\n== summary (diffbench figure, median over repeats; targets of issue 10)")
+    print("\n== summary (diffbench figure, median over repeats; against the targets)")
     for row, name, shown, target, met in SUMMARY:
         print(f"  {row:<18} {name:<34} {shown:>14}  {target:<22} {met}")
     print(machine("end"))

@@ -1,4 +1,4 @@
-"""Benchmark of `diffbench report` on a 100-run bench result (the issue's limits: ≤ 5 MB, ≤ 5 s on 2 cores).
+"""Benchmark of `diffbench report` on a 100-run bench result (limits: ≤ 5 MB, ≤ 5 s on 2 cores).
 
 1. Makes the result with a real `diffbench bench` run: `--engine sim --runs 100` (default, instant: the sim's
    clock is virtual) or `--tiny-flux`: tiny-flux at 64x64, 2 steps, 100 timed runs (a minute on 2 cores).

@@ -1,6 +1,6 @@
 """Simulator speed: 1,000,000 requests over 64 devices, and the ratio against an equivalent simpy model.
 
-Targets (issue 4): the 1M-request open-loop simulation in <= 5 s on one core, and >= 20x simpy's
+Targets: the 1M-request open-loop simulation in <= 5 s on one core, and >= 20x simpy's
 per-request throughput, both measured in this run. simpy runs the same arrivals and service times on a
 prefix (default 50,000 requests) and its completion times are checked against ours, so the two models are
 the same queue.

@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 TRAFFIC_HEADER = {"X-Diffbench-Traffic": "probe"}
 """Sent with every probe request: the service must not count it as user traffic."""
 ALERT_MARGIN_DB = 3.0
-"""The alert fires below threshold − 3 dB (DiffusionQualityPSNRDrop; issue 11 item 3)."""
+"""The alert fires below threshold − 3 dB (DiffusionQualityPSNRDrop in ``monitoring/alerts.yaml``)."""
 POLL_S = 0.2
 """Seconds between status polls of a video job."""
 Verdict = Literal["ok", "low", "alert", "error", "recorded"]

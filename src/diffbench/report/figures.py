@@ -1,6 +1,6 @@
 """matplotlib helpers for reports: figures without pyplot, SVG for HTML, PNG for Markdown.
 
-Why matplotlib and not plotly (the design note, also in the README): a report must open with no network
+Why matplotlib and not plotly (also in the README): a report must open with no network
 and stay small (a 100-run bench report ≤ 5 MB). plotly's inline JavaScript alone is several MB per page
 (``include_plotlyjs=True``) and its static export needs kaleido plus a browser; matplotlib writes a few
 tens of kB of static SVG per plot, runs no script in the page (no console errors to chase) and writes the

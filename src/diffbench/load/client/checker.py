@@ -2,7 +2,7 @@
 
 Base64 and PNG decoding of a multi-MB answer hold the GIL for milliseconds; on the event loop that keeps
 the dispatch clock and reads the other responses they delay every send and every reception behind them,
-so a fast service would be reported slow (issue 10). Threads do not help (the GIL is the contention), so
+so a fast service would be reported slow (measured by ``benchmarks/bench_load_client.py``). Threads do not help (the GIL is the contention), so
 :class:`PayloadChecker` runs the checks in a :class:`~concurrent.futures.ProcessPoolExecutor`:
 
 - **Workers**: ``min(2, os.cpu_count())`` by default. Two keep up with the checks of multi-MB answers at

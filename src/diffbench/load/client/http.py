@@ -1,7 +1,7 @@
 """The HTTP backend: images API (generations; edits as a multipart form, see :mod:`.dialects`) and async
 video jobs over one ``aiohttp.ClientSession``.
 
-Transport (issue 10, chosen by measurement: httpx-based clients collapsed above ~800 req/s on one core,
+Transport (chosen by measurement, ``benchmarks/bench_load_client.py``: httpx-based clients collapsed above ~800 req/s on one core,
 a plain aiohttp loop held 2,000 req/s): one session per backend, one
 ``TCPConnector`` without a connection limit (``Target.max_connections`` None; an open loop must never
 queue on the pool), keep-alive, one TLS context built at start, no proxies from the environment, no

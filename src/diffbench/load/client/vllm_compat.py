@@ -1,4 +1,4 @@
-"""``vllm bench serve`` option names on ``diffbench load`` (issue 24 item 12): each one mapped onto diffbench's.
+"""``vllm bench serve`` option names on ``diffbench load``: each one mapped onto diffbench's.
 
 vLLM's meanings (``vllm/benchmarks/serve.py``):
 

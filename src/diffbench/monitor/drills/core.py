@@ -5,7 +5,7 @@ Timing (printed and in the JSON): every time is seconds since the injection. For
 report holds ``condition_s`` (first poll at which the alert's own expression, run as an instant query,
 returned a series: the metric has moved far enough), ``fired_s`` (first poll at which ``/api/v1/alerts``
 listed it as firing) and the bound ``for + 2 × scrape interval`` that ``fired_s - condition_s`` must meet
-(issue 11: "each alert fires within its ``for`` + 2 scrape intervals"). Polls run every 0.25 s, so each
+(the drills' bound: each alert fires within its ``for`` + 2 scrape intervals). Polls run every 0.25 s, so each
 time is late by at most that much.
 """
 
