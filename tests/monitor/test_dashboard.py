@@ -1,4 +1,4 @@
-"""monitoring/dashboard.json: generated, not stale, and valid offline (monitoring.md §6.4), plus the
+"""monitoring/dashboard.json: generated, not stale, and valid offline (diffbench.monitor.lint), plus the
 ``diffbench monitor dashboard`` command."""
 
 from __future__ import annotations

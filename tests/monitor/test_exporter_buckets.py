@@ -87,7 +87,7 @@ def test_request_buckets_are_at_most_5_percent_apart():
     assert b[0] <= 0.01 and b[-1] >= 1800
     assert max(hi / lo for lo, hi in zip(b, b[1:], strict=False)) <= 1.05 + 1e-12
     for slo in (0.5, 1, 2, 2.5, 3, 5, 10, 15, 20, 30, 45, 60, 90, 120, 300, 600):
-        assert float(slo) in b  # an SLO threshold must be an edge (monitoring.md §2.2)
+        assert float(slo) in b  # an SLO threshold must be an edge (https://prometheus.io/docs/practices/histograms/)
 
 
 def test_p99_from_the_exported_buckets_is_within_5_percent_of_the_client_p99():

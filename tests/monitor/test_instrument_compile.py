@@ -1,4 +1,4 @@
-"""The compile counter (monitoring.md §8.3): dynamo's start callback, one per process, recompiles after warmup."""
+"""The compile counter (diffbench.monitor.compile_counter): dynamo's start callback, one per process, recompiles after warmup."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from .toypipe import ToyDenoiser, ToyPipe
 
 
 def test_start_callback_counts_first_compile_and_each_recompile() -> None:
-    # monitoring.md §8.3 (tested on torch 2.13): inputs of rank 1, 1, 2, 3 -> 3 compilation starts.
+    # observed on torch 2.13: inputs of rank 1, 1, 2, 3 -> 3 compilation starts.
     torch._dynamo.reset()
     counter = compile_counter.acquire()
     counter.ensure()

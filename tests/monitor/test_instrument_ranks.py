@@ -1,4 +1,4 @@
-"""Per-rank compute time before the collective (monitoring.md §3.7) with 2 CPU processes on gloo."""
+"""Per-rank compute time before the collective (diffbench.monitor.ranks) with 2 CPU processes on gloo."""
 
 from __future__ import annotations
 

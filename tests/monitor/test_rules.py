@@ -1,5 +1,5 @@
 """monitoring/alerts.yaml: promtool check/test, the case count per alert, mutations the tests must catch,
-the metric names it uses, and the offline rule lint (monitoring.md §4, §5, §6.4)."""
+the metric names it uses, and the offline rule lint (diffbench.monitor.lint)."""
 
 from __future__ import annotations
 
@@ -137,7 +137,7 @@ def test_for_alerts_have_a_pending_case() -> None:
 
 
 def test_recompile_trap_series_is_kept() -> None:
-    """A counter first scraped at 1 shows no increase (monitoring.md §2.3): the test keeps that series."""
+    """A counter first scraped at 1 shows no increase (https://prometheus.io/docs/practices/instrumentation/#avoid-missing-metrics): the test keeps that series."""
     series = [s for t in _tests_doc()["tests"] for s in t["input_series"]
               if s["series"].startswith("diffusion_compile_recompiles_total")]
     assert any(s["values"].strip().startswith("_x5 1x20") for s in series)
