@@ -283,7 +283,7 @@ def test_progress_is_off_without_a_terminal_and_quiet_drops_the_run_lines(fake, 
 def test_workers_pool_runs_the_schedule(fake, tmp_path):
     executor = pytest.importorskip(
         "diffbench.load.client.executor",
-        reason="the multi-process executor (dispatch helper, issue 10) is not merged into this branch yet")
+        reason="the multi-process executor (dispatch helper) is not merged into this branch yet")
     assert hasattr(executor, "WorkerPool")
     fake.delay_s = 0.01
     res, recs = _run(fake, tmp_path, "--workers", "2", "--request-rate", "20", "--arrival", "constant",

@@ -158,8 +158,8 @@ def _img2img_engine() -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _img2img_engine(), reason="needs the diffusers engine's img2img path (issue 14 item 2, "
-                    "engine side: engines.base.STAGES lists image_encode)")
+@pytest.mark.skipif(not _img2img_engine(), reason="needs the diffusers engine's img2img path ("
+                    "engines.base.STAGES lists image_encode)")
 @pytest.mark.parametrize("dialect", ["vllm-omni", "vllm-omni-chat"])
 def test_load_edits_against_the_tiny_diffusers_service(tmp_path, dialect):
     """Without --url: the reference service on the tiny random-weight FLUX (CPU) runs the edits; the server

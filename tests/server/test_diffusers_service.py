@@ -116,8 +116,8 @@ def _img2img_engine() -> bool:
     return "image_encode" in STAGES
 
 
-@pytest.mark.skipif(not _img2img_engine(), reason="needs the diffusers engine's img2img path (issue 14 item 2, "
-                    "engine side: engines.base.STAGES lists image_encode)")
+@pytest.mark.skipif(not _img2img_engine(), reason="needs the diffusers engine's img2img path ("
+                    "engines.base.STAGES lists image_encode)")
 def test_openai_client_edit_against_serve_with_tiny_flux():
     """``client.images.edit`` on the tiny random-weight FLUX: the served image equals the same edit run in this
     process (same input, seed, steps, strength), and another input picture gives another output."""
