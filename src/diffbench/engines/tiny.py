@@ -4,9 +4,9 @@
 real diffusers pipelines with real schedulers, VAEs and text encoders, shrunk to a few hundred thousand
 parameters so that a generation takes tens of milliseconds on a CPU. Tokenizers are built in memory from a
 byte-level character vocabulary (CLIP) and a unigram piece list (T5 / umT5): the vocabulary does not change
-the text encoder's cost because prompts are padded to a fixed length. Wiring: the dummy
-components of huggingface/diffusers' pipeline tests (``tests/pipelines/{flux,stable_diffusion_xl,wan}/``,
-``get_dummy_components``), checked with diffusers 0.42 / transformers 5.
+the text encoder's cost because prompts are padded to a fixed length. Approach: that of the
+dummy components in huggingface/diffusers' pipeline tests (``tests/pipelines/{flux,stable_diffusion_xl,wan}/``,
+``get_dummy_components``); this wiring was checked with diffusers 0.42 / transformers 5.
 
 Weights come from ``torch.manual_seed(seed)`` before construction, so the same seed gives the same
 weights in any process.
