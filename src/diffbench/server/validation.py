@@ -1,6 +1,7 @@
 """Turn API parameters into a :class:`~diffbench.engines.base.GenerationRequest`, or a clear 400.
 
-Every validation problem answers 400 (OpenAI's status for an invalid request: https://platform.openai.com/docs/guides/error-codes) with
+Every validation problem answers 400 (OpenAI's status for an invalid request, ``BadRequestError`` in the table of
+https://github.com/openai/openai-python#handling-errors) with
 ``param`` naming the field and a message naming the field and the fix: a malformed or out-of-bounds
 ``size``, a ``width``/``height`` that conflicts with ``size``, steps / n / frames / prompt length over the
 service's limits (the message names the ``serve`` flag that sets the limit), and shapes the engine's
