@@ -268,7 +268,7 @@ def test_every_dashboard_rule_and_plan_metric_is_written_by_a_live_exporter(comm
     from diffbench.monitor.exporter import Exporter
     from diffbench.monitor.probe import ProbeMetrics
     from diffbench.monitor.rules import RULES_PATH, load_rules
-    from diffbench.monitor.signals import RequestSignals
+    from diffbench.engines.instrument.signals import RequestSignals
 
     exp = Exporter("m", ["64x64"], gpus=["0"], caches=["fbcache"], ranks=[0, 1])
     fp = {"model": "m"}

@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from diffbench.errors import GenerationError
-from diffbench.monitor.signals import RequestSignals
+from diffbench.engines.instrument.signals import RequestSignals
 
 STAGES = ("text_encode", "image_encode", "denoise", "vae_decode", "other")
 CLIENT_LATENCY = "client_latency_s"

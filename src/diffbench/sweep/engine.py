@@ -19,7 +19,7 @@ from typing import Any
 from diffbench.engines.base import Engine, EngineInfo, GenerationRequest, GenerationResult
 from diffbench.store.models import SkipStats
 from diffbench.sweep.axes import build_cache_config, check_cache_supported, describe_cache
-from diffbench.sweep.probe import SkipProbe
+from diffbench.engines.instrument.skips import SkipProbe
 
 
 class CachedEngine:

@@ -22,8 +22,8 @@ Hooks (all removed by :meth:`Instrumentation.detach`):
    when the pipeline batches CFG: ``last_denoiser_batch``);
 3. an instance attribute wrapping ``pipe.scheduler.step``: each return is a step boundary, so the caller
    need not pass ``callback_on_step_end`` (``step_s`` has one entry per scheduler step);
-4. the cache counter (:mod:`~diffbench.monitor.cache_counter`), the compile counter
-   (:mod:`~diffbench.monitor.compile_counter`) and the collective listener (:mod:`~diffbench.monitor.ranks`).
+4. the cache counter (:mod:`~diffbench.engines.instrument.cache_counter`), the compile counter
+   (:mod:`~diffbench.engines.instrument.compile_counter`) and the collective listener (:mod:`~diffbench.engines.instrument.ranks`).
 
 Timing (monitoring.md §3.1). On CUDA every boundary records a ``torch.cuda.Event(enable_timing=True)`` on
 the current stream (events come from a pool reused across requests); nothing synchronizes on the hot path.
@@ -33,7 +33,7 @@ boundaries read ``time.perf_counter_ns()`` (host timing; the CPU runs synchronou
 host time from the request's start to after its final sync; ``other_s = total_s − text_encode − image_encode −
 denoise − vae_decode``.
 
-Memory (monitoring.md §3.3): see :mod:`diffbench.monitor.memory`; marks only at stage boundaries. With an
+Memory (monitoring.md §3.3): see :mod:`diffbench.engines.instrument.memory`; marks only at stage boundaries. With an
 injected ``memory_budget_bytes`` the budget is reported as the device total, and a request whose peak
 growth over its start exceeds it raises :class:`~diffbench.errors.DeviceOutOfMemory` at that boundary.
 
@@ -53,10 +53,10 @@ from typing import TYPE_CHECKING, Any
 from diffbench.engines.base import MemoryStats, StageTimes
 from diffbench.errors import DeviceOutOfMemory, UsageError
 from diffbench.metrics.names import OTHER_SHAPE
-from diffbench.monitor import compile_counter, ranks
-from diffbench.monitor.cache_counter import CacheCounter
-from diffbench.monitor.memory import StageMemory
-from diffbench.monitor.signals import RequestSignals
+from diffbench.engines.instrument import compile_counter, ranks
+from diffbench.engines.instrument.cache_counter import CacheCounter
+from diffbench.engines.instrument.memory import StageMemory
+from diffbench.engines.instrument.signals import RequestSignals
 
 if TYPE_CHECKING:  # pragma: no cover
     from diffbench.monitor.exporter import Exporter
@@ -438,7 +438,7 @@ class Instrumentation:
         if not self.measure_flops:
             return None
         if kwargs is not None and self.model:
-            from diffbench.monitor.flops import ledger_flops
+            from diffbench.engines.instrument.flops import ledger_flops
 
             steps = kwargs.get("num_inference_steps")
             w, h = kwargs.get("width"), kwargs.get("height")
@@ -453,7 +453,7 @@ class Instrumentation:
         if getattr(self.denoiser, "_hf_hook", None) is not None:
             return None  # accelerate offload hooks: a replay would move the weights; not measured
         if r.flops_args is not None and self.denoiser is not None:
-            from diffbench.monitor.flops import forward_flops
+            from diffbench.engines.instrument.flops import forward_flops
 
             args, kw = r.flops_args
             r.flops_args = None
@@ -505,7 +505,7 @@ class Instrumentation:
         ``requested_batch`` is the batch the caller asked for (kept for the CFG-batch check of ``bench``).
         ``shape``: the exporter label; default ``shape_of(kwargs)``, else the exporter's ``shape_label``, else
         :func:`default_shape_label`. FLOPs: ledger when ``model`` is in the catalog, else measured
-        (:mod:`diffbench.monitor.flops`).
+        (:mod:`diffbench.engines.instrument.flops`).
 
         Raises:
             whatever the pipeline raises; DeviceOutOfMemory when the injected budget is exceeded.

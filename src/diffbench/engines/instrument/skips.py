@@ -50,7 +50,7 @@ class SkipProbe:
 
     ``first_only``: hook only the first cache-hooked module (in ``named_modules`` order). For First-Block-Cache
     and MagCache, whose non-leader blocks all skip together, ``total`` then counts one cache decision per
-    denoiser forward (what :mod:`diffbench.monitor.cache_counter` exports as lookups).
+    denoiser forward (what :mod:`diffbench.engines.instrument.cache_counter` exports as lookups).
     """
 
     def __init__(self, denoiser: Any, axis: str, *, first_only: bool = False) -> None:

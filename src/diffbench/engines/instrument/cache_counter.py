@@ -1,5 +1,5 @@
 """Step-cache lookups and hits of a diffusers cache, for ``diffusion_cache_{lookups,hits}_total`` (monitoring.md
-§3.5), counted with the sweep's :class:`~diffbench.sweep.probe.SkipProbe` (one implementation).
+§3.5), counted with the sweep's :class:`~diffbench.engines.instrument.skips.SkipProbe` (one implementation).
 
 A lookup is one cache decision, a hit one decision that skipped compute:
 
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from diffbench.monitor.signals import CacheCounts
-from diffbench.sweep.probe import SkipProbe, hook_names
+from diffbench.engines.instrument.signals import CacheCounts
+from diffbench.engines.instrument.skips import SkipProbe, hook_names
 
 # diffusers hook-name prefix -> (short ``cache`` label, sweep axis)
 _HOOKS: tuple[tuple[str, str, str], ...] = (
