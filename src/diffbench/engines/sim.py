@@ -42,8 +42,8 @@ from diffbench.engines.base import (
 )
 from diffbench.engines.config import EngineConfig
 from diffbench.engines.images import edit_steps
-from diffbench.errors import DeviceOutOfMemory, ShapeError
 from diffbench.engines.instrument.signals import RequestSignals
+from diffbench.errors import DeviceOutOfMemory, ShapeError
 
 _REF_PIXELS = 1024 * 1024
 SIM_FPS = 16.0  # playback rate of simulated videos (requests with frames), as Wan2.1's sample_fps

@@ -11,9 +11,9 @@ import sys
 import pytest
 import torch
 
-from diffbench.errors import DeviceOutOfMemory, UsageError
-from diffbench.engines.instrument.pipeline import attach, detach
 from diffbench.engines.instrument.memory import hwm_available
+from diffbench.engines.instrument.pipeline import attach, detach
+from diffbench.errors import DeviceOutOfMemory, UsageError
 
 from .toypipe import ToyDenoiser, ToyPipe, ToyVAE
 

@@ -3,7 +3,7 @@
 The same implementation times ``bench``/``sweep`` runs (through the diffusers engine) and feeds the exporter
 of ``serve`` or of someone else's server::
 
-    from diffbench.monitor import attach
+    from diffbench.engines.instrument.pipeline import attach   # also diffbench.monitor.attach
     inst = attach(pipe, device="cuda", model="my-flux", exporter=exporter)
     warm_up(pipe); inst.mark_warm()             # compiles before this are expected, not exported
     with inst.request(shape="1024x1024") as rec:
@@ -51,15 +51,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from diffbench.engines.base import MemoryStats, StageTimes
-from diffbench.errors import DeviceOutOfMemory, UsageError
-from diffbench.metrics.names import OTHER_SHAPE
 from diffbench.engines.instrument import compile_counter, ranks
 from diffbench.engines.instrument.cache_counter import CacheCounter
 from diffbench.engines.instrument.memory import StageMemory
 from diffbench.engines.instrument.signals import RequestSignals
+from diffbench.errors import DeviceOutOfMemory, UsageError
+from diffbench.metrics.names import OTHER_SHAPE
 
 if TYPE_CHECKING:  # pragma: no cover
-    from diffbench.monitor.exporter import Exporter
+    from diffbench.engines.instrument.observer import GenerationObserver
 
 _NO_CACHE_CFG = object()
 
@@ -155,7 +155,7 @@ class Instrumentation:
     memory is what the memory alert needs).
     """
 
-    def __init__(self, pipe: Any, *, device: str, model: str | None = None, exporter: Exporter | None = None,
+    def __init__(self, pipe: Any, *, device: str, model: str | None = None, exporter: GenerationObserver | None = None,
                  memory_budget_bytes: int | None = None, shape_of: Callable[[dict], str] | None = None,
                  flops: bool = True) -> None:
         import torch
@@ -573,7 +573,7 @@ def build_info(device: str = "cpu") -> dict[str, str]:
             "cuda": torch.version.cuda or "none", "gpu_model": gpu}
 
 
-def attach(pipe: Any, *, device: str, model: str | None = None, exporter: Exporter | None = None,
+def attach(pipe: Any, *, device: str, model: str | None = None, exporter: GenerationObserver | None = None,
            memory_budget_bytes: int | None = None, shape_of: Callable[[dict], str] | None = None,
            flops: bool = True) -> Instrumentation:
     """Instrument ``pipe`` (a diffusers pipeline, or anything with ``encode_prompt``/``vae.decode``/
