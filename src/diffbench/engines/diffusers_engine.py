@@ -517,7 +517,7 @@ def _enable_cache(pipe: Any, spec: str, model: str) -> str:
         UsageError: not AXIS=VALUE, an unknown axis or bad value (as ``sweep --values`` says it), or a
             pipeline that cannot take the cache.
     """
-    from diffbench.sweep.axes import (
+    from diffbench.engines.knobs import (
         CACHE_AXES,
         build_cache_config,
         check_cache_supported,

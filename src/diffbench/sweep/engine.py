@@ -18,8 +18,8 @@ from typing import Any
 
 from diffbench.engines.base import Engine, EngineInfo, GenerationRequest, GenerationResult
 from diffbench.engines.instrument.skips import SkipRecorder
+from diffbench.engines.knobs import build_cache_config, check_cache_supported, describe_cache
 from diffbench.store.models import SkipStats
-from diffbench.sweep.axes import build_cache_config, check_cache_supported, describe_cache
 
 
 class CachedEngine:
