@@ -59,7 +59,7 @@ def main() -> None:
         inst.detach()
         return t
 
-    import diffbench.monitor.memory as monmem
+    import diffbench.engines.instrument.memory as monmem
 
     def attached_rss_thread() -> float:
         """The old CPU memory method (a psutil sampling thread every 5 ms) instead of VmHWM at boundaries."""

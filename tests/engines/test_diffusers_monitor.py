@@ -11,9 +11,9 @@ pytest.importorskip("diffusers")
 
 from diffbench.engines.base import GenerationRequest  # noqa: E402
 from diffbench.engines.config import EngineConfig  # noqa: E402
+from diffbench.engines.instrument.memory import hwm_available  # noqa: E402
 from diffbench.engines.registry import create_engine  # noqa: E402
 from diffbench.errors import DeviceOutOfMemory  # noqa: E402
-from diffbench.monitor.memory import hwm_available  # noqa: E402
 
 BUDGET = 64 * 2**20
 

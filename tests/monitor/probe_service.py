@@ -3,7 +3,7 @@ test-only ASGI shim that
 
 - records the ``X-Diffbench-Traffic`` header of every request (the probe must send ``probe`` on each);
 - fills ``data[0].fingerprint`` / ``fingerprint_id`` of ``GET /v1/models`` from
-  :func:`diffbench.core.fingerprint.deployment_fingerprint` when the service does not report them yet
+  :func:`diffbench.engines.fingerprint.deployment_fingerprint` when the service does not report them yet
   (helper B adds them to serve; once it does, the shim passes the service's own values through) and can
   override fields of it (``overrides``) to play "another deployment";
 - answers generation requests with HTTP 500 while ``fail`` is set (a failing service).
@@ -41,7 +41,7 @@ class Shim:
         if not isinstance(card.get("fingerprint"), dict):
             if self.fingerprint is None:
                 from diffbench.core.env import capture_env
-                from diffbench.core.fingerprint import deployment_fingerprint
+                from diffbench.engines.fingerprint import deployment_fingerprint
 
                 info = self.app.state.service.info
                 self.fingerprint = deployment_fingerprint(info, capture_env())

@@ -74,7 +74,7 @@ def test_the_calibration_fingerprint_is_the_served_deployment_fingerprint(tmp_pa
     The bench runs here, not from data/bench_sim.json: the fingerprint names this machine's CPU, and a
     fixture recorded on an AMD EPYC failed on an Intel Xeon CI machine (hardware differed)."""
     from diffbench.core.env import capture_env
-    from diffbench.core.fingerprint import deployment_fingerprint
+    from diffbench.engines.fingerprint import deployment_fingerprint
     from diffbench.engines.registry import EngineConfig, SimParams, create_engine
 
     bench = tmp_path / "bench.json"

@@ -264,11 +264,11 @@ def test_every_dashboard_rule_and_plan_metric_is_written_by_a_live_exporter(comm
     from prometheus_client.parser import text_string_to_metric_families
 
     from diffbench.engines.base import EngineInfo, MemoryStats, StageTimes
+    from diffbench.engines.instrument.signals import RequestSignals
     from diffbench.monitor.calibration import Calibration, ShapeBaseline, StageBaselines, fingerprint_id
     from diffbench.monitor.exporter import Exporter
     from diffbench.monitor.probe import ProbeMetrics
     from diffbench.monitor.rules import RULES_PATH, load_rules
-    from diffbench.monitor.signals import RequestSignals
 
     exp = Exporter("m", ["64x64"], gpus=["0"], caches=["fbcache"], ranks=[0, 1])
     fp = {"model": "m"}

@@ -23,7 +23,7 @@ def _missing(*modules: str) -> list[str]:
     return [m for m in modules if importlib.util.find_spec(m) is None]
 
 
-_PIECES = _missing("diffbench.monitor.exporter", "diffbench.monitor.instrument", "diffbench.monitor.rules",
+_PIECES = _missing("diffbench.monitor.exporter", "diffbench.engines.instrument.pipeline", "diffbench.monitor.rules",
                    "diffbench.monitor.probe")
 pytestmark = [
     pytest.mark.slow,

@@ -108,11 +108,11 @@ def test_cache_threshold_changes_in_place_on_tiny_flux_without_changing_the_card
     from fastapi.testclient import TestClient
 
     from diffbench.engines.base import GenerationRequest
+    from diffbench.engines.knobs import build_cache_config
     from diffbench.engines.registry import EngineConfig, create_engine
     from diffbench.server.app import create_app
     from diffbench.server.config import ServerConfig
     from diffbench.server.faults import install_fault_routes
-    from diffbench.sweep.axes import build_cache_config
 
     def cached_engine(threshold: float) -> Any:
         eng = create_engine(EngineConfig())

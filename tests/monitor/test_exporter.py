@@ -8,10 +8,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from diffbench.engines.base import EngineInfo, MemoryStats, StageTimes
+from diffbench.engines.instrument.signals import CacheCounts, RequestSignals
 from diffbench.metrics import names
 from diffbench.monitor.calibration import Calibration, ShapeBaseline, StageBaselines, fingerprint_id
 from diffbench.monitor.exporter import STATUS_OF, Exporter
-from diffbench.monitor.signals import CacheCounts, RequestSignals
 
 
 def samples(exp: Exporter) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:

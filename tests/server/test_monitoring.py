@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from diffbench.core.env import capture_env
-from diffbench.core.fingerprint import FINGERPRINT_FIELDS, deployment_fingerprint
+from diffbench.engines.fingerprint import FINGERPRINT_FIELDS, deployment_fingerprint
 from diffbench.engines.registry import EngineConfig
 from diffbench.engines.sim import SimEngine
 from diffbench.metrics import names

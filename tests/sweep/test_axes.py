@@ -1,36 +1,12 @@
-"""Axis names, value parsing and range checks, and the unsupported-pipeline error."""
+"""The sweep's one axis from --cache/--option, and the fingerprint field each axis changes."""
 
 from __future__ import annotations
 
 import pytest
 
+from diffbench.engines.knobs import CACHE_AXES, OPTION_AXES
 from diffbench.errors import UsageError
-from diffbench.sweep.axes import axis_name, check_cache_supported, describe_cache, parse_values
-
-
-def test_values_are_canonical():
-    assert parse_values("first-block", "0.05, 0.10,0.2") == ["0.05", "0.1", "0.2"]
-    assert parse_values("taylorseer", "1,3") == ["1", "3"]
-    assert parse_values("compile", "off,ON") == ["off", "on"]
-    assert describe_cache("first-block", "0.1") == "first-block(threshold=0.1)"
-
-
-@pytest.mark.parametrize(
-    ("axis", "text", "match"),
-    [
-        ("first-block", "-0.1", ">= 0"),
-        ("magcache", "abc", "number"),
-        ("first-block", "nan", "finite"),
-        ("taylorseer", "0", ">= 1"),
-        ("pab", "1.5", "integer"),
-        ("precision", "int3", "precision must be"),
-        ("first-block", "0.1,0.10", "duplicate"),
-        ("first-block", " , ", "empty"),
-    ],
-)
-def test_bad_values(axis, text, match):
-    with pytest.raises(UsageError, match=match):
-        parse_values(axis, text)
+from diffbench.sweep.axes import AXIS_FIELD, axis_name
 
 
 def test_axis_name():
@@ -41,20 +17,13 @@ def test_axis_name():
             axis_name(cache, option)
 
 
-def test_cache_on_unet_pipeline_names_pipeline_and_supported_options():
-    from diffbench.engines.tiny import build_tiny
-
-    pipe = build_tiny("tiny-sdxl")
-    with pytest.raises(UsageError) as exc:
-        check_cache_supported(pipe, "first-block", "tiny-sdxl")
-    msg = str(exc.value)
-    assert "StableDiffusionXLPipeline" in msg and "UNet2DConditionModel" in msg
-    assert "--option precision" in msg and "compile" in msg
+def test_http_sweep_may_name_any_lower_case_server_option():
+    assert axis_name(None, "cfg-parallel", any_option=True) == "cfg-parallel"
+    with pytest.raises(UsageError, match="lower case"):
+        axis_name(None, "CFG", any_option=True)
 
 
-def test_magcache_needs_flux_ratios():
-    from diffbench.engines.tiny import build_tiny
-
-    with pytest.raises(UsageError, match="FLUX_MAG_RATIOS"):
-        check_cache_supported(build_tiny("tiny-wan"), "magcache", "tiny-wan")
-    check_cache_supported(build_tiny("tiny-wan"), "first-block", "tiny-wan")  # supported: no error
+def test_every_axis_changes_one_fingerprint_field():
+    assert set(AXIS_FIELD) == set(CACHE_AXES) | set(OPTION_AXES)
+    assert {AXIS_FIELD[a] for a in CACHE_AXES} == {"cache"}
+    assert AXIS_FIELD["attention-backend"] == "attention_backend"

@@ -16,11 +16,11 @@ from diffbench.bench.outputs import OutputWriter
 from diffbench.bench.protocol import BenchConfig, RunProgress, run_bench
 from diffbench.bench.result import BenchResult, Conditions, Note, Protocol, ShapeResult
 from diffbench.core.env import EnvInfo, capture_env
-from diffbench.core.fingerprint import deployment_fingerprint
 from diffbench.core.jsonio import write_json_atomic
 from diffbench.core.stats import PERCENTILE_METHOD
 from diffbench.engines.base import Engine, EngineInfo, GenerationRequest
 from diffbench.engines.config import EngineConfig
+from diffbench.engines.fingerprint import deployment_fingerprint
 from diffbench.engines.registry import create_engine
 from diffbench.errors import InputError, OutputError, UsageError
 from diffbench.workload.prompts import Prompt, builtin_prompts, load_prompt_file
@@ -185,7 +185,7 @@ def _conditions(
 def engine_fingerprint(engine: Engine, info: EngineInfo, env: EnvInfo) -> dict[str, object]:
     """The deployment fingerprint of what generates the outputs: the engine's own when it has one (a remote
     service reports its own; :meth:`~diffbench.engines.http_engine.HttpEngine.fingerprint`), else
-    :func:`~diffbench.core.fingerprint.deployment_fingerprint` of this process."""
+    :func:`~diffbench.engines.fingerprint.deployment_fingerprint` of this process."""
     own = getattr(engine, "fingerprint", None)
     return own(env) if callable(own) else deployment_fingerprint(info, env)
 

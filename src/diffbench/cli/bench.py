@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from diffbench.engines.knobs import parse_cache_spec
 from diffbench.errors import UsageError
-from diffbench.sweep.axes import parse_cache_spec
 
 if TYPE_CHECKING:
     from diffbench.bench.result import BenchResult

@@ -225,11 +225,12 @@ def register(app: typer.Typer) -> None:
         from diffbench.cli.bench import shape_option
         from diffbench.core.outpath import check_output_dir, check_output_file
         from diffbench.engines.config import EngineConfig, check_device
+        from diffbench.engines.knobs import parse_values
         from diffbench.errors import ShapeError
         from diffbench.quality.gates import parse_gate
         from diffbench.report.sweep_report import make_console, print_console, write_csv, write_json
         from diffbench.store.runs import RunStore
-        from diffbench.sweep.axes import axis_name, parse_values
+        from diffbench.sweep.axes import axis_name
         from diffbench.sweep.models import SweepOptions
         from diffbench.sweep.runner import SweepInterrupted, preflight, run_sweep
         from diffbench.sweep.working_point import default_gates

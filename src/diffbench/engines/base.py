@@ -14,8 +14,8 @@ from typing import Literal, Protocol, runtime_checkable
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from diffbench.engines.instrument.signals import RequestSignals
 from diffbench.errors import GenerationError
-from diffbench.monitor.signals import RequestSignals
 
 STAGES = ("text_encode", "image_encode", "denoise", "vae_decode", "other")
 CLIENT_LATENCY = "client_latency_s"

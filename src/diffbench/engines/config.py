@@ -91,7 +91,7 @@ class EngineConfig(BaseModel):
     cache: str | None = Field(
         default=None,
         description="a diffusers step cache enabled at start, AXIS=VALUE as the sweep axes take it "
-        "(e.g. first-block=0.1; see diffbench.sweep.axes); None: no cache",
+        "(e.g. first-block=0.1; see diffbench.engines.knobs); None: no cache",
     )
     memory_budget_bytes: int | None = Field(
         default=None,

@@ -178,7 +178,7 @@ class DiffusersEngine:
         self.config = config
         self.pipe: Any = None
         self.timer: Any = None
-        self.instrumentation: Any = None  # diffbench.monitor.instrument.Instrumentation after start()
+        self.instrumentation: Any = None  # diffbench.engines.instrument.pipeline.Instrumentation after start()
         self._info: EngineInfo | None = None
         self._torch: Any = None
         self._edit_pipes: dict[bool, Any] = {}  # inpainting? -> img2img / inpaint pipeline (from_pipe)
@@ -271,7 +271,7 @@ class DiffusersEngine:
             cache_desc = _enable_cache(pipe, cfg.cache, cfg.model)
         if cfg.compile:
             denoiser.compile()
-        from diffbench.monitor.instrument import attach
+        from diffbench.engines.instrument.pipeline import attach
 
         self.pipe = pipe
         self.instrumentation = attach(pipe, device=cfg.device, model=cfg.model,
@@ -517,7 +517,7 @@ def _enable_cache(pipe: Any, spec: str, model: str) -> str:
         UsageError: not AXIS=VALUE, an unknown axis or bad value (as ``sweep --values`` says it), or a
             pipeline that cannot take the cache.
     """
-    from diffbench.sweep.axes import (
+    from diffbench.engines.knobs import (
         CACHE_AXES,
         build_cache_config,
         check_cache_supported,

@@ -257,7 +257,7 @@ class HttpEngine:
         (``diffbench serve`` does: its own torch, diffusers and hardware), else one built from the model card
         with ``torch``/``diffusers`` None and ``hardware`` ``remote`` (the client's packages say nothing
         about the server's)."""
-        from diffbench.core.fingerprint import deployment_fingerprint
+        from diffbench.engines.fingerprint import deployment_fingerprint
 
         reported = self.card.get("fingerprint")
         if isinstance(reported, dict) and reported:

@@ -14,7 +14,7 @@ What it models (so the protocol itself is testable without a GPU):
   × the VAE decode time at the same shape) is the ``image_encode`` stage, and ``int(steps × strength)``
   steps run (the StableDiffusion img2img rule, :func:`~diffbench.engines.images.edit_steps`); an edit is a
   different compiled shape than text-to-image (:attr:`GenerationRequest.warmup_key`).
-- **Monitoring signals** (:class:`~diffbench.monitor.signals.RequestSignals`): the first call at a shape
+- **Monitoring signals** (:class:`~diffbench.engines.instrument.signals.RequestSignals`): the first call at a shape
   after :meth:`SimEngine.mark_warm` counts as one recompile; ``EngineConfig.memory_budget_bytes`` is the
   device total, and a request whose simulated peak exceeds it fails as out of memory. No cache decisions
   and no FLOPs (nothing is computed).
@@ -42,8 +42,8 @@ from diffbench.engines.base import (
 )
 from diffbench.engines.config import EngineConfig
 from diffbench.engines.images import edit_steps
+from diffbench.engines.instrument.signals import RequestSignals
 from diffbench.errors import DeviceOutOfMemory, ShapeError
-from diffbench.monitor.signals import RequestSignals
 
 _REF_PIXELS = 1024 * 1024
 SIM_FPS = 16.0  # playback rate of simulated videos (requests with frames), as Wan2.1's sample_fps

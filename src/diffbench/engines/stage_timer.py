@@ -1,4 +1,4 @@
-"""Stage and step timing of a diffusers pipeline: a thin wrapper over :mod:`diffbench.monitor.instrument`.
+"""Stage and step timing of a diffusers pipeline: a thin wrapper over :mod:`diffbench.engines.instrument.pipeline`.
 
 ``bench``, ``sweep`` and ``serve`` time a pipeline with the same instrumentation (one implementation); this
 module keeps the older three-value interface for callers that want no signals.
@@ -22,7 +22,7 @@ class StageTimer:
     """
 
     def __init__(self, pipe: Any, device: str, enabled: bool = True) -> None:
-        from diffbench.monitor.instrument import attach
+        from diffbench.engines.instrument.pipeline import attach
 
         self.pipe = pipe
         self.cuda = device.startswith("cuda")

@@ -2,10 +2,9 @@
 
 - the metric contract (names, shapes, scrape parser, quantiles) lives in :mod:`diffbench.metrics`, one package
   below this one: the exporter, the alert rules, the dashboard, ``plan``, ``doctor`` and ``load --scrape`` read it.
-- :mod:`diffbench.monitor.instrument` (``attach``, ``detach``, re-exported here lazily): hooks that measure
-  stage and step times, memory, cache decisions, recompiles, per-rank compute and FLOPs of a pipeline.
-- :mod:`diffbench.monitor.signals`: what one generation reports beyond its stage times (cache decisions,
-  recompiles, per-rank compute, FLOPs, device memory).
+- ``attach``, ``detach`` (re-exported here lazily from :mod:`diffbench.engines.instrument.pipeline`): hooks
+  that measure stage and step times, memory, cache decisions, recompiles, per-rank compute and FLOPs of a
+  pipeline, and report each request to the exporter (:mod:`diffbench.monitor.exporter`).
 
 Importing this package imports neither torch nor prometheus_client.
 """
@@ -16,9 +15,9 @@ __all__ = ["attach", "detach"]
 
 
 def __getattr__(name: str) -> Any:
-    """Lazy re-exports: ``attach``/``detach`` import :mod:`diffbench.monitor.instrument` (and torch) on use."""
+    """Lazy re-exports: ``attach``/``detach`` import :mod:`diffbench.engines.instrument.pipeline` on use."""
     if name in ("attach", "detach", "Instrumentation"):
-        from diffbench.monitor import instrument
+        from diffbench.engines.instrument import pipeline
 
-        return getattr(instrument, name)
+        return getattr(pipeline, name)
     raise AttributeError(f"module 'diffbench.monitor' has no attribute {name!r}")

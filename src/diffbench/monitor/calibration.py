@@ -16,7 +16,7 @@ JSON layout (seconds, ratios 0–1, decibels)::
      "probes": {"256x256": {"psnr_threshold_db": 32.0}}, "sources": [...], "notes": [...]}
 
 A baseline is valid only for the deployment it was measured on: ``fingerprint`` is the
-:func:`~diffbench.core.fingerprint.deployment_fingerprint` of the measured runs and ``fingerprint_id`` its
+:func:`~diffbench.engines.fingerprint.deployment_fingerprint` of the measured runs and ``fingerprint_id`` its
 hash (:func:`fingerprint_id`). A cache hit-ratio baseline is never 0 (the drift alert divides by it).
 """
 
@@ -137,10 +137,10 @@ _HUMAN_SHAPE = re.compile(r"^(\d+)x(\d+)(?: f(\d+))? s(\d+) b(\d+)$")
 
 
 def bench_fingerprint(conditions: Any, packages: dict[str, str] | None) -> dict[str, object]:
-    """The :func:`~diffbench.core.fingerprint.deployment_fingerprint` of a result from its ``conditions``
+    """The :func:`~diffbench.engines.fingerprint.deployment_fingerprint` of a result from its ``conditions``
     block (``torch``/``diffusers`` from the result's ``env.packages``; None when the result has no env, as
     a sweep result)."""
-    from diffbench.core.fingerprint import FINGERPRINT_FIELDS
+    from diffbench.engines.fingerprint import FINGERPRINT_FIELDS
 
     c = conditions
     fp: dict[str, object] = {
@@ -203,7 +203,7 @@ def calibrate(
             deployments (the message names the differing fingerprint fields and the files).
     """
     from diffbench.bench.result import BenchResult
-    from diffbench.core.fingerprint import fingerprint_diff
+    from diffbench.engines.fingerprint import fingerprint_diff
     from diffbench.sweep.models import SweepResult
 
     shapes: dict[str, ShapeBaseline] = {}

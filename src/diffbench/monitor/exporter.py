@@ -45,8 +45,8 @@ from diffbench.metrics.shapes import ShapeAllowlist
 
 if TYPE_CHECKING:
     from diffbench.engines.base import EngineInfo, MemoryStats, StageTimes
+    from diffbench.engines.instrument.signals import RequestSignals
     from diffbench.monitor.calibration import Calibration
-    from diffbench.monitor.signals import RequestSignals
 
 STATUS_OF = {
     "ok": 200,

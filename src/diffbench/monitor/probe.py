@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import BaseModel
 
-from diffbench.core.fingerprint import fingerprint_diff
+from diffbench.engines.fingerprint import fingerprint_diff
 from diffbench.errors import InputError, UsageError
 from diffbench.monitor.probe_refs import ProbeCase, References
 

@@ -10,7 +10,7 @@ Body (JSON object, every key optional, at least one):
 key                 value                        effect
 ==================  ===========================  ==============================================================
 ``cache``           ``"AXIS=VALUE"`` or null     the step cache on the denoiser (axes of
-                                                 :mod:`diffbench.sweep.axes`, e.g. ``"first-block=0.6"``).
+                                                 :mod:`diffbench.engines.knobs`, e.g. ``"first-block=0.6"``).
                                                  The same axis as the running cache: its knob is changed in
                                                  place on the existing hooks (instrumentation that counts the
                                                  cache's decisions keeps counting); another axis or none: the
@@ -71,7 +71,7 @@ def parse_faults(body: Any) -> dict[str, Any]:
     Raises:
         APIError: 400 naming the field and what it takes.
     """
-    from diffbench.sweep.axes import CACHE_AXES, parse_values
+    from diffbench.engines.knobs import CACHE_AXES, parse_values
 
     if not isinstance(body, dict) or not body:
         raise APIError(400, f"the body must be a JSON object with one or more of {', '.join(KEYS)}, "
@@ -194,7 +194,7 @@ class FaultController:
         exporter.load_calibration(cal)
 
     def _set_cache(self, pipe: Any, spec: str | None) -> None:
-        from diffbench.sweep.axes import _KNOB, build_cache_config, check_cache_supported
+        from diffbench.engines.knobs import build_cache_config, cache_knob, check_cache_supported
 
         denoiser = getattr(pipe, "transformer", None) or getattr(pipe, "unet", None)
         current = self.state.cache
@@ -205,7 +205,7 @@ class FaultController:
             except DiffbenchError as exc:
                 raise APIError(400, f"cache: {exc}", param="cache") from exc
             if current is not None and current.split("=", 1)[0] == axis:
-                knob = _KNOB[axis]
+                knob = cache_knob(axis)
                 changed = 0
                 for hook in _hooks(denoiser):
                     if hasattr(hook, knob):

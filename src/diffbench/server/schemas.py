@@ -249,7 +249,7 @@ class ModelCard(BaseModel):
     default_steps: int | None
     fingerprint_id: str = Field(default="", description="sha256 (16 hex) of the deployment fingerprint")
     fingerprint: dict[str, object] = Field(
-        default_factory=dict, description="deployment_fingerprint of the running service (diffbench.core.fingerprint)"
+        default_factory=dict, description="deployment_fingerprint of the running service (diffbench.engines.fingerprint)"
     )
 
 

@@ -78,7 +78,7 @@ class Service:
     def _fingerprint(self) -> None:
         """The running deployment's fingerprint, and how a loaded calibration's differs from it."""
         from diffbench.core.env import capture_env
-        from diffbench.core.fingerprint import deployment_fingerprint, fingerprint_diff
+        from diffbench.engines.fingerprint import deployment_fingerprint, fingerprint_diff
         from diffbench.monitor.calibration import fingerprint_id
 
         assert self.info is not None

@@ -69,7 +69,7 @@ class RunQuality(BaseModel):
 
 
 class SkipStats(BaseModel):
-    """Fraction of cache-hooked computations that were skipped (see diffbench.sweep.probe for the method)."""
+    """Fraction of cache-hooked computations that were skipped (see diffbench.engines.instrument.skips for the method)."""
 
     fraction: float = Field(ge=0, le=1)
     computed: int

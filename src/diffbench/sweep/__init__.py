@@ -1,7 +1,8 @@
 """Prove an optimization: speed-up and quality against a baseline of the same deployment.
 
-Modules: ``axes`` (what can be swept, value checks, diffusers cache configs), ``engine`` (cache on/off and
-reset around a diffusers engine), ``probe`` (skipped computations), ``bootstrap`` (speed-up intervals,
+Modules: ``axes`` (the one axis a sweep varies; the knobs, value checks and diffusers cache configs are in
+:mod:`diffbench.engines.knobs`), ``engine`` (cache on/off, reset and skipped computations around a diffusers
+engine), ``bootstrap`` (speed-up intervals,
 independent and paired), ``warmth`` (warm = no downward trend), ``interleave`` (warmup until stable, seeded
 interleaved blocks, the timing noise floor), ``pairs`` (per-image quality vs the baseline),
 ``working_point`` (gates, the speed verdict and the choice), ``compare`` (fingerprint refusal, stored-run

@@ -1,6 +1,6 @@
 """Fingerprint checks, and comparing two stored runs (``diffbench runs compare``).
 
-A fixed-seed baseline is valid only for the deployment it was made with (core/fingerprint.py): a
+A fixed-seed baseline is valid only for the deployment it was made with (engines/fingerprint.py): a
 comparison whose baseline and candidate fingerprints differ in anything other than the option under test
 is refused, naming every differing field, unless forced (and then the result says so).
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from diffbench.core.fingerprint import fingerprint_diff
+from diffbench.engines.fingerprint import fingerprint_diff
 from diffbench.errors import InputError, UsageError
 from diffbench.store.models import RunQuality, RunRecord
 from diffbench.store.runs import RunStore

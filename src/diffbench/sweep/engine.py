@@ -17,9 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 from diffbench.engines.base import Engine, EngineInfo, GenerationRequest, GenerationResult
+from diffbench.engines.instrument.skips import SkipRecorder
+from diffbench.engines.knobs import build_cache_config, check_cache_supported, describe_cache
 from diffbench.store.models import SkipStats
-from diffbench.sweep.axes import build_cache_config, check_cache_supported, describe_cache
-from diffbench.sweep.probe import SkipProbe
 
 
 class CachedEngine:
@@ -30,8 +30,8 @@ class CachedEngine:
         self.cache = "none"
         self._value: str | None = None
         self._axis = ""
-        self._probe: SkipProbe | None = None
-        self._tally: dict[str, tuple[int, int]] = {}  # value -> (total, computed) of detached probes
+        self._skips: SkipRecorder | None = None
+        self._tally: dict[str, tuple[int, int]] = {}  # value -> (total, computed) of detached recorders
 
     @property
     def pipe(self) -> Any:
@@ -47,13 +47,13 @@ class CachedEngine:
         check_cache_supported(self.pipe, axis, self.inner.info().model)
 
     def set_cache(self, axis: str, value: str, steps: int) -> None:
-        """Enable cache ``axis`` = ``value`` (replacing any enabled cache) and attach the skip probe."""
+        """Enable cache ``axis`` = ``value`` (replacing any enabled cache) and attach the skip recorder."""
         self.clear_cache()
         self.check(axis)
         self.denoiser.enable_cache(build_cache_config(axis, value, self.pipe, steps))
         self.cache = describe_cache(axis, value)
         self._value, self._axis = value, axis
-        self._probe = SkipProbe(self.denoiser, axis)
+        self._skips = SkipRecorder(self.denoiser, axis)
 
     def use(self, axis: str, value: str | None, steps: int) -> None:
         """Make cache ``axis`` = ``value`` current (``None``: no cache); nothing happens if it already is."""
@@ -65,13 +65,13 @@ class CachedEngine:
             self.set_cache(axis, value, steps)
 
     def clear_cache(self) -> None:
-        """Disable the cache (if any) and detach the probe (its counts are kept per value)."""
-        if self._probe is not None:
+        """Disable the cache (if any) and detach the skip recorder (its counts are kept per value)."""
+        if self._skips is not None:
             if self._value is not None:
                 t, c = self._tally.get(self._value, (0, 0))
-                self._tally[self._value] = (t + self._probe.total, c + self._probe.computed)
-            self._probe.detach()
-            self._probe = None
+                self._tally[self._value] = (t + self._skips.total, c + self._skips.computed)
+            self._skips.detach()
+            self._skips = None
         self._value = None
         d = self.denoiser
         if d is not None and getattr(d, "is_cache_enabled", False):
@@ -80,8 +80,8 @@ class CachedEngine:
 
     def reset_skips(self) -> None:
         """Forget every skip count."""
-        if self._probe is not None:
-            self._probe.reset()
+        if self._skips is not None:
+            self._skips.reset()
         self._tally.clear()
 
     def skip_stats(self, value: str | None = None) -> SkipStats | None:
@@ -91,10 +91,10 @@ class CachedEngine:
         if value is None:
             return None
         total, computed = self._tally.get(value, (0, 0))
-        probe = self._probe if self._value == value else None
-        if probe is not None:
-            total, computed = total + probe.total, computed + probe.computed
-        return SkipProbe.stats_of(self._axis, total, computed)
+        skips = self._skips if self._value == value else None
+        if skips is not None:
+            total, computed = total + skips.total, computed + skips.computed
+        return SkipRecorder.stats_of(self._axis, total, computed)
 
     def _reset_state(self) -> None:
         d = self.denoiser

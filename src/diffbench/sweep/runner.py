@@ -44,11 +44,12 @@ from diffbench.core.jsonio import strict_json_value
 from diffbench.core.stats import summarize
 from diffbench.engines.base import Engine, EngineInfo, GenerationRequest, StageTimes
 from diffbench.engines.config import EngineConfig
+from diffbench.engines.knobs import CACHE_AXES, describe_cache
 from diffbench.engines.registry import create_engine
 from diffbench.errors import GenerationError, InputError, UsageError
 from diffbench.store.models import RunQuality, RunRecord, RunTiming, SweepRecord, fingerprint_hash
 from diffbench.store.runs import RunStore, new_run_id
-from diffbench.sweep.axes import AXIS_FIELD, CACHE_AXES, describe_cache
+from diffbench.sweep.axes import AXIS_FIELD
 from diffbench.sweep.bootstrap import paired_speedup_ci
 from diffbench.sweep.compare import check_fingerprints
 from diffbench.sweep.engine import CachedEngine

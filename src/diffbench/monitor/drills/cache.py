@@ -72,8 +72,8 @@ def budget_grid(size: str, steps: int, *, grid: tuple[float, ...] = GRID) -> dic
     ``grid``, with tiny-flux on the CPU in this process."""
     from diffbench.core.psnr import psnr_uint8
     from diffbench.engines.base import GenerationRequest
+    from diffbench.engines.knobs import build_cache_config
     from diffbench.engines.registry import EngineConfig, create_engine
-    from diffbench.sweep.axes import build_cache_config
 
     w, h = (int(x) for x in size.split("x"))
     eng = create_engine(EngineConfig(engine="diffusers", model="tiny-flux", device="cpu", threads=1))

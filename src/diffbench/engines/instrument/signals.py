@@ -29,7 +29,7 @@ class RequestSignals:
     - ``rank_compute_s``: per rank, the compute time (seconds) of each denoise step measured before the
       step's first collective; empty on a single device;
     - ``flops``: model FLOPs of the generation: from the ledger when the model is in the catalog, else the
-      denoiser forwards measured with ``FlopCounterMode`` (see :mod:`diffbench.monitor.flops`); None when
+      denoiser forwards measured with ``FlopCounterMode`` (see :mod:`diffbench.engines.instrument.flops`); None when
       neither is available;
     - ``device``: the device label (``"0"`` for cuda:0, ``"cpu"``), the ``gpu`` label value;
     - ``device_total_bytes``: the device's memory capacity in bytes (``torch.cuda.mem_get_info`` total, or an

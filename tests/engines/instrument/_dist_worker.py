@@ -10,7 +10,7 @@ from pathlib import Path
 def run(rank: int, world: int, port: int, outdir: str, sleep_s: float, steps: int) -> None:
     import torch.distributed as dist
 
-    from diffbench.monitor import attach
+    from diffbench.engines.instrument.pipeline import attach
 
     from .toypipe import ToyDenoiser, ToyPipe
 

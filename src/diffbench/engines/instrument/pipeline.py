@@ -3,7 +3,7 @@
 The same implementation times ``bench``/``sweep`` runs (through the diffusers engine) and feeds the exporter
 of ``serve`` or of someone else's server::
 
-    from diffbench.monitor import attach
+    from diffbench.engines.instrument.pipeline import attach   # also diffbench.monitor.attach
     inst = attach(pipe, device="cuda", model="my-flux", exporter=exporter)
     warm_up(pipe); inst.mark_warm()             # compiles before this are expected, not exported
     with inst.request(shape="1024x1024") as rec:
@@ -22,8 +22,8 @@ Hooks (all removed by :meth:`Instrumentation.detach`):
    when the pipeline batches CFG: ``last_denoiser_batch``);
 3. an instance attribute wrapping ``pipe.scheduler.step``: each return is a step boundary, so the caller
    need not pass ``callback_on_step_end`` (``step_s`` has one entry per scheduler step);
-4. the cache counter (:mod:`~diffbench.monitor.cache_counter`), the compile counter
-   (:mod:`~diffbench.monitor.compile_counter`) and the collective listener (:mod:`~diffbench.monitor.ranks`).
+4. the cache counter (:mod:`~diffbench.engines.instrument.cache_counter`), the compile counter
+   (:mod:`~diffbench.engines.instrument.compile_counter`) and the collective listener (:mod:`~diffbench.engines.instrument.ranks`).
 
 Timing (docs/concepts/measurement-protocol.md). On CUDA every boundary records a ``torch.cuda.Event(enable_timing=True)`` on
 the current stream (events come from a pool reused across requests); nothing synchronizes on the hot path.
@@ -33,7 +33,7 @@ boundaries read ``time.perf_counter_ns()`` (host timing; the CPU runs synchronou
 host time from the request's start to after its final sync; ``other_s = total_s − text_encode − image_encode −
 denoise − vae_decode``.
 
-Memory: see :mod:`diffbench.monitor.memory`; marks only at stage boundaries. With an
+Memory: see :mod:`diffbench.engines.instrument.memory`; marks only at stage boundaries. With an
 injected ``memory_budget_bytes`` the budget is reported as the device total, and a request whose peak
 growth over its start exceeds it raises :class:`~diffbench.errors.DeviceOutOfMemory` at that boundary.
 
@@ -51,15 +51,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from diffbench.engines.base import MemoryStats, StageTimes
+from diffbench.engines.instrument import compile_counter, ranks
+from diffbench.engines.instrument.cache_counter import CacheCounter
+from diffbench.engines.instrument.memory import StageMemory
+from diffbench.engines.instrument.signals import RequestSignals
 from diffbench.errors import DeviceOutOfMemory, UsageError
 from diffbench.metrics.names import OTHER_SHAPE
-from diffbench.monitor import compile_counter, ranks
-from diffbench.monitor.cache_counter import CacheCounter
-from diffbench.monitor.memory import StageMemory
-from diffbench.monitor.signals import RequestSignals
 
 if TYPE_CHECKING:  # pragma: no cover
-    from diffbench.monitor.exporter import Exporter
+    from diffbench.engines.instrument.observer import GenerationObserver
 
 _NO_CACHE_CFG = object()
 
@@ -155,7 +155,7 @@ class Instrumentation:
     memory is what the memory alert needs).
     """
 
-    def __init__(self, pipe: Any, *, device: str, model: str | None = None, exporter: Exporter | None = None,
+    def __init__(self, pipe: Any, *, device: str, model: str | None = None, exporter: GenerationObserver | None = None,
                  memory_budget_bytes: int | None = None, shape_of: Callable[[dict], str] | None = None,
                  flops: bool = True) -> None:
         import torch
@@ -438,7 +438,7 @@ class Instrumentation:
         if not self.measure_flops:
             return None
         if kwargs is not None and self.model:
-            from diffbench.monitor.flops import ledger_flops
+            from diffbench.engines.instrument.flops import ledger_flops
 
             steps = kwargs.get("num_inference_steps")
             w, h = kwargs.get("width"), kwargs.get("height")
@@ -453,7 +453,7 @@ class Instrumentation:
         if getattr(self.denoiser, "_hf_hook", None) is not None:
             return None  # accelerate offload hooks: a replay would move the weights; not measured
         if r.flops_args is not None and self.denoiser is not None:
-            from diffbench.monitor.flops import forward_flops
+            from diffbench.engines.instrument.flops import forward_flops
 
             args, kw = r.flops_args
             r.flops_args = None
@@ -505,7 +505,7 @@ class Instrumentation:
         ``requested_batch`` is the batch the caller asked for (kept for the CFG-batch check of ``bench``).
         ``shape``: the exporter label; default ``shape_of(kwargs)``, else the exporter's ``shape_label``, else
         :func:`default_shape_label`. FLOPs: ledger when ``model`` is in the catalog, else measured
-        (:mod:`diffbench.monitor.flops`).
+        (:mod:`diffbench.engines.instrument.flops`).
 
         Raises:
             whatever the pipeline raises; DeviceOutOfMemory when the injected budget is exceeded.
@@ -573,7 +573,7 @@ def build_info(device: str = "cpu") -> dict[str, str]:
             "cuda": torch.version.cuda or "none", "gpu_model": gpu}
 
 
-def attach(pipe: Any, *, device: str, model: str | None = None, exporter: Exporter | None = None,
+def attach(pipe: Any, *, device: str, model: str | None = None, exporter: GenerationObserver | None = None,
            memory_budget_bytes: int | None = None, shape_of: Callable[[dict], str] | None = None,
            flops: bool = True) -> Instrumentation:
     """Instrument ``pipe`` (a diffusers pipeline, or anything with ``encode_prompt``/``vae.decode``/

@@ -16,7 +16,7 @@ resident set below its start, so the growth can read low.
 
 Peaks on the CPU are growth over the resident set at the start of the request (``MemoryStats.kind`` =
 ``cpu-rss``); on CUDA they are absolute allocator bytes, and the growth over the start is kept for the
-injected memory budget (see :class:`~diffbench.monitor.instrument.Instrumentation`).
+injected memory budget (see :class:`~diffbench.engines.instrument.pipeline.Instrumentation`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 import torch._dynamo
 
-from diffbench.monitor import attach, compile_counter
+from diffbench.engines.instrument import compile_counter
+from diffbench.engines.instrument.pipeline import attach
 
 from .toypipe import ToyDenoiser, ToyPipe
 

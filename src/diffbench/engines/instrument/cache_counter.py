@@ -1,6 +1,6 @@
-"""Step-cache lookups and hits of a diffusers cache, for ``diffusion_cache_{lookups,hits}_total`` (two
-counters, so a reader picks the window: docs/reference/metrics.md), counted with the
-sweep's :class:`~diffbench.sweep.probe.SkipProbe` (one implementation).
+"""Step-cache lookups and hits of a diffusers cache, for ``diffusion_cache_{lookups,hits}_total``
+(docs/reference/metrics.md), counted with :class:`~diffbench.engines.instrument.skips.SkipRecorder` (the skip
+fractions of ``sweep`` use it too).
 
 A lookup is one cache decision, a hit one decision that skipped compute:
 
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from diffbench.monitor.signals import CacheCounts
-from diffbench.sweep.probe import SkipProbe, hook_names
+from diffbench.engines.instrument.signals import CacheCounts
+from diffbench.engines.instrument.skips import SkipRecorder, hook_names
 
 # diffusers hook-name prefix -> (short ``cache`` label, sweep axis)
 _HOOKS: tuple[tuple[str, str, str], ...] = (
@@ -55,7 +55,7 @@ class CacheCounter:
     def __init__(self, denoiser: Any, short: str, axis: str) -> None:
         self.cache = short
         self.axis = axis
-        self._probe = SkipProbe(denoiser, axis, first_only=axis in ("first-block", "magcache"))
+        self._skips = SkipRecorder(denoiser, axis, first_only=axis in ("first-block", "magcache"))
 
     @classmethod
     def for_denoiser(cls, denoiser: Any) -> CacheCounter | None:
@@ -64,21 +64,21 @@ class CacheCounter:
         if found is None:
             return None
         counter = cls(denoiser, *found)
-        if not counter._probe.attached:
+        if not counter._skips.attached:
             counter.detach()
             return None
         return counter
 
     def take(self) -> CacheCounts:
         """Counts since the last call, then reset: ``lookups`` decisions, ``hits`` skipped (``hits <= lookups``)."""
-        total, computed = self._probe.total, self._probe.computed
-        self._probe.reset()
+        total, computed = self._skips.total, self._skips.computed
+        self._skips.reset()
         return CacheCounts(cache=self.cache, lookups=total, hits=max(0, total - computed))
 
     def reset(self) -> None:
         """Forget the counts."""
-        self._probe.reset()
+        self._skips.reset()
 
     def detach(self) -> None:
         """Remove the torch hooks (the cache itself stays enabled)."""
-        self._probe.detach()
+        self._skips.detach()

@@ -3,7 +3,7 @@
 Method. After ``enable_cache``, every module that the cache hooked carries a diffusers hook registry
 (``module._diffusers_hook``). A cache skips by *not calling the hooked module's original forward*, so none
 of that module's children run. For each hooked module (except the denoiser itself and the always-computed
-"leader" block of First-Block-Cache / MagCache) the probe registers two torch forward pre-hooks:
+"leader" block of First-Block-Cache / MagCache) the recorder registers two torch forward pre-hooks:
 
 - on the hooked module: fires on every call (torch hooks run in ``__call__``, before diffusers' forward
   wrapper decides) → ``total``;
@@ -45,12 +45,12 @@ def _first_param_descendant(module: Any) -> Any | None:
     return None
 
 
-class SkipProbe:
+class SkipRecorder:
     """Counts calls of cache-hooked modules and of their computations. Attach after ``enable_cache``.
 
     ``first_only``: hook only the first cache-hooked module (in ``named_modules`` order). For First-Block-Cache
     and MagCache, whose non-leader blocks all skip together, ``total`` then counts one cache decision per
-    denoiser forward (what :mod:`diffbench.monitor.cache_counter` exports as lookups).
+    denoiser forward (what :mod:`diffbench.engines.instrument.cache_counter` exports as lookups).
     """
 
     def __init__(self, denoiser: Any, axis: str, *, first_only: bool = False) -> None:

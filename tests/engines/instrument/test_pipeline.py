@@ -1,4 +1,4 @@
-"""diffbench.monitor.instrument on a pipeline-shaped toy: stage and step times, hooks, exporter calls,
+"""diffbench.engines.instrument.pipeline on a pipeline-shaped toy: stage and step times, hooks, exporter calls,
 memory by stage, the injected memory budget, FLOPs."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import sys
 import pytest
 import torch
 
+from diffbench.engines.instrument.memory import hwm_available
+from diffbench.engines.instrument.pipeline import attach, detach
 from diffbench.errors import DeviceOutOfMemory, UsageError
-from diffbench.monitor import attach, detach
-from diffbench.monitor.memory import hwm_available
 
 from .toypipe import ToyDenoiser, ToyPipe, ToyVAE
 
