@@ -1,7 +1,7 @@
 """Every bad input of ``diffbench ledger`` in one table: args → exit code → message fragments.
 
-Every numeric option is tried with nan, inf and a negative or out-of-range value (issue 9 §4: ``--cfg -1``
-and ``--cfg nan`` were accepted). Each must give one ``error:`` line naming the real flag and the range.
+Every numeric option is tried with nan, inf and a negative or out-of-range value (``--cfg -1`` and
+``--cfg nan`` were once accepted). Each must give one ``error:`` line naming the real flag and the range.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ ROWS: list[tuple[list[str], int, list[str]]] = [
     # a partial override (denoiser.blocks only) with a bad value: the user's file and line, not the built-in
     ([*BASE, "--catalog", "{tmp}/partial_bad.yaml"], 2, ["partial_bad.yaml:5", "denoiser.blocks.0.count"]),
     ([*BASE, "--catalog", "{tmp}/partial_missing.yaml"], 2, ["partial_missing.yaml:5", "blocks.0.weights_d2"]),
-    # --validate / --calibrate (issue 13)
+    # --validate / --calibrate
     (["--model", "flux.1-dev"], 2, ["missing --size, --gpu", "--validate"]),
     (["--validate", "--json", "{tmp}/typo/v.json"], 2, ["--json", "does not exist", "--mkdir"]),
     (["--validate", "--catalog", "{tmp}/off_anchor.yaml"], 1, ["leave-one-out ratio outside 0.8-1.25",

@@ -16,7 +16,7 @@ def test_builtin_has_the_planning_set():
     cat = load_catalog()
     assert set(MODELS) <= set(cat.models)
     assert set(GPUS) <= set(cat.gpus)
-    # gpus.md §1: dense BF16 / FP8 peaks and memory
+    # NVIDIA datasheets: dense BF16 / FP8 peaks and memory
     h100 = cat.gpus["h100-sxm"]
     assert (h100.bf16_tflops, h100.fp8_tflops, h100.memory_gib, h100.nvlink_gbps) == (989, 1979, 80, 450)
     assert cat.gpus["a100-sxm-80gb"].fp8_tflops is None
@@ -84,7 +84,7 @@ def test_yaml_syntax_error_and_missing_file(tmp_path):
 
 
 def test_partial_override_deep_merges_onto_the_builtin_entry(tmp_path):
-    """Issue 9 §4: an override of only ``denoiser.blocks`` kept nothing else of the denoiser."""
+    """An override of only ``denoiser.blocks`` keeps the rest of the built-in denoiser (it once kept nothing else)."""
     f = tmp_path / "blocks.yaml"
     f.write_text(
         "models:\n"

@@ -1,8 +1,9 @@
-"""The time model's joint fit, ``ledger --validate`` and ``--calibrate BENCH.json`` (issue 13 item 1).
+"""The time model's joint fit, ``ledger --validate`` and ``--calibrate BENCH.json`` against the published
+latencies of the catalog's anchors.
 
-Synthetic anchors are generated in this file from the published per-forward FLOP formulas (model-catalog.md
-§5.2, §7: linear 2·12·d²·N per block, attention 4·N²·d per block for FLUX) and known efficiencies, so a fit
-that recovers them gives ratios of exactly 1 and a perturbed anchor shows exactly its perturbation.
+Synthetic anchors are generated in this file from the per-forward FLOP formulas (docs/concepts/time-model.md:
+linear 2·12·d²·N per block, attention 4·N²·d per block for FLUX) and known efficiencies, so a fit that
+recovers them gives ratios of exactly 1 and a perturbed anchor shows exactly its perturbation.
 """
 
 from __future__ import annotations
@@ -116,8 +117,8 @@ def test_builtin_anchors_within_target(cat, tmp_path, capsys):
     assert data["rows"][0]["ratio"] == pytest.approx(rows[0].ratio)
 
 
-def test_issue_reproductions_fixed(cat):
-    # issue 13 item 1: FLUX on A100 ≈1.5× slower than published, L20 26.36 s predicted at 56 s (2.1×)
+def test_flux_and_sdxl_totals_match_their_published_times(cat):
+    # once predicted FLUX on the A100 ≈1.5× slower than published, and the L20's 26.36 s at 56 s (2.1×)
     def total(gpu, steps=28, compile_=False, model="flux.1-dev"):
         return evaluate(cat, LedgerConfig(model=model, width=1024, height=1024, steps=steps, gpu=gpu,
                                           compile=compile_)).total_time_s

@@ -23,7 +23,7 @@ def _flux(cat, **kw):
 
 
 def test_flux_weights_bf16(cat):
-    # model-catalog.md §3 note (a): 23.81 + 9.52 + 0.246 + 0.168 GB in bf16 ≈ 31.4 GiB
+    # measured bf16 sizes (https://carpedm30.notion.site/Diffusion-3a5bf59af90c403f8a6689dd6a3e1b71): 23.81 + 9.52 + 0.246 + 0.168 GB in bf16 ≈ 31.4 GiB
     measured = (23.81e9 + 9.52e9 + 0.246e9 + 0.168e9) / GIB
     r = _flux(cat)
     assert r.weights_bytes / GIB == pytest.approx(31.5, abs=0.2)
@@ -48,7 +48,7 @@ def test_fits_h100_not_l4(cat):
 
 
 def test_anchor_mfu(cat):
-    # gpus.md §5.1: 2,083 TF ÷ time ÷ 989 TF/s → 0.31 eager (6.71 s), 0.49 compiled (4.30 s)
+    # xdit-project/xDiT@175e0bf:docs/performance/flux.md 1-GPU rows: 2,083 TF ÷ time ÷ 989 TF/s → 0.31 eager (6.71 s), 0.49 compiled (4.30 s)
     r = _flux(cat)
     den = next(s for s in r.stages if s.name == "denoise")
     gpu = get_gpu(cat, "h100-sxm")
@@ -63,7 +63,7 @@ def test_fit_reproduces_the_h100_anchors_and_predicts_sp_layouts(cat):
     compiled = _flux(cat, compile=True)
     den = next(s for s in compiled.stages if s.name == "denoise").time_s
     assert den == pytest.approx(4.30, rel=0.05)
-    # not used by any fit: xDiT compiled Ulysses-2 2.68 s and Ring-2 2.60 s (gpus.md §5.1)
+    # not used by any fit: xDiT compiled Ulysses-2 2.68 s and Ring-2 2.60 s (same xDiT table)
     m, g = get_model(cat, "flux.1-dev"), get_gpu(cat, "h100-sxm")
     serial = compiled.total_time_s - den  # the anchors exclude text encode and VAE decode
     u2 = evaluate_parallel(cat, m, g, compiled, "ulysses", 2, 8)
@@ -88,7 +88,7 @@ def test_vae_tiling_and_offload(cat):
     plain, tiled = _flux(cat), _flux(cat, vae_tiling=True)
     assert tiled.vae_decode_peak_bytes < plain.vae_decode_peak_bytes
     off = _flux(cat, offload="model", gpu="l4", vae_tiling=True)
-    # model offload moves every component in and out once per request over PCIe (model-catalog.md §8)
+    # model offload moves every component in and out once per request over PCIe (docs/concepts/time-model.md)
     assert off.offload_time_s == pytest.approx(2 * off.weights_bytes / 25e9, rel=1e-3)
     assert off.resident_weights_bytes == max(w.bytes for w in off.weights)
     wan = evaluate(cat, LedgerConfig(model="wan2.1-14b", width=1280, height=720, frames=81, gpu="h100-sxm",
@@ -107,7 +107,7 @@ def test_fp8_needs_fp8_tensor_cores(cat):
 
 @pytest.mark.parametrize(
     ("n", "uly", "ring", "tp"),
-    [(2, 1.61, 1.61, 3.23), (4, 1.21, 2.42, 4.84), (8, 0.71, 2.82, 5.65)],  # GB per forward, gpus.md §3.3
+    [(2, 1.61, 1.61, 3.23), (4, 1.21, 2.42, 4.84), (8, 0.71, 2.82, 5.65)],  # GB per forward, derived by hand
 )
 def test_comm_volumes(n, uly, ring, tp):
     p, hs, layers = 4608, 3072, 57

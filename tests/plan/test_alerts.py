@@ -25,5 +25,5 @@ def test_every_planned_alert_is_a_shipped_rule_and_the_p99_alert_carries_the_slo
 
     alerts = {a["name"]: a for a in json.loads(out.read_text())["alerts"]}
     assert set(alerts) <= _shipped_alerts()
-    # the latency-quantile rule (issue 24, item 16) is named with the SLO the plan was given
+    # the latency-quantile rule is named with the SLO the plan was given
     assert alerts["DiffusionLatencyP99OverSLO"]["threshold"] == "7.5 s"

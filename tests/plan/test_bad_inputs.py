@@ -1,6 +1,6 @@
 """Every bad input of ``diffbench plan`` in one table: args → exit code → message fragments.
 
-Issue 9 §4: ``--qps inf`` gave a traceback; messages named ``--slo-p99-s`` / ``--quality-budget-db``
+``--qps inf`` once gave a traceback and messages named ``--slo-p99-s`` / ``--quality-budget-db``
 (flags that do not exist); every numeric option is tried with nan, inf and out-of-range values.
 """
 
@@ -47,7 +47,7 @@ ROWS: list[tuple[list[str], int, list[str]]] = [
     (_with(size="100000x100000"), 2, ["--size 100000x100000", "16384"]),
     (_with(size="1020x1024"), 2, ["--size", "width 1020 is not a multiple of 16"]),
     (_with(json="{tmp}/typo/p.json"), 2, ["--json", "does not exist", "--mkdir"]),
-    # issue 13: the queueing-aware count is simulated up to 100,000 instances; past that, a clear refusal
+    # the queueing-aware count is simulated up to 100,000 instances; past that, a clear refusal
     (_with(qps="100000", slo_p99="1", quality_budget="30"), 2, ["--qps 100000", "100,000 instances", "pools"]),
 ]
 
@@ -95,7 +95,7 @@ def test_library_config_errors_name_the_real_flag(field, value, flag) -> None:
     assert msg.startswith(f"{flag} ") and "-s " not in msg.split(":")[0] and "-db" not in msg
 
 
-# Issue 13: --workload, --service-from, --service-cv. Files named in FILES are written to {tmp} first.
+# --workload, --service-from, --service-cv. Files named in FILES are written to {tmp} first.
 NO_SIZE = [a for a in BASE if a not in ("--size", "1024x1024")]
 FILES = {
     "bad.yaml": "shapes: [unclosed\n",

@@ -1,4 +1,4 @@
-"""Issue 13 §3: INT4 (SVDQuant W4A4 + 16-bit low-rank branch) makes FLUX.1-dev fit a 24 GB card where BF16
+"""INT4 (SVDQuant W4A4 + 16-bit low-rank branch) makes FLUX.1-dev fit a 24 GB card where BF16
 does not; the byte arithmetic is recomputed here from the catalog's parameter counts."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 13 §2-§3: the best lossy *set* within the budget (not a greedy walk), FP8 per architecture, INT4.
+"""The best lossy *set* within the budget (not a greedy walk), FP8 per architecture, INT4.
 
 The constructed catalog makes the old greedy rule fail: 8-bit attention (33 dB, a small win) is tried first
 and spends the 30 dB budget, so the step cache (31 dB, 1.91× on the denoise loop) no longer fits; the subset

@@ -1,4 +1,4 @@
-"""Issue 13: shape pools (``--workload``) and the few-step swap that re-does ② and ③ without the step cache
+"""Shape pools (``--workload``) and the few-step swap that re-does ② and ③ without the step cache
 or PipeFusion."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Issue 13 §4: queueing-aware capacity. The count meeting the p99 SLO with queueing (M/G/c simulation) is
-reported next to the design's formula ⌈QPS × latency × headroom⌉; the headline is the larger; layouts are
+"""Queueing-aware capacity. The count meeting the p99 SLO with queueing (M/G/c simulation) is
+reported next to the planning formula ⌈QPS × latency × headroom⌉; the headline is the larger; layouts are
 chosen on the p99 with queueing. Closed forms: Erlang C / the M/M/c response-time quantile."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def test_near_the_slo_the_queue_needs_more_than_the_formula():
     assert z.instances == z.queue_instances and z.meets_slo and z.p99_s <= slo
     svc, _ = service_for(mean, 0.05, None)
     at_formula = size_pool(qps, svc, slo, headroom).p99_at_formula_s
-    assert at_formula > slo  # the design's count alone would miss the p99
+    assert at_formula > slo  # the formula's count alone would miss the p99
 
 
 def test_far_below_the_slo_queue_and_formula_agree():

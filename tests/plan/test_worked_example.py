@@ -43,7 +43,7 @@ def test_slo_1s_usp4_or_few_step(cat):
     # USP 4 (≈0.7 s, GPU count ≈ unchanged) or a few-step model (≈0.8 s, ≈105 GPUs)
     assert p.parallel is not None and p.parallel.gpus == 4 and p.parallel.ulysses * p.parallel.ring == 4
     assert p.latency_s == pytest.approx(0.7, rel=0.15)
-    # Issue 13 §4 changes this count: the design's "GPU count ≈ unchanged" (≈230) counted work GPU-seconds;
+    # Not the ≈230 GPUs that counting work GPU-seconds gives ("GPU count ≈ unchanged"):
     # an instance holds its 4 GPUs for the whole request, so the headline counts the occupied time:
     # ⌈QPS × latency × headroom⌉ instances × 4 GPUs (the formula; the queue needs fewer at this latency).
     assert p.total_gpus == math.ceil(100 * p.latency_s * 1.3 - 1e-9) * 4
@@ -85,7 +85,7 @@ def test_no_budget_means_lossless_only(cat):
     assert not any(s.applied for s in p.steps if s.stage in (3, 4))
     assert p.psnr_db is None
     # lossless single GPU, compiled with FA3 (η 0.60), by hand from the fitted GEMM η and compiled passes:
-    # linear 2·12·d²·N and attention 4·N²·d per block (model-catalog.md §5.2), hidden state 2·d·N bytes per
+    # linear 2·12·d²·N and attention 4·N²·d per block (docs/concepts/time-model.md), hidden state 2·d·N bytes per
     # block per pass, + T5/CLIP text encode (2·P·N) and the VAE decode (9.95 TF + mid attention) at their η
     from diffbench.ledger.fit import fitted_params
 

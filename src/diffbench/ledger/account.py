@@ -182,7 +182,7 @@ def evaluate(catalog: Catalog, cfg: LedgerConfig) -> LedgerResult:
         per_fwd_compute = den_time / max(n_fwd / cfg.cache_speedup, 1.0)
         exposed = max(0.0, per_fwd / h2d - per_fwd_compute)
         offload_s = exposed * n_fwd / cfg.cache_speedup + (moved - per_fwd * n_fwd) / h2d
-        notes.append("group offload needs about 2× the model size in pinned host RAM (diffusers memory.md)")
+        notes.append("group offload needs about 2× the model size in pinned host RAM (https://huggingface.co/docs/diffusers/optimization/memory)")
 
     stages = [
         Stage(name="text_encode", flops=te_flops, time_s=te_time, memory_bytes=te_w + overhead),

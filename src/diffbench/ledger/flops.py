@@ -1,7 +1,8 @@
-"""FLOPs per stage: denoiser forward, text encoders, VAE decode (model-catalog.md §5).
+"""FLOPs per stage: denoiser forward, text encoders, VAE decode (derivation: docs/concepts/time-model.md).
 
 FLOPs = 2 × MACs. Denoiser forward (batch 1): linear 2·P_tok·N + self-attention core 4·N²·d per layer
-+ cross-attention core 4·N_v·N_t·d + text-side K/V 2·(2d²)·N_t, summed over block groups (§5.1-§5.2).
++ cross-attention core 4·N_v·N_t·d + text-side K/V 2·(2d²)·N_t, summed over block groups. The per-token linear counts match the diffusion MFU counter of verl-omni
+(verl-project/verl-omni:verl_omni/utils/mfu/diffusion_flops_counter.py, qwen_image.py, wan.py).
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ def forward_flops(model: ModelSpec, tokens: Tokens, width: int, height: int) -> 
 
 
 def forwards_per_step(model: ModelSpec, cfg: float | None) -> int:
-    """Denoiser forwards per step: 2 with classic/true CFG (scale > 1), else 1 (model-catalog.md §6).
+    """Denoiser forwards per step: 2 with classic/true CFG (scale > 1), else 1 (the decision order of
+    ``get_forward_passes_per_step`` in verl-project/verl-omni:verl_omni/utils/mfu/diffusion_flops_counter.py).
 
     Guidance-distilled (FLUX.1-dev, HunyuanVideo) and un-guided (FLUX.1-schnell) models count 1.
     """
@@ -70,7 +72,7 @@ def forwards_per_step(model: ModelSpec, cfg: float | None) -> int:
 
 
 def text_encode_flops(model: ModelSpec, cfg_forwards: int, text_tokens: int | None = None) -> float:
-    """Text encoders: 2·P·N_txt each, twice when CFG encodes a negative prompt (model-catalog.md §5.2)."""
+    """Text encoders: 2·P·N_txt each, twice when CFG encodes a negative prompt (docs/concepts/time-model.md)."""
     total = 0.0
     for enc in model.text_encoders:
         n = enc.tokens
@@ -82,7 +84,8 @@ def text_encode_flops(model: ModelSpec, cfg_forwards: int, text_tokens: int | No
 
 def vae_decode_flops(model: ModelSpec, width: int, height: int, latent_frames: int) -> float:
     """VAE decode FLOPs: 2D = convs ∝ pixels + single-head mid-attention 4·N²·c over (H/8)·(W/8) tokens;
-    3D = FLOPs per megapixel per latent frame × frames (chunked causal decode, model-catalog.md §5.3)."""
+    3D = FLOPs per megapixel per latent frame × frames (chunked causal decode,
+    Wan-Video/Wan2.1@9737cba:wan/modules/vae.py decode loop L544-568)."""
     vae = model.vae
     px = width * height
     if vae.kind == "3d":
@@ -96,7 +99,8 @@ def vae_decode_flops(model: ModelSpec, width: int, height: int, latent_frames: i
 def derived_params(model: ModelSpec) -> float:
     """Denoiser parameters derived from the block layout: Σ count·(w·d² + w_ffn·d·ffn) + embedders.
 
-    Per-block weights from model-catalog.md §5.2 (MMDiT 36d², FLUX single 15d², Wan 8d² + 2·d·ffn).
+    Per-block weights counted layer by layer (MMDiT 36d², FLUX single 15d², Wan 8d² + 2·d·ffn; the count is in
+    docs/concepts/time-model.md).
     For a UNet this returns the catalog's ``params`` (no block layout)."""
     den = model.denoiser
     if den.arch == "unet":

@@ -1,9 +1,9 @@
 """Memory per component and stage: weights by precision, denoiser activations, VAE decode peak, offload.
 
-Weight bytes = parameters × bytes per parameter (bf16 2, fp8 1, int4 0.5 + scales; model-catalog.md §3).
+Weight bytes = parameters × bytes per parameter (bf16 2, fp8 1, int4 0.5 + scales).
 INT4 (SVDQuant W4A4) also keeps a 16-bit low-rank branch per linear layer, 2 B × rank × (d_in + d_out),
 counted as ``optimizations.int4_linear.lowrank_overhead`` × the BF16 denoiser bytes (:func:`lowrank_bytes`).
-Activations keep one block's intermediates alive (model-catalog.md §8): per token 2·d bytes for each of
+Activations keep one block's intermediates alive (docs/concepts/time-model.md): per token 2·d bytes for each of
 hidden, Q, K, V, O and residual plus the MLP intermediate (2·r·d or 2·ffn bytes), times an fp32-upcast
 factor, times 2 when the CFG pair runs batched. All results in bytes.
 """
@@ -80,7 +80,8 @@ def vae_decode_peak_bytes(model: ModelSpec, width: int, height: int, tiling: boo
     """VAE decode activation peak. 2D: ∝ output pixels (or one tile); 3D: one causal chunk, ∝ H×W.
 
     With tiling the peak is that of one ``tile_px``² tile (plus 25 % overlap); tiling is ignored for
-    decoders that do not support it (AutoencoderKLWan, model-catalog.md §8)."""
+    decoders that do not support it (AutoencoderKLWan, listed as without tiling in
+    huggingface/diffusers@58eb52c:docs/source/en/optimization/memory.md L217)."""
     vae = model.vae
     px = width * height
     if tiling and vae.tiling:
@@ -94,7 +95,7 @@ def resident_weight_bytes(weights: list[ComponentBytes], offload: str, denoiser_
 
     ``none``: all; ``model`` (enable_model_cpu_offload): the largest component; ``group`` (block-level with a
     prefetch stream) and ``sequential``: two denoiser blocks or the largest other component, whichever is
-    larger (diffusers memory.md L221-403, model-catalog.md §8)."""
+    larger (huggingface/diffusers@58eb52c:docs/source/en/optimization/memory.md L221-403)."""
     total = sum(w.bytes for w in weights)
     if offload == "none":
         return total

@@ -1,6 +1,7 @@
 """Multi-GPU strategies for one request: Ulysses, Ring, USP, CFG parallel, PipeFusion, tensor parallel.
 
-Communication per GPU per forward, b = 2 bytes (gpus.md §3.3, from the PipeFusion README table):
+Communication per GPU per forward, b = 2 bytes (from the strategy table of
+PipeFusion/PipeFusion@6d0d12b:README.md, also in arXiv 2405.14430):
 Ulysses 4·(p/N)·hs·b·(N−1)/N·L; Ring 2·p·hs·b·(N−1)/N·L; TP 2·[2·p·hs·b·(N−1)/N]·L; PipeFusion 2·p·hs·b
 (not × L); CFG parallel: the latent once per step. Link: NVLink per direction when the GPU has it, else
 PCIe (effective), times the catalog's communication efficiency.
@@ -94,7 +95,8 @@ _ALPHA: dict[int, tuple[Catalog, float]] = {}
 def sp_alpha(catalog: Catalog) -> float:
     """Parallel inefficiency per extra rank, solved from the catalog's sequence-parallel anchor.
 
-    T_N = T_1/N·(1 + α(N−1)) + comm_N with T_1 the same source's compiled single-GPU time (gpus.md §5.1)."""
+    T_N = T_1/N·(1 + α(N−1)) + comm_N with T_1 the same source's compiled single-GPU time
+    (xdit-project/xDiT@175e0bf:docs/performance/flux.md)."""
     hit = _ALPHA.get(id(catalog))
     if hit is not None and hit[0] is catalog:
         return hit[1]

@@ -23,7 +23,7 @@ class BlockGroup(_Strict):
     ``tok_params_ffn``: extra per-token parameters in units of d·ffn; ``text_kv_d2``: K/V projection
     parameters applied to the cross-attention text tokens (d² units); ``seq``: ``joint`` (image/video plus
     joint text tokens) or ``image`` (image/video tokens only). ``weights_*``: stored parameters per block
-    (memory, including modulation), same units. Source: model-catalog.md §5.2.
+    (memory, including modulation), same units. Counting rule: docs/concepts/time-model.md.
     """
 
     name: str

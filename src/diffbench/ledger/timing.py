@@ -1,6 +1,7 @@
 """Time per kernel class: a roofline per class plus the per-forward overhead that compile removes.
 
-Denoise time of one request (gpus.md §6; the LLM-Viewer roofline pattern, gpus.md §6):
+Denoise time of one request (the per-layer roofline of hahnyuan/LLM-Viewer@472f71f:model_analyzer.py
+L56-83, L204-248, with one efficiency per kernel class; docs/concepts/time-model.md):
 
 * GEMM (linear layers, UNet convolutions): ``max(FLOPs ÷ (peak × η_gemm), weight bytes ÷ (bandwidth × η_mem))``
   per forward; the weights are read once per forward, so small-token shapes and FP8/INT4 weights show up.
@@ -8,12 +9,12 @@ Denoise time of one request (gpus.md §6; the LLM-Viewer roofline pattern, gpus.
   BF16 GEMM time by ``int4_linear.gemm_speedup`` on the architectures that have the 4-bit kernels.
 * attention core: ``FLOPs ÷ (peak × η_attn)`` with η of the backend on this architecture.
 * elementwise/norm work: ``passes × activation bytes ÷ (bandwidth × η_mem)``; the activation bytes are
-  the hidden state (2·d bytes per token, model-catalog.md §8) of every block, ``passes`` the number of
+  the hidden state (2·d bytes per token in bf16) of every block, ``passes`` the number of
   activation-sized reads/writes the unfused (eager) or fused (compiled) kernels make per block.
 * launch overhead: seconds per forward launch (eager; compile with CUDA graphs removes it).
 
 η_gemm, η_attn per (backend, architecture), the passes and the launch overhead are fitted jointly over the
-catalog's anchors (:mod:`diffbench.ledger.fit`). MFU = FLOPs / (time × GPUs × BF16 dense peak) (gpus.md §5.1).
+catalog's anchors (:mod:`diffbench.ledger.fit`). MFU = FLOPs / (time × GPUs × BF16 dense peak).
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
-"""From a request shape to token counts (model-catalog.md §4).
+"""From a request shape to token counts.
 
-Images (DiT): N_img = (H/16)·(W/16) for an 8× VAE with 2×2 patches; joint-attention models add their text
-tokens to the attention sequence. Video: N_vid = (1 + (F−1)/4)·(H/16)·(W/16) for a 4× temporal VAE.
+Images (DiT): N_img = (H/16)·(W/16) for an 8× VAE with 2×2 patches (FLUX: autoencoder ``ch_mult`` [1,2,4,4]
+and 64 = 16·2·2 packed input channels, black-forest-labs/flux@802fb47:src/flux/util.py); joint-attention
+models add their text tokens to the attention sequence. Video: N_vid = (1 + (F−1)/4)·(H/16)·(W/16) for a 4×
+temporal VAE (Wan's ``seq_len``, Wan-Video/Wan2.1@9737cba:wan/text2video.py L160-166).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from diffbench.errors import ShapeError, UsageError
 from diffbench.ledger.schema import ModelSpec
 
 _SIZE = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\d+)\s*$")
-PATCH_PX = 16  # 8× VAE × 2×2 patch (model-catalog.md §4)
+PATCH_PX = 16  # 8× VAE × 2×2 patch (see the module docstring)
 
 
 class Tokens(BaseModel):

@@ -1,4 +1,4 @@
-"""Capacity: instances = QPS × GPU-seconds per request × headroom (gpus.md §6).
+"""Capacity: instances = QPS × GPU-seconds per request × headroom (docs/guides/plan-a-deployment.md).
 
 Each instance holds ``gpus_per_instance`` GPUs; sequence parallelism lowers latency, not GPU-seconds, so the
 GPU count follows GPU-seconds, not latency. Nodes = ⌈GPUs ÷ GPUs per node⌉.

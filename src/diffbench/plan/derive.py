@@ -7,7 +7,7 @@ every subset is evaluated, not a greedy walk), applied in order of visibility. T
 budget allows, because they lower GPU-seconds (cost) even when the SLO is already met.
 
 ⑤ multi-GPU only when one GPU misses the p99 SLO *with queueing* or the model does not fit one GPU; the
-layouts the design names (NVLink: USP, + CFG parallel; PCIe: + PipeFusion; does not fit: TP) are compared
+layouts of the planning rules (NVLink: USP, + CFG parallel; PCIe: + PipeFusion; does not fit: TP) are compared
 on their p99 with queueing and their GPU count including the occupied time (:mod:`diffbench.plan.sizing`).
 ⑥ a few-step model only when allowed and still needed; it re-does ② and ③ on the few-step model and drops
 the step cache and PipeFusion, which lose their effect with few steps.
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 PIPEFUSION_FEW_STEP = ("PipeFusion attends to one-step-stale K/V of the other patches and needs warm-up steps "
-                       "without staleness (gpus.md §3, xDiT docs/methods/pipefusion.md, arXiv 2405.14430): with "
+                       "without staleness (xdit-project/xDiT docs/methods/pipefusion.md, arXiv 2405.14430): with "
                        "a few steps the stale activations differ too much and the warm-up is most of the run")
 
 Record = Callable[..., None]
@@ -63,7 +63,7 @@ def _fit_memory(catalog: Catalog, lc: LedgerConfig) -> tuple[LedgerConfig, str]:
 
 def _parallel_candidates(model: ModelSpec, gpu: GpuSpec, fps: int, gpn: int, fits: bool,
                          few_step: bool = False) -> list[tuple[str, int]]:
-    """The layouts the design names: NVLink → USP (+ CFG parallel, CFG-2 × USP-k next to USP-2k);
+    """The layouts the planning rules name (docs/guides/plan-a-deployment.md): NVLink → USP (+ CFG parallel, CFG-2 × USP-k next to USP-2k);
     PCIe → + PipeFusion (not for few-step models); does not fit one GPU → + tensor parallel."""
     degrees = [d for d in range(2, gpn + 1) if gpn % d == 0]
     nvlink = gpu.nvlink_gbps is not None
@@ -106,7 +106,7 @@ def _lossless(catalog: Catalog, cfg: PlanConfig, gpu: GpuSpec, lc: LedgerConfig,
         if why:
             add(2, "memory", True, f"{why}; peak {r2.peak_memory_bytes / 2**30:.1f} GiB, "
                 f"+{r2.offload_time_s:.2f} s of transfers", "offload time = bytes moved ÷ host-to-device "
-                "bandwidth minus overlap with compute (model-catalog.md §8)", r2,
+                "bandwidth minus overlap with compute (docs/concepts/time-model.md)", r2,
                 bench_cmd(cfg, frames, steps, lc2))
         else:
             add(2, "memory", False, "tiling and offload do not make one GPU fit; splitting across GPUs in ⑤",
@@ -393,7 +393,7 @@ def plan(catalog: Catalog, cfg: PlanConfig, service_samples: np.ndarray | None =
     sigs = signals_for(cfg, single, lat, par is not None)
     alerts = alerts_for(cfg, single, lat, par is not None, lc.compile, psnr)
     add(8, "signals", True, f"{len(sigs)} series to set or watch, {len(alerts)} alerts to enable",
-        "names from monitoring.md §3-§4; baselines from this plan, to be replaced by measured values", single,
+        "names from monitoring/alerts.yaml and diffbench.metrics.names; baselines from this plan, to be replaced by measured values", single,
         "— (no diffbench command yet: set them from the plan's --json signals and alerts)", par=par)
 
     return PlanResult(

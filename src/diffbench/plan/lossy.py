@@ -4,9 +4,9 @@ The lossy options are few: FP8 or INT4 linear layers (exclusive), 8-bit attentio
 threshold, sparse attention (video). Every valid subset is evaluated with the ledger and the fastest one
 (lowest GPU-seconds per request; ties go to the higher combined PSNR) whose combined PSNR stays within the
 budget is chosen. Taking options greedily in a fixed order lets a small win (8-bit attention, 1.05-1.2×)
-spend the budget that a larger one (the step cache) needed; the design's rule "lossless before lossy, lossy
-in order of visibility, stop at the budget" is the order in which options are *applied and confirmed*, not
-a reason to keep a poor trade (issue 13 §2). Quality costs combine as independent errors
+spend the budget that a larger one (the step cache) needed; the planning rule "lossless before lossy, lossy
+in order of visibility, stop at the budget" (docs/guides/plan-a-deployment.md) is the order in which options
+are *applied and confirmed*, not a reason to keep a poor trade. Quality costs combine as independent errors
 (:func:`diffbench.plan.quality.combine_psnr`).
 
 Hardware rules (each with its source in the catalog): FP8 only on ``fp8_linear.archs`` unless
@@ -104,7 +104,7 @@ def lossy_options(catalog: Catalog, model: ModelSpec, gpu: GpuSpec, current: Led
                               f"steps; {sc.source})")
     elif model.denoiser.arch == "unet":
         skip["step cache"] = ("UNet denoisers have no enable_cache; first-block cache raises on them "
-                              "(quality-metrics.md §11)")
+                              "(diffusers.hooks: UNet2DConditionModel does not inherit CacheMixin)")
     else:
         for t in sc.thresholds:
             out.append(LossyOption("step cache", f"cache {t.threshold:g}", "cache", t.psnr_db,

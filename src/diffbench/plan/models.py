@@ -65,7 +65,7 @@ class Alternative(BaseModel):
 
 
 class Signal(BaseModel):
-    """A dashboard series to set or watch (names from monitoring.md §3)."""
+    """A dashboard series to set or watch (names from :mod:`diffbench.metrics.names`)."""
 
     name: str
     value: float | None = None
@@ -74,7 +74,7 @@ class Signal(BaseModel):
 
 
 class Alert(BaseModel):
-    """An alert rule to enable (monitoring.md §4.1) and the threshold this plan implies."""
+    """An alert rule to enable (from monitoring/alerts.yaml) and the threshold this plan implies."""
 
     name: str
     condition: str

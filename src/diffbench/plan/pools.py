@@ -1,6 +1,6 @@
 """Shape pools: one pool per shape class of a ``--workload`` mix, each planned at its own shape and share.
 
-The design: "a 1024² main pool, small pools for the rest" — service times differ by orders of magnitude
+The planning rule (docs/guides/plan-a-deployment.md): a 1024² main pool, small pools for the rest — service times differ by orders of magnitude
 between shapes, so a mixed pool's p99 is set by its slowest shape. A shape class is one distinct
 (width, height, steps, frames) of the workload file that ``diffbench load`` takes (the CLI reads it with
 ``diffbench.load.client.workload.load_workload``; this package sees only the shapes, so ``plan`` does not

@@ -1,5 +1,5 @@
 """Quality budget arithmetic. Independent errors add in MSE, so PSNRs combine as
-PSNR = −10·log10(Σ 10^(−PSNR_i/10)) (PSNR = 10·log10(MAX²/MSE) with a common MAX; quality-metrics.md §1)."""
+PSNR = −10·log10(Σ 10^(−PSNR_i/10)) (PSNR = 10·log10(MAX²/MSE) with a common MAX; docs/concepts/quality-metrics.md)."""
 
 from __future__ import annotations
 

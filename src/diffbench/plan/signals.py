@@ -1,4 +1,4 @@
-"""⑧ Dashboard signals and alerts a plan implies (names and conditions from monitoring.md §3-§4)."""
+"""⑧ Dashboard signals and alerts a plan implies (names and conditions from monitoring/alerts.yaml)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def signals_for(cfg: PlanConfig, r: LedgerResult, latency_s: float, multi_gpu: b
 
 def alerts_for(cfg: PlanConfig, r: LedgerResult, latency_s: float, multi_gpu: bool, compiled: bool,
                psnr: float | None) -> list[Alert]:
-    """The monitoring.md §4.1 alerts that apply to this plan, with their thresholds."""
+    """The alerts of monitoring/alerts.yaml that apply to this plan, with their thresholds."""
     out = [
         Alert(name="DiffusionDenoiseStepRegression", condition="mean step time > 1.2 × baseline, same shape, 10m",
               threshold=f"{1.2 * mean_step_s(r, latency_s):.4f} s"),

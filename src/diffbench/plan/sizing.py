@@ -1,6 +1,6 @@
-"""Queueing-aware capacity of one layout: the design's formula next to the smallest count meeting the p99.
+"""Queueing-aware capacity of one layout: the planning formula next to the smallest count meeting the p99.
 
-- **formula**: ``instances = ⌈QPS × latency × headroom⌉`` (gpus.md §6), on the *occupied* time of an
+- **formula**: ``instances = ⌈QPS × latency × headroom⌉`` (docs/guides/plan-a-deployment.md), on the *occupied* time of an
   instance (one request holds all its GPUs for its whole latency, so a multi-GPU layout's inefficiency is
   paid in GPUs: occupied GPU·s = latency × GPUs per instance);
 - **queue**: :func:`diffbench.queueing.sizing.size_pool`, the smallest ``c`` whose simulated p99 latency
@@ -34,7 +34,7 @@ MAX_SIM_REQUESTS = 200_000
 10,000 QPS the default would hold ~4.5 M requests per count (over 1 GB, ~30 s per plan). Past ~500 instances the
 pool is large enough that arrivals average out and the formula's headroom, not the queue, sets the count."""
 CV_SOURCE = ("estimate: one shape at fixed steps on a warm (compiled) pipeline varies by a few per cent; "
-             "monitoring.md §4 alerts when per-rank compute spread exceeds 10 %; confirm with "
+             "DiffusionRankStepSkew in monitoring/alerts.yaml fires at a per-rank compute spread over 10 %; confirm with "
              "`diffbench bench --runs 30` and pass it as --service-from")
 
 

@@ -2,7 +2,7 @@
 
 Two answers side by side:
 
-- **the formula** (the design's rule, gpus.md §6): ``instances = ⌈QPS × E[S] × headroom⌉``. It keeps
+- **the formula** (the planning rule, docs/guides/plan-a-deployment.md): ``instances = ⌈QPS × E[S] × headroom⌉``. It keeps
   utilisation at ≤ 1/headroom but says nothing about waiting: a 4.3 s service time against a 5 s p99 SLO
   leaves 0.7 s for the queue, which the formula never checks;
 - **the queue** (:func:`size_pool`): the smallest ``c`` whose p99 latency (waiting + service) over ``c``
@@ -98,7 +98,7 @@ def mmc_latency_quantile(q: float, c: int, rate: float, mean_s: float) -> float:
 
 
 def formula_instances(qps: float, mean_s: float, headroom: float = 1.0) -> int:
-    """The design's count ⌈QPS × E[S] × headroom⌉ (at least 1)."""
+    """The planning formula's count ⌈QPS × E[S] × headroom⌉ (at least 1)."""
     return max(1, math.ceil(qps * mean_s * headroom - 1e-9))
 
 
