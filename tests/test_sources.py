@@ -60,7 +60,10 @@ def _shipped_files() -> list[Path]:
     files = []
     for top in SHIPPED:
         for f in sorted((ROOT / top).rglob("*")):
-            if f.is_file() and "__pycache__" not in f.parts and b"\0" not in f.read_bytes()[:8192]:
+            # build artefacts (``pip install -e`` writes src/diffbench.egg-info, whose PKG-INFO copies the
+            # README) are not sources; they are neither tracked nor shipped as written
+            built = "__pycache__" in f.parts or any(p.endswith(".egg-info") for p in f.parts)
+            if f.is_file() and not built and b"\0" not in f.read_bytes()[:8192]:
                 files.append(f)
     return files
 
