@@ -17,9 +17,9 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from diffbench.errors import OutputError
-    from diffbench.load.client.sweep import SweepRun
+    from diffbench.load.client.profile import ProfileRun
     from diffbench.load.client.vllm_compat import VllmOptions
-    from diffbench.load.knee import SweepResult
+    from diffbench.load.knee import LoadResult
 
 API_KEY_ENV = "DIFFBENCH_API_KEY"
 MAX_REQUESTS = 200_000
@@ -322,10 +322,10 @@ def _conditions_extra(cfg: object) -> dict[str, str]:
     """Report conditions of the stop rule, the goodput definition and the worker count."""
     import math
 
-    from diffbench.load.client.sweep import SweepConfig
+    from diffbench.load.client.profile import ProfileConfig
     from diffbench.load.goodput import describe
 
-    assert isinstance(cfg, SweepConfig)
+    assert isinstance(cfg, ProfileConfig)
     if cfg.rates is not None and any(math.isinf(r) for r in cfg.rates):
         stop = f"num_requests {cfg.num_requests} (a burst at t=0; the rates count over the time it took)"
     elif cfg.num_requests is not None and cfg.mode == "open":
@@ -346,7 +346,7 @@ def run_load_command(o: LoadOptions) -> None:
 
     from diffbench.errors import UsageError
     from diffbench.load.client.http import Target, parse_headers
-    from diffbench.load.client.sweep import SweepConfig
+    from diffbench.load.client.profile import ProfileConfig
     from diffbench.load.client.workload import load_workload
     from diffbench.load.goodput import latency_limit, parse_goodput, with_slo
     from diffbench.queueing.schedules import parse_int_list, spec_from_cli
@@ -423,7 +423,7 @@ def run_load_command(o: LoadOptions) -> None:
         _check_workers(o.workers)
     scraper = _scraper(o)
     schedule = spec_from_cli(arrival=o.arrival, duration_s=o.duration, burstiness=o.burstiness, seed=o.seed)
-    cfg = SweepConfig(mode=o.mode, rates=rates, users=users, duration_s=o.duration, schedule=schedule,  # type: ignore[arg-type]
+    cfg = ProfileConfig(mode=o.mode, rates=rates, users=users, duration_s=o.duration, schedule=schedule,  # type: ignore[arg-type]
                       slo_s=latency_limit(constraints), max_inflight=max_inflight, think_time_s=o.think_time,
                       drain_s=o.drain, warmup_per_shape=o.warmup, seed=o.seed, max_requests=o.max_requests,
                       num_requests=num_requests, goodput=constraints, workers=o.workers)
@@ -619,16 +619,16 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
     from diffbench.load.client.control import JsonlSink, RunControl
     from diffbench.load.client.dialects import sends_steps_and_frames, shape_label
     from diffbench.load.client.http import HttpBackend, Target
-    from diffbench.load.client.sweep import (
+    from diffbench.load.client.profile import (
         NoSuccessError,
-        SweepConfig,
+        ProfileConfig,
         WarmupFailed,
-        run_sweep,
+        run_profile,
         warmup_failure_result,
     )
     from diffbench.load.client.workload import RequestPlanner, RequestSpec, Workload, resolve_prompts
 
-    assert isinstance(cfg, SweepConfig) and isinstance(wl, Workload) and isinstance(target, Target)
+    assert isinstance(cfg, ProfileConfig) and isinstance(wl, Workload) and isinstance(target, Target)
     prompts, prompt_source = resolve_prompts(wl, o.prompts)
     planner = RequestPlanner(wl, prompts, seed=o.seed)
     conditions = {
@@ -717,7 +717,7 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
         row_monitor = ScrapeMonitor(scraper, monitor)  # type: ignore[assignment]
     executor = _executor(o, target)
 
-    async def main() -> SweepRun:
+    async def main() -> ProfileRun:
         backend = HttpBackend(target)
         conditions["payload_check"] = backend.check_mode
         if executor is not None:  # the parent's pool checks the warm-up only; each worker has its own
@@ -758,7 +758,7 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
                     for w in executor.clocks:  # type: ignore[attr-defined]
                         for text in w.warnings():
                             console.print(f"[yellow]warning: {text}[/yellow]")
-            return await run_sweep(cfg, backend, planner, control=control, sink=sink, conditions=conditions,
+            return await run_profile(cfg, backend, planner, control=control, sink=sink, conditions=conditions,
                                    progress=_noop if o.quiet else lambda msg: console.print(f"[dim]{msg}[/dim]"),
                                    monitor=row_monitor, replay=replay, slo=slo if slo.active else None,
                                    **extra)  # type: ignore[arg-type]
@@ -808,9 +808,9 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
         if scraper is not None:
             scraper.stop()  # type: ignore[attr-defined]
     if scraper is not None:
-        from diffbench.load.scrape import attach_sweep
+        from diffbench.load.scrape import attach_profile
 
-        sweep = attach_sweep(sweep, scraper)  # type: ignore[assignment, arg-type]
+        sweep = attach_profile(sweep, scraper)  # type: ignore[assignment, arg-type]
     _render(sweep, console)
     result = sweep.result
     if o.vllm is not None and (o.vllm.percentile_metrics or o.vllm.metric_percentiles):
@@ -838,7 +838,7 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
         raise NoSuccessError(_no_success_message(result, sweep.failed_in))
 
 
-def _write_outputs(o: LoadOptions, result: SweepResult, console: Console) -> OutputError | None:
+def _write_outputs(o: LoadOptions, result: LoadResult, console: Console) -> OutputError | None:
     """Write ``--json`` and ``--csv``, each tried even when the other fails (a full disk costs only the
     output on it). Returns the failure (:class:`OutputError`, exit 6) for the caller to raise once the run's
     other exits (interrupt) are decided; ``None`` when everything was written."""
@@ -872,9 +872,9 @@ def _noop(_: str) -> None:
 
 
 def _no_success_message(result: object, stage: str | None) -> str:
-    from diffbench.load.knee import SweepResult
+    from diffbench.load.knee import LoadResult
 
-    assert isinstance(result, SweepResult)
+    assert isinstance(result, LoadResult)
     counts = ", ".join(f"{k} {v}" for k, v in result.outcomes.items() if v)
     first = next((r.first_error for r in result.rates if r.first_error), None)
     where = f" in the {stage}" if stage else ""
@@ -882,7 +882,7 @@ def _no_success_message(result: object, stage: str | None) -> str:
             "There is no throughput, capacity or knee to report")
 
 
-def _render(sweep: SweepRun, console: Console) -> None:
+def _render(sweep: ProfileRun, console: Console) -> None:
     from diffbench.report.load_table import print_sweep
 
     if sweep.warmup.n:

@@ -1,4 +1,4 @@
-"""Sweep analysis: the knee, the capacity estimate and the :class:`SweepResult` of ``load`` and ``simulate``.
+"""Sweep analysis: the knee, the capacity estimate and the :class:`LoadResult` of ``load`` and ``simulate``.
 
 Every rate here is the **ok rate** (ok completions per second, :mod:`diffbench.load.summary`): a failed
 request never counts as throughput, capacity or knee.
@@ -46,7 +46,7 @@ MAX_FAILED_FRACTION = 0.01
 
 
 class Knee(BaseModel):
-    """The knee of a sweep. ``index`` points into ``SweepResult.rates`` (None: no row qualifies);
+    """The knee of a sweep. ``index`` points into ``LoadResult.rates`` (None: no row qualifies);
     ``offered_rate`` (req/s, open loop) or ``users`` (closed loop) identify the row; ``method`` is
     ``"slo"``, ``"tail_ratio"`` or ``"saturation"``; ``reason`` explains the choice in words."""
 
@@ -59,7 +59,7 @@ class Knee(BaseModel):
     reason: str
 
 
-class SweepResult(BaseModel):
+class LoadResult(BaseModel):
     """A rate (or user-count) sweep: one :class:`~diffbench.load.summary.RateSummary` per row, sorted by
     load, plus the knee and a capacity estimate in ok requests per second.
 
@@ -245,7 +245,7 @@ def analyze_sweep(
     slo_s: float | None = None,
     source: str = "load",
     conditions: dict[str, str] | None = None,
-) -> SweepResult:
+) -> LoadResult:
     """Sort rows by load, find the knee, estimate capacity and collect sweep-level warnings.
 
     Args:
@@ -275,7 +275,7 @@ def analyze_sweep(
     if not saturated and capacity is not None:
         warnings.append(f"capacity {capacity:.4g} ok/s is a lower bound: no row saturated the service")
     source_rows = "closed-loop rows" if ordered[0].mode == "closed" else "open-loop rows"
-    return SweepResult(source=source, mode=ordered[0].mode, slo_s=slo_s, rates=list(ordered), knee=knee,
+    return LoadResult(source=source, mode=ordered[0].mode, slo_s=slo_s, rates=list(ordered), knee=knee,
                        capacity_rps=capacity, capacity_saturated=saturated,
                        capacity_source=source_rows if capacity is not None else None,
                        conditions=conditions or {}, warnings=warnings, **totals)  # type: ignore[arg-type]
@@ -305,7 +305,7 @@ def unstable_warnings(rows: Sequence[RateSummary], capacity: float | None) -> li
     return out
 
 
-def merge_probe_capacity(result: SweepResult, probe: SweepResult | None) -> SweepResult:
+def merge_probe_capacity(result: LoadResult, probe: LoadResult | None) -> LoadResult:
     """Fold the closed-loop capacity probe of the same run into an open-loop sweep's capacity.
 
     The capacity becomes the higher of the two (both are ok rates), saturated when either is; the source
@@ -332,7 +332,7 @@ def merge_probe_capacity(result: SweepResult, probe: SweepResult | None) -> Swee
 
 __all__ = [
     "Knee",
-    "SweepResult",
+    "LoadResult",
     "analyze_sweep",
     "detect_divergence",
     "estimate_capacity",

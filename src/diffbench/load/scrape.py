@@ -286,7 +286,7 @@ def _noop(_: float) -> None:
 
 
 def row_label(row: object, probe: bool = False) -> str:
-    """The sweep monitor's label of a row (as :func:`diffbench.load.client.sweep.run_sweep` names runs)."""
+    """The sweep monitor's label of a row (as :func:`diffbench.load.client.profile.run_profile` names runs)."""
     from diffbench.load.summary import RateSummary
 
     assert isinstance(row, RateSummary)
@@ -298,12 +298,12 @@ def row_label(row: object, probe: bool = False) -> str:
 
 
 def attach(result: object, scraper: MetricsScraper, *, probe: bool = False, used: set[int] | None = None) -> object:
-    """``result`` (a SweepResult) with each row's ``server`` view and a mismatch warning where it applies.
+    """``result`` (a LoadResult) with each row's ``server`` view and a mismatch warning where it applies.
 
     Rows are matched to the scraper's windows by label, in order; a row without a window keeps None."""
-    from diffbench.load.knee import SweepResult
+    from diffbench.load.knee import LoadResult
 
-    assert isinstance(result, SweepResult)
+    assert isinstance(result, LoadResult)
     used = used if used is not None else set()
     rows, warnings = [], list(result.warnings)
     for row in result.rates:
@@ -329,11 +329,11 @@ def attach(result: object, scraper: MetricsScraper, *, probe: bool = False, used
     return result.model_copy(update={"rates": rows, "warnings": warnings})
 
 
-def attach_sweep(sweep: object, scraper: MetricsScraper) -> object:
-    """A SweepRun with :func:`attach` applied to its capacity probe (if any) and its result."""
-    from diffbench.load.client.sweep import SweepRun
+def attach_profile(sweep: object, scraper: MetricsScraper) -> object:
+    """A ProfileRun with :func:`attach` applied to its capacity probe (if any) and its result."""
+    from diffbench.load.client.profile import ProfileRun
 
-    assert isinstance(sweep, SweepRun)
+    assert isinstance(sweep, ProfileRun)
     used: set[int] = set()
     probe = attach(sweep.probe, scraper, probe=True, used=used) if sweep.probe is not None else None
     if sweep.probe is not None and sweep.result is sweep.probe:
@@ -342,6 +342,6 @@ def attach_sweep(sweep: object, scraper: MetricsScraper) -> object:
     return sweep.model_copy(update={"result": result, "probe": probe})
 
 
-__all__ = ["MetricsScraper", "ScrapeMonitor", "ServerSide", "attach", "attach_sweep", "coverage_warning",
+__all__ = ["MetricsScraper", "ScrapeMonitor", "ServerSide", "attach", "attach_profile", "coverage_warning",
            "mismatch_warning",
            "server_side"]

@@ -1,4 +1,4 @@
-"""Render a :class:`~diffbench.load.knee.SweepResult` (``diffbench load`` / ``diffbench simulate``) with rich.
+"""Render a :class:`~diffbench.load.knee.LoadResult` (``diffbench load`` / ``diffbench simulate``) with rich.
 
 One row per offered rate (open loop) or user count (closed loop): offered rate and sent rate (open loop),
 ``ok/s`` (ok completions per second), ``goodput`` (ok within the SLO per second), ``completed/s`` (any
@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from diffbench.core.console import make_console
-from diffbench.load.knee import SweepResult
+from diffbench.load.knee import LoadResult
 from diffbench.load.summary import RateSummary
 
 
@@ -62,7 +62,7 @@ def _flags(row: RateSummary, is_knee: bool) -> Text:
     return out
 
 
-def sweep_table(result: SweepResult, title: str | None = None) -> Table:
+def sweep_table(result: LoadResult, title: str | None = None) -> Table:
     """The per-rate table of a sweep (rates or users as rows, knee marked)."""
     closed = result.mode == "closed"
     table = Table(title=title or f"{result.source} · {result.mode} loop", title_justify="left",
@@ -98,7 +98,7 @@ def _row_label(row: RateSummary) -> str:
     return f"{row.users} users" if row.mode == "closed" else f"{_rate(row.offered_rate)} req/s"
 
 
-def per_shape_table(result: SweepResult) -> Table | None:
+def per_shape_table(result: LoadResult) -> Table | None:
     """Per-shape breakdown (rows: rate x shape) with latency from arrival; None when no row has shapes."""
     if not any(row.per_shape for row in result.rates):
         return None
@@ -113,7 +113,7 @@ def per_shape_table(result: SweepResult) -> Table | None:
     return table
 
 
-def server_table(result: SweepResult) -> Table | None:
+def server_table(result: LoadResult) -> Table | None:
     """The server's own view of each row (``load --scrape``), beside the client's: queue depth mean/max
     and queue wait mean, the mean request and stage times, and the outcomes the server counted; None
     when no row was scraped."""
@@ -143,7 +143,7 @@ def server_table(result: SweepResult) -> Table | None:
     return table
 
 
-def summary_line(result: SweepResult) -> str:
+def summary_line(result: LoadResult) -> str:
     """One line: requests, ok, failed fraction (called out above 5 %) and the capacity in ok/s."""
     from diffbench.load.summary import FAILED_WARN_FRACTION
 
@@ -161,7 +161,7 @@ def summary_line(result: SweepResult) -> str:
     return " · ".join(parts)
 
 
-def print_sweep(result: SweepResult, console: Console | None = None, title: str | None = None,
+def print_sweep(result: LoadResult, console: Console | None = None, title: str | None = None,
                 min_width: int = 150) -> None:
     """Print the table, the knee, the capacity estimate and the warnings of a sweep.
 
@@ -179,7 +179,7 @@ def print_sweep(result: SweepResult, console: Console | None = None, title: str 
         console.width = saved
 
 
-def _print_sweep(result: SweepResult, console: Console, title: str | None) -> None:
+def _print_sweep(result: LoadResult, console: Console, title: str | None) -> None:
     if result.conditions:
         console.print(" · ".join(f"{k} {v}" for k, v in result.conditions.items()), style="dim")
     console.print(sweep_table(result, title))
