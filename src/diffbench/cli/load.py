@@ -808,7 +808,7 @@ def _execute(o: LoadOptions, cfg: object, wl: object, target: object, console: C
         if scraper is not None:
             scraper.stop()  # type: ignore[attr-defined]
     if scraper is not None:
-        from diffbench.load.scrape import attach_profile
+        from diffbench.load.scrape_rows import attach_profile
 
         sweep = attach_profile(sweep, scraper)  # type: ignore[assignment, arg-type]
     _render(sweep, console)

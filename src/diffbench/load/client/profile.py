@@ -43,9 +43,9 @@ from diffbench.load.client.runners import RunResult
 from diffbench.load.client.slo import SloPolicy, base_unit_s, last_per_shape
 from diffbench.load.client.workload import RequestPlanner, RequestSpec, ShapeMix
 from diffbench.load.goodput import GoodputConstraint, latency_limit
-from diffbench.load.knee import LoadResult, analyze_sweep, merge_probe_capacity
+from diffbench.load.knee import Knee, LoadResult, analyze_sweep, merge_probe_capacity
 from diffbench.load.stops import plan_arrivals
-from diffbench.load.summary import RateSummary, summarize_rate
+from diffbench.load.summary import RateSummary, run_label, summarize_rate
 from diffbench.queueing.schedules import ScheduleSpec
 
 
@@ -67,8 +67,6 @@ def warmup_failure_result(cfg: ProfileConfig, exc: DiffbenchError, conditions: d
     """The :class:`LoadResult` written to ``--json`` when a run failed before it had a result (the warm-up
     failed, a load worker died): no rows, no knee, no capacity, ``partial`` true, the error text and, for a
     failed warm-up, its outcome counts."""
-    from diffbench.load.knee import Knee
-
     method = "slo" if cfg.knee_slo_s is not None else ("saturation" if cfg.mode == "closed" else "tail_ratio")
     return LoadResult(source="load", mode=cfg.mode, slo_s=cfg.knee_slo_s, rates=[],
                        knee=Knee(index=None, method=method, reason="none: nothing was measured"),
@@ -256,7 +254,7 @@ async def _closed_rows(cfg: ProfileConfig, users_list: list[int], executor: Load
         progress(f"{label} for {cfg.duration_s:g} s")
         hooks = _hooks(monitor)
         if monitor is not None:
-            monitor.begin(f"{'probe ' if probe else ''}{users} users", None, cfg.duration_s)
+            monitor.begin(run_label(users=users, probe=probe), None, cfg.duration_s)
         try:
             run = await executor.closed_loop(users, planner, duration_s=cfg.duration_s,
                                              think_time_s=cfg.think_time_s, drain_s=cfg.drain_s,
@@ -339,7 +337,7 @@ async def run_profile(
         progress(f"trace replay: {n} requests over {span:g} s")
         hooks = _hooks(monitor)
         if monitor is not None:
-            monitor.begin(f"trace of {n}", n, span)
+            monitor.begin(run_label(trace=n), n, span)
         try:
             run = await executor.open_loop(times, specs, offered_rate=None, duration_s=window,
                                            max_inflight=cfg.max_inflight, drain_s=cfg.drain_s, control=control,
@@ -394,7 +392,7 @@ async def run_profile(
             offered = None if burst else rate
             hooks = _hooks(monitor)
             if monitor is not None:
-                monitor.begin(f"burst of {len(times)}" if burst else f"{rate:g} req/s", len(times),
+                monitor.begin(run_label(burst=len(times)) if burst else run_label(rate=rate), len(times),
                               0.0 if burst else window)
             try:
                 run = await executor.open_loop(times, specs, offered_rate=offered, duration_s=window,
