@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import TYPE_CHECKING
 
 from rich import box
 from rich.console import Console
@@ -21,6 +22,9 @@ from rich.text import Text
 from diffbench.core.console import make_console
 from diffbench.load.knee import LoadResult
 from diffbench.load.summary import RateSummary
+
+if TYPE_CHECKING:
+    from diffbench.load.client.profile import ProfileRun
 
 
 def fmt_seconds(v: float | None) -> str:
@@ -213,5 +217,29 @@ def _print_sweep(result: LoadResult, console: Console, title: str | None) -> Non
             console.print(f"  {_row_label(row)}: {w}", style="yellow")
 
 
-__all__ = ["fmt_seconds", "offered_text", "per_shape_table", "print_sweep", "server_table", "summary_line",
-           "sweep_table"]
+def print_profile(run: ProfileRun, console: Console) -> None:
+    """Print a ``diffbench load`` run: the warm-up counts and errors, the capacity probe (automatic rates),
+    the rows (unless the probe measured no ok request), each row's HdrHistogram merge and SLO attainment."""
+    if run.warmup.n:
+        w = ", ".join(f"{k} {v}" for k, v in run.warmup.outcomes.items())
+        console.print(f"warm-up: {run.warmup.n} request(s): {w}")
+        for err in run.warmup.errors:
+            console.print(f"  warm-up error: {err}")
+    if run.probe is not None:
+        print_sweep(run.probe, console, title="capacity probe (closed loop)")
+    if run.failed_in is None:
+        print_sweep(run.result, console, title=f"diffbench load ({run.result.mode} loop)")
+        for row in run.result.rates:
+            if row.hdr is not None and "latency_from_arrival" in row.hdr.quantities:
+                h = row.hdr.quantities["latency_from_arrival"]
+                label = f"{row.users} users" if row.mode == "closed" else f"{offered_text(row)} req/s"
+                console.print(f"{label}: HdrHistogram merge of the workers: {h.n} ok, latency from "
+                              f"arrival p50 {h.p50 * 1e3:.3f} ms, p99 {h.p99 * 1e3:.3f} ms ({row.hdr.error})")
+            if row.slo_requests is not None:
+                att = "n/a" if row.slo_attainment is None else f"{row.slo_attainment:.1%}"
+                console.print(f"{offered_text(row)}: SLO attainment {att} ({row.slo_met} of {row.slo_requests} "
+                              "requests with an SLO met it)")
+
+
+__all__ = ["fmt_seconds", "offered_text", "per_shape_table", "print_profile", "print_sweep", "server_table",
+           "summary_line", "sweep_table"]
