@@ -171,7 +171,7 @@ def test_large_payloads_are_checked_in_worker_processes(fake, mode, outcome):
 
 
 def test_stop_before_anything_is_measured_exits_130(fake):
-    from diffbench.load.client.sweep import StoppedBeforeMeasuring, SweepConfig, run_sweep
+    from diffbench.load.client.profile import ProfileConfig, StoppedBeforeMeasuring, run_profile
 
     async def go():
         backend = HttpBackend(Target(base_url=fake.url("ok"), timeout_s=5.0))
@@ -180,7 +180,7 @@ def test_stop_before_anything_is_measured_exits_130(fake):
         control.request_stop("Ctrl-C")
         try:
             planner = RequestPlanner(default_workload(64, 64, 2), ["x"], seed=0)
-            await run_sweep(SweepConfig(rates=[1.0], duration_s=1.0), backend, planner, control=control)
+            await run_profile(ProfileConfig(rates=[1.0], duration_s=1.0), backend, planner, control=control)
         finally:
             await backend.close()
 

@@ -22,7 +22,7 @@ from diffbench.load.client import (
 )
 from diffbench.load.client.dialects import image_body, server_timings, video_fields
 from diffbench.load.client.payload import check_images, check_video
-from diffbench.load.client.sweep import NoSuccessError, auto_rates
+from diffbench.load.client.profile import NoSuccessError, auto_rates
 
 
 def _write(tmp_path, name, text):

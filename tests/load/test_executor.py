@@ -252,7 +252,7 @@ def test_a_job_larger_than_the_pipe_buffer_reaches_the_workers(fake):
 
 def test_sweep_runs_on_a_worker_pool_and_auto_merge_threshold(fake):
     from diffbench.load.client.executor import AUTO_HDR_THRESHOLD
-    from diffbench.load.client.sweep import SweepConfig, run_sweep
+    from diffbench.load.client.profile import ProfileConfig, run_profile
 
     auto = WorkerPool(_target(fake.url("ok")), workers=2)
     assert not auto.uses_hdr(AUTO_HDR_THRESHOLD) and auto.uses_hdr(AUTO_HDR_THRESHOLD + 1)
@@ -265,8 +265,8 @@ def test_sweep_runs_on_a_worker_pool_and_auto_merge_threshold(fake):
         await backend.start()
         try:
             async with WorkerPool(_target(fake.url("ok")), workers=2) as pool:
-                cfg = SweepConfig(rates=[10.0, 20.0], duration_s=0.5, seed=3)
-                return await run_sweep(cfg, backend, _planner(), executor=pool)
+                cfg = ProfileConfig(rates=[10.0, 20.0], duration_s=0.5, seed=3)
+                return await run_profile(cfg, backend, _planner(), executor=pool)
         finally:
             await backend.close()
 

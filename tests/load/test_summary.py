@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from diffbench.core.records import OUTCOMES, RequestRecord
-from diffbench.load.summary import detect_divergence, summarize_rate
+from diffbench.load.summary import detect_divergence, run_label, summarize_rate
 from diffbench.queueing.schedules import constant
 
 
@@ -157,3 +157,21 @@ def test_divergence_rule_on_constructed_latencies() -> None:
     assert d2.checked and not d2.unstable
     few = detect_divergence(t[:10], growing[:10], codes[:10], 10.0)
     assert not few.checked and not few.unstable
+
+
+def test_a_row_carries_the_label_its_run_was_named_by() -> None:
+    """The profile driver names each run with run_label; the row it produced has that label and is matched
+    back to the run (scrape windows) by it, bursts and trace replays by kind (planned vs measured count)."""
+    recs = _records(n=40)
+    rate = summarize_rate(recs, offered_rate=2.5, duration_s=10.0)
+    assert rate.label == run_label(rate=2.5) == "2.5 req/s"
+    assert rate.made_by("2.5 req/s") and not rate.made_by("25 req/s") and not rate.made_by("probe 2.5 req/s")
+    closed = summarize_rate(recs, offered_rate=None, duration_s=10.0, mode="closed", users=4)
+    assert closed.label == "4 users" and closed.made_by("4 users") and not closed.made_by("probe 4 users")
+    assert closed.made_by(run_label(users=4, probe=True), probe=True) and not closed.made_by("4 users", probe=True)
+    burst = summarize_rate(recs, offered_rate=None, duration_s=10.0, schedule="burst")
+    assert burst.label == f"burst of {len(recs)}" and burst.made_by(run_label(burst=50))
+    assert not burst.made_by(run_label(trace=40))
+    trace = summarize_rate(recs, offered_rate=None, duration_s=10.0, schedule="trace")
+    assert trace.label == f"{trace.achieved_rate:g} req/s" and trace.made_by(run_label(trace=40))
+    assert not trace.made_by(trace.label)

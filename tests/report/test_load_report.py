@@ -283,9 +283,9 @@ def test_markdown_has_the_tables_and_pngs(load_json: Path, tmp_path: Path) -> No
 
 
 def test_an_interrupted_result_says_so(sim_json: Path, tmp_path: Path) -> None:
-    from diffbench.load.knee import SweepResult
+    from diffbench.load.knee import LoadResult
 
-    res = SweepResult.model_validate_json(sim_json.read_text())
+    res = LoadResult.model_validate_json(sim_json.read_text())
     cut = tmp_path / "cut.json"
     cut.write_text(res.model_copy(update={"partial": True, "interrupted": True}).model_dump_json())
     found = _by_id(_doc(cut))

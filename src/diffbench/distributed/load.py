@@ -1,7 +1,7 @@
 """``diffbench load --workers N --ray ADDRESS``: the N load workers as Ray actors.
 
 Each actor runs the very worker loop of a local ``--workers`` process
-(:func:`diffbench.load.client.worker._serve`: one event loop, one ``HttpBackend``), on a thread of the actor,
+(:func:`diffbench.load.client.worker.serve`: one event loop, one ``HttpBackend``), on a thread of the actor,
 behind a queue pair that stands in for the process pipe. The driver's :class:`RayWorkerPool` is a
 :class:`~diffbench.load.client.executor.WorkerPool` whose workers are those actors, so everything the local
 pool does holds unchanged: the seeded schedule is built once on the driver and request ``i`` goes to worker
@@ -108,10 +108,10 @@ class LoadActor:
 
     def _main(self, index: int) -> None:
         from diffbench.load.client.eventloop import run
-        from diffbench.load.client.worker import _serve
+        from diffbench.load.client.worker import serve
 
         try:
-            run(_serve(self.conn, self.target, index, self.workers, self.backend_options),  # type: ignore[arg-type]
+            run(serve(self.conn, self.target, index, self.workers, self.backend_options),  # type: ignore[arg-type]
                 use_uvloop=self.use_uvloop)
         except BaseException as exc:  # the driver names it (as a local worker's "error")
             self.conn.send(("error", f"{type(exc).__name__}: {exc}"))

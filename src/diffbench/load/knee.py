@@ -1,4 +1,4 @@
-"""Sweep analysis: the knee, the capacity estimate and the :class:`SweepResult` of ``load`` and ``simulate``.
+"""Sweep analysis: the knee, the capacity estimate and the :class:`LoadResult` of ``load`` and ``simulate``.
 
 Every rate here is the **ok rate** (ok completions per second, :mod:`diffbench.load.summary`): a failed
 request never counts as throughput, capacity or knee.
@@ -46,7 +46,7 @@ MAX_FAILED_FRACTION = 0.01
 
 
 class Knee(BaseModel):
-    """The knee of a sweep. ``index`` points into ``SweepResult.rates`` (None: no row qualifies);
+    """The knee of a sweep. ``index`` points into ``LoadResult.rates`` (None: no row qualifies);
     ``offered_rate`` (req/s, open loop) or ``users`` (closed loop) identify the row; ``method`` is
     ``"slo"``, ``"tail_ratio"`` or ``"saturation"``; ``reason`` explains the choice in words."""
 
@@ -59,7 +59,7 @@ class Knee(BaseModel):
     reason: str
 
 
-class SweepResult(BaseModel):
+class LoadResult(BaseModel):
     """A rate (or user-count) sweep: one :class:`~diffbench.load.summary.RateSummary` per row, sorted by
     load, plus the knee and a capacity estimate in ok requests per second.
 
@@ -109,12 +109,6 @@ def _tail_ratio(row: RateSummary) -> float:
     return s.p99 / s.p50
 
 
-def _label(row: RateSummary) -> str:
-    if row.schedule == "burst":
-        return f"burst of {row.n}"
-    return f"{row.users} users" if row.mode == "closed" else f"{_load_key(row):g} req/s"
-
-
 def _past_knee(row: RateSummary) -> str | None:
     """Why a row is past the knee whatever the mode's rule (None: it is not)."""
     if row.n_ok == 0 and row.n:
@@ -141,7 +135,7 @@ def _knee_fields(rows: Sequence[RateSummary], index: int | None) -> dict[str, ob
 
 
 def _knee(method: str, rows: Sequence[RateSummary], index: int | None, why: str) -> Knee:
-    head = "none" if index is None else _label(rows[index])
+    head = "none" if index is None else rows[index].label
     return Knee(method=method, reason=f"{head}: {why}", **_knee_fields(rows, index))  # type: ignore[arg-type]
 
 
@@ -166,10 +160,10 @@ def find_knee(rows: Sequence[RateSummary], slo_s: float | None = None) -> Knee:
             index = i
         if index is None:
             extra = _past_knee(rows[0])
-            why = f"the lowest load ({_label(rows[0])}) already misses the SLO p99 <= {slo_s:g} s" + (
+            why = f"the lowest load ({rows[0].label}) already misses the SLO p99 <= {slo_s:g} s" + (
                 f" ({extra})" if extra else "")
         else:
-            tail = "every row meets it" if index == len(rows) - 1 else f"{_label(rows[index + 1])} misses it"
+            tail = "every row meets it" if index == len(rows) - 1 else f"{rows[index + 1].label} misses it"
             why = (f"highest load meeting p99 <= {slo_s:g} s with <= {MAX_FAILED_FRACTION:.0%} failures and no "
                    f"saturation flag; {tail}")
         return _knee("slo", rows, index, why)
@@ -194,12 +188,12 @@ def find_knee(rows: Sequence[RateSummary], slo_s: float | None = None) -> Knee:
         if past is None and ratio > TAIL_RATIO_GROWTH * base:
             past = f"p99/p50 {ratio:.3g} > {TAIL_RATIO_GROWTH:g} x {base:.3g} at the lowest rate"
         if past is not None:
-            why = (f"last rate before {_label(row)} ({past})" if index is not None
-                   else f"the lowest rate {_label(row)} is already past the knee ({past})")
+            why = (f"last rate before {row.label} ({past})" if index is not None
+                   else f"the lowest rate {row.label} is already past the knee ({past})")
             break
         index = i
     else:
-        why = f"no row past the knee; the knee is at or above {_label(rows[-1])}"
+        why = f"no row past the knee; the knee is at or above {rows[-1].label}"
     return _knee("tail_ratio", rows, index, why)
 
 
@@ -245,7 +239,7 @@ def analyze_sweep(
     slo_s: float | None = None,
     source: str = "load",
     conditions: dict[str, str] | None = None,
-) -> SweepResult:
+) -> LoadResult:
     """Sort rows by load, find the knee, estimate capacity and collect sweep-level warnings.
 
     Args:
@@ -265,7 +259,7 @@ def analyze_sweep(
     totals = _totals(ordered)
     warnings = []
     warnings.extend(unstable_warnings(ordered, capacity))
-    sat = [_label(r) for r in ordered if r.saturated and not r.unstable]
+    sat = [r.label for r in ordered if r.saturated and not r.unstable]
     if sat:
         warnings.append(f"{', '.join(sat)}: saturated: the ok rate does not keep up with the offered rate "
                         "(see the row warnings)")
@@ -275,7 +269,7 @@ def analyze_sweep(
     if not saturated and capacity is not None:
         warnings.append(f"capacity {capacity:.4g} ok/s is a lower bound: no row saturated the service")
     source_rows = "closed-loop rows" if ordered[0].mode == "closed" else "open-loop rows"
-    return SweepResult(source=source, mode=ordered[0].mode, slo_s=slo_s, rates=list(ordered), knee=knee,
+    return LoadResult(source=source, mode=ordered[0].mode, slo_s=slo_s, rates=list(ordered), knee=knee,
                        capacity_rps=capacity, capacity_saturated=saturated,
                        capacity_source=source_rows if capacity is not None else None,
                        conditions=conditions or {}, warnings=warnings, **totals)  # type: ignore[arg-type]
@@ -292,8 +286,8 @@ def unstable_warnings(rows: Sequence[RateSummary], capacity: float | None) -> li
     such, so the sentence and the capacity line never contradict each other.
     """
     out = []
-    above = [_label(r) for r in rows if r.unstable and (capacity is None or _load_key(r) > capacity)]
-    below = [_label(r) for r in rows if r.unstable and capacity is not None and _load_key(r) <= capacity]
+    above = [r.label for r in rows if r.unstable and (capacity is None or _load_key(r) > capacity)]
+    below = [r.label for r in rows if r.unstable and capacity is not None and _load_key(r) <= capacity]
     cap = "" if capacity is None else f" {capacity:.4g} ok/s"
     if above:
         out.append(f"{', '.join(above)}: {UNSTABLE_MARK} (offered load above the capacity{cap}; the queue "
@@ -305,7 +299,7 @@ def unstable_warnings(rows: Sequence[RateSummary], capacity: float | None) -> li
     return out
 
 
-def merge_probe_capacity(result: SweepResult, probe: SweepResult | None) -> SweepResult:
+def merge_probe_capacity(result: LoadResult, probe: LoadResult | None) -> LoadResult:
     """Fold the closed-loop capacity probe of the same run into an open-loop sweep's capacity.
 
     The capacity becomes the higher of the two (both are ok rates), saturated when either is; the source
@@ -332,7 +326,7 @@ def merge_probe_capacity(result: SweepResult, probe: SweepResult | None) -> Swee
 
 __all__ = [
     "Knee",
-    "SweepResult",
+    "LoadResult",
     "analyze_sweep",
     "detect_divergence",
     "estimate_capacity",

@@ -16,7 +16,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from diffbench.errors import UsageError
-from diffbench.load.knee import SweepResult, analyze_sweep
+from diffbench.load.knee import LoadResult, analyze_sweep
 from diffbench.load.summary import RateSummary, summarize_columns
 from diffbench.queueing.schedules import ScheduleSpec, build_schedule
 from diffbench.queueing.service_time import ServiceTime, load_service_samples, parse_service
@@ -115,7 +115,7 @@ class SimProgress:
 
 
 def simulate_sweep(config: SimConfig, on_run: Callable[[SimRun], None] | None = None,
-                   on_progress: Callable[[SimProgress], None] | None = None) -> SweepResult:
+                   on_progress: Callable[[SimProgress], None] | None = None) -> LoadResult:
     """Simulate every rate (open loop) or user count (closed loop) of ``config`` and analyse the sweep.
 
     Each row ``i`` draws from ``numpy.random.SeedSequence([seed, i])`` (arrivals and service streams

@@ -186,6 +186,41 @@ class RateSummary(BaseModel):
     ``--workers`` runs of more than 100,000 planned requests; None otherwise). The other figures of the row
     come from the exact merge of the records."""
 
+    @property
+    def label(self) -> str:
+        """The row's name in the knee's reasons, warnings and scrape windows (:func:`run_label`): ``"U users"``
+        (closed loop), ``"burst of N"`` (N requests at once), else ``"R req/s"`` (the offered rate; a trace
+        replay, which has none, by its achieved rate)."""
+        if self.mode == "closed":
+            return run_label(users=self.users or 0)
+        if self.schedule == "burst":
+            return run_label(burst=self.n)
+        return run_label(rate=self.offered_rate if self.offered_rate is not None else self.achieved_rate)
+
+    def made_by(self, run: str, *, probe: bool = False) -> bool:
+        """Whether the run the profile driver named ``run`` (:func:`run_label`) produced this row: equal
+        labels, except that a burst or a trace replay matches any run of its kind (the driver names them by
+        the planned count, the row by what it measured); ``probe``: a capacity-probe row."""
+        if self.mode == "open" and self.schedule == "burst":
+            return run.startswith("burst of ")
+        if self.mode == "open" and self.schedule == "trace":
+            return run.startswith("trace of ")
+        return run == (run_label(users=self.users or 0, probe=True) if probe else self.label)
+
+
+def run_label(*, users: int | None = None, rate: float | None = None, burst: int | None = None,
+              trace: int | None = None, probe: bool = False) -> str:
+    """The name of one run of a profile, the one :attr:`RateSummary.label` gives its row: ``users`` (closed
+    loop, ``"probe U users"`` in a capacity probe), a ``burst`` or a ``trace`` replay of N requests, else the
+    open-loop ``rate`` (req/s)."""
+    if users is not None:
+        return f"{'probe ' if probe else ''}{users} users"
+    if burst is not None:
+        return f"burst of {burst}"
+    if trace is not None:
+        return f"trace of {trace}"
+    return f"{rate:g} req/s"
+
 
 def detect_divergence(
     intended: np.ndarray,
@@ -528,6 +563,7 @@ __all__ = [
     "SERVICE_TIME_KEY",
     "UNSTABLE_MESSAGE",
     "detect_divergence",
+    "run_label",
     "summarize_columns",
     "summarize_rate",
 ]

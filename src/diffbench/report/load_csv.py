@@ -24,7 +24,7 @@ import io
 from pathlib import Path
 
 from diffbench.core.records import OUTCOMES
-from diffbench.load.knee import SweepResult
+from diffbench.load.knee import LoadResult
 from diffbench.load.summary import RateSummary
 from diffbench.metrics.names import OUTCOMES as SERVER_OUTCOMES
 from diffbench.report.load_table import offered_text
@@ -96,7 +96,7 @@ def row_values(row: RateSummary, *, is_knee: bool) -> dict[str, object]:
     return out
 
 
-def sweep_csv(result: SweepResult) -> str:
+def sweep_csv(result: LoadResult) -> str:
     """The CSV text of a sweep (header and one line per row, ``\\r\\n`` line ends as the csv module writes)."""
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=list(COLUMNS))
@@ -106,7 +106,7 @@ def sweep_csv(result: SweepResult) -> str:
     return buf.getvalue()
 
 
-def write_sweep_csv(path: str | Path, result: SweepResult) -> None:
+def write_sweep_csv(path: str | Path, result: LoadResult) -> None:
     """Write :func:`sweep_csv` to ``path`` with :func:`diffbench.core.jsonio.write_text_atomic` (a reader
     never sees half a file). The caller checked the path with :func:`diffbench.core.outpath.check_output_file`.
 

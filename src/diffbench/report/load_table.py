@@ -1,4 +1,4 @@
-"""Render a :class:`~diffbench.load.knee.SweepResult` (``diffbench load`` / ``diffbench simulate``) with rich.
+"""Render a :class:`~diffbench.load.knee.LoadResult` (``diffbench load`` / ``diffbench simulate``) with rich.
 
 One row per offered rate (open loop) or user count (closed loop): offered rate and sent rate (open loop),
 ``ok/s`` (ok completions per second), ``goodput`` (ok within the SLO per second), ``completed/s`` (any
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import TYPE_CHECKING
 
 from rich import box
 from rich.console import Console
@@ -19,8 +20,11 @@ from rich.table import Table
 from rich.text import Text
 
 from diffbench.core.console import make_console
-from diffbench.load.knee import SweepResult
+from diffbench.load.knee import LoadResult
 from diffbench.load.summary import RateSummary
+
+if TYPE_CHECKING:
+    from diffbench.load.client.profile import ProfileRun
 
 
 def fmt_seconds(v: float | None) -> str:
@@ -62,7 +66,7 @@ def _flags(row: RateSummary, is_knee: bool) -> Text:
     return out
 
 
-def sweep_table(result: SweepResult, title: str | None = None) -> Table:
+def sweep_table(result: LoadResult, title: str | None = None) -> Table:
     """The per-rate table of a sweep (rates or users as rows, knee marked)."""
     closed = result.mode == "closed"
     table = Table(title=title or f"{result.source} · {result.mode} loop", title_justify="left",
@@ -98,7 +102,7 @@ def _row_label(row: RateSummary) -> str:
     return f"{row.users} users" if row.mode == "closed" else f"{_rate(row.offered_rate)} req/s"
 
 
-def per_shape_table(result: SweepResult) -> Table | None:
+def per_shape_table(result: LoadResult) -> Table | None:
     """Per-shape breakdown (rows: rate x shape) with latency from arrival; None when no row has shapes."""
     if not any(row.per_shape for row in result.rates):
         return None
@@ -113,7 +117,7 @@ def per_shape_table(result: SweepResult) -> Table | None:
     return table
 
 
-def server_table(result: SweepResult) -> Table | None:
+def server_table(result: LoadResult) -> Table | None:
     """The server's own view of each row (``load --scrape``), beside the client's: queue depth mean/max
     and queue wait mean, the mean request and stage times, and the outcomes the server counted; None
     when no row was scraped."""
@@ -143,7 +147,7 @@ def server_table(result: SweepResult) -> Table | None:
     return table
 
 
-def summary_line(result: SweepResult) -> str:
+def summary_line(result: LoadResult) -> str:
     """One line: requests, ok, failed fraction (called out above 5 %) and the capacity in ok/s."""
     from diffbench.load.summary import FAILED_WARN_FRACTION
 
@@ -161,7 +165,7 @@ def summary_line(result: SweepResult) -> str:
     return " · ".join(parts)
 
 
-def print_sweep(result: SweepResult, console: Console | None = None, title: str | None = None,
+def print_sweep(result: LoadResult, console: Console | None = None, title: str | None = None,
                 min_width: int = 150) -> None:
     """Print the table, the knee, the capacity estimate and the warnings of a sweep.
 
@@ -179,7 +183,7 @@ def print_sweep(result: SweepResult, console: Console | None = None, title: str 
         console.width = saved
 
 
-def _print_sweep(result: SweepResult, console: Console, title: str | None) -> None:
+def _print_sweep(result: LoadResult, console: Console, title: str | None) -> None:
     if result.conditions:
         console.print(" · ".join(f"{k} {v}" for k, v in result.conditions.items()), style="dim")
     console.print(sweep_table(result, title))
@@ -213,5 +217,29 @@ def _print_sweep(result: SweepResult, console: Console, title: str | None) -> No
             console.print(f"  {_row_label(row)}: {w}", style="yellow")
 
 
-__all__ = ["fmt_seconds", "offered_text", "per_shape_table", "print_sweep", "server_table", "summary_line",
-           "sweep_table"]
+def print_profile(run: ProfileRun, console: Console) -> None:
+    """Print a ``diffbench load`` run: the warm-up counts and errors, the capacity probe (automatic rates),
+    the rows (unless the probe measured no ok request), each row's HdrHistogram merge and SLO attainment."""
+    if run.warmup.n:
+        w = ", ".join(f"{k} {v}" for k, v in run.warmup.outcomes.items())
+        console.print(f"warm-up: {run.warmup.n} request(s): {w}")
+        for err in run.warmup.errors:
+            console.print(f"  warm-up error: {err}")
+    if run.probe is not None:
+        print_sweep(run.probe, console, title="capacity probe (closed loop)")
+    if run.failed_in is None:
+        print_sweep(run.result, console, title=f"diffbench load ({run.result.mode} loop)")
+        for row in run.result.rates:
+            if row.hdr is not None and "latency_from_arrival" in row.hdr.quantities:
+                h = row.hdr.quantities["latency_from_arrival"]
+                label = f"{row.users} users" if row.mode == "closed" else f"{offered_text(row)} req/s"
+                console.print(f"{label}: HdrHistogram merge of the workers: {h.n} ok, latency from "
+                              f"arrival p50 {h.p50 * 1e3:.3f} ms, p99 {h.p99 * 1e3:.3f} ms ({row.hdr.error})")
+            if row.slo_requests is not None:
+                att = "n/a" if row.slo_attainment is None else f"{row.slo_attainment:.1%}"
+                console.print(f"{offered_text(row)}: SLO attainment {att} ({row.slo_met} of {row.slo_requests} "
+                              "requests with an SLO met it)")
+
+
+__all__ = ["fmt_seconds", "offered_text", "per_shape_table", "print_profile", "print_sweep", "server_table",
+           "summary_line", "sweep_table"]

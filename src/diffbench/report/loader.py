@@ -44,7 +44,7 @@ class LoadedResult:
 
     kind: str
     path: Path
-    model: Any  # BenchResult | QualityReport | SweepResult (sweep) | SweepResult (load) | PlanResult | LedgerResult
+    model: Any  # BenchResult | QualityReport | SweepResult (sweep) | LoadResult (load) | PlanResult | LedgerResult
     display: str | None = None
     """Set by :func:`~diffbench.report.build.build_document` when two files share a name (``r1/r``)."""
 
@@ -66,7 +66,7 @@ def _model_class(kind: str) -> tuple[type[BaseModel], int]:
         from diffbench.sweep.models import SweepResult
         return SweepResult, SV
     if kind == "load":
-        from diffbench.load.knee import SweepResult as LoadSweep
+        from diffbench.load.knee import LoadResult as LoadSweep
         from diffbench.load.summary import SCHEMA_VERSION as LV
         return LoadSweep, LV
     if kind == "plan":

@@ -10,8 +10,8 @@ from diffbench.load.client.base import Attempt, Backend
 from diffbench.load.client.control import JsonlSink, RunControl, read_jsonl
 from diffbench.load.client.http import HttpBackend, Target, parse_headers
 from diffbench.load.client.outcomes import classify_exception, classify_status, parse_retry_after
+from diffbench.load.client.profile import ProfileConfig, ProfileRun, auto_rates, run_profile
 from diffbench.load.client.runners import RunResult, run_closed_loop, run_open_loop
-from diffbench.load.client.sweep import SweepConfig, SweepRun, auto_rates, run_sweep
 from diffbench.load.client.workload import (
     RequestPlanner,
     RequestSpec,
@@ -32,8 +32,8 @@ __all__ = [
     "RunControl",
     "RunResult",
     "ShapeMix",
-    "SweepConfig",
-    "SweepRun",
+    "ProfileConfig",
+    "ProfileRun",
     "Target",
     "Workload",
     "auto_rates",
@@ -47,5 +47,5 @@ __all__ = [
     "read_jsonl",
     "run_closed_loop",
     "run_open_loop",
-    "run_sweep",
+    "run_profile",
 ]

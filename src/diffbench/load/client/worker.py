@@ -84,13 +84,17 @@ def worker_main(conn: Connection, target: Any, index: int, workers: int, use_uvl
     from diffbench.load.client.eventloop import run
 
     try:
-        run(_serve(conn, target, index, workers, backend_options or {}), use_uvloop=use_uvloop)
+        run(serve(conn, target, index, workers, backend_options or {}), use_uvloop=use_uvloop)
     finally:
         with contextlib.suppress(OSError):
             conn.close()
 
 
-async def _serve(conn: Connection, target: Any, index: int, workers: int, options: dict[str, Any]) -> None:
+async def serve(conn: Connection, target: Any, index: int, workers: int, options: dict[str, Any]) -> None:
+    """The load worker's serve loop on the running event loop: one ``HttpBackend`` on ``target`` (with
+    ``options``), answering the parent's messages on ``conn`` until ``("quit",)``. Worker ``index`` of
+    ``workers`` (a process of :class:`~diffbench.load.client.executor.WorkerPool`, or a Ray actor's thread).
+    A backend that cannot start is reported as ``("error", text)`` and the loop returns."""
     from diffbench.load.client.eventloop import running_loop_name
     from diffbench.load.client.http import HttpBackend
 

@@ -1,4 +1,4 @@
-"""Report sections of ``diffbench load`` and ``diffbench simulate`` results (both :class:`SweepResult`).
+"""Report sections of ``diffbench load`` and ``diffbench simulate`` results (both :class:`LoadResult`).
 
 Sections, with every block id prefixed ``load-``:
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from diffbench.load.knee import SweepResult
+from diffbench.load.knee import LoadResult
 from diffbench.load.summary import RateSummary
 from diffbench.report.document import Block, Facts, Note, Plot, Section, Table
 from diffbench.report.kinds import ReportOptions
@@ -59,7 +59,7 @@ def _source(r: LoadedResult) -> str:
     return f"{r.model.source}: {r.label}"
 
 
-def _flags(res: SweepResult, i: int, row: RateSummary) -> str:
+def _flags(res: LoadResult, i: int, row: RateSummary) -> str:
     out = []
     if res.knee.index == i:
         out.append("KNEE")
@@ -72,7 +72,7 @@ def _flags(res: SweepResult, i: int, row: RateSummary) -> str:
 
 def summary_blocks(i: int, r: LoadedResult) -> list[Block]:
     """The knee, capacity and totals of result ``i``, its no-rows / partial notes and its sweep warnings."""
-    res: SweepResult = r.model
+    res: LoadResult = r.model
     if res.capacity_rps is None:
         capacity = "none (no request succeeded)"
     else:
@@ -110,7 +110,7 @@ def conditions_facts(i: int, r: LoadedResult) -> Facts:
 
 def rows_table(i: int, r: LoadedResult) -> Table:
     """Every plotted number per row of result ``i`` (latencies in ms, rates in req/s)."""
-    res: SweepResult = r.model
+    res: LoadResult = r.model
     kinds = outcome_kinds([(r.label, res)])
     head = ["users" if res.mode == "closed" else "offered (req/s)", "n", "n ok", "sent/s", "ok/s", "goodput/s",
             "completed/s", "failed", "p50 (ms)", "p90 (ms)", "p99 (ms)", "p99.9 (ms)", "p99 send (ms)",
@@ -138,7 +138,7 @@ def server_blocks(i: int, r: LoadedResult) -> list[Block]:
     service and stage times (ms, from histogram sum/count deltas over the row), the outcomes the server
     counted) and the per-stage times the server reported in its responses (``row.server_stages_s``, mean over
     ok requests, ms). Empty when the run was not scraped and no response reported stages."""
-    res: SweepResult = r.model
+    res: LoadResult = r.model
     blocks: list[Block] = []
     scraped = [row for row in res.rates if row.server is not None]
     if scraped:

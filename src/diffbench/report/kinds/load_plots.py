@@ -1,4 +1,4 @@
-"""The plots of a load / simulate report (:class:`~diffbench.load.knee.SweepResult`), one or several overlaid.
+"""The plots of a load / simulate report (:class:`~diffbench.load.knee.LoadResult`), one or several overlaid.
 
 Every plot takes ``series``: ``(label, result)`` pairs of one mode (open loop: x = offered rate in req/s;
 closed loop: x = user count), drawn in :data:`~diffbench.report.figures.COLORS` order, one colour per
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from diffbench.core.records import OUTCOMES
-from diffbench.load.knee import SweepResult
+from diffbench.load.knee import LoadResult
 from diffbench.load.summary import LAG_P99_WARN_S, RateSummary
 from diffbench.report.figures import COLORS, new_figure
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-Series = Sequence[tuple[str, SweepResult]]
+Series = Sequence[tuple[str, LoadResult]]
 
 OUTCOME_COLORS = {
     "ok": "#2ca02c", "rejected": "#ff7f0e", "timeout": "#d62728", "http_error": "#9467bd",
@@ -52,7 +52,7 @@ def row_label(row: RateSummary) -> str:
     return f"{row.users} users" if row.mode == "closed" else f"{row_x(row):g} req/s"
 
 
-def knee_x(result: SweepResult) -> float | None:
+def knee_x(result: LoadResult) -> float | None:
     """Where the knee line goes: ``knee.users`` (closed loop) or ``knee.offered_rate`` (req/s); None when
     the result has no knee."""
     k = result.knee
@@ -171,7 +171,7 @@ def outcomes_plot(bid: str, series: Series) -> Figure:
     return fig
 
 
-def divergence_rows(res: SweepResult) -> list[RateSummary]:
+def divergence_rows(res: LoadResult) -> list[RateSummary]:
     """Rows whose first/second-half comparison was made (``divergence.checked``)."""
     return [r for r in res.rates if r.divergence.checked and _finite(r.divergence.first_half_p50_s)
             and _finite(r.divergence.second_half_p50_s)]

@@ -1,4 +1,4 @@
-"""run_sweep feeds a RowMonitor (the live progress) and honours --num-requests, against the fake server."""
+"""run_profile feeds a RowMonitor (the live progress) and honours --num-requests, against the fake server."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import inspect
 import pytest
 
 from diffbench.load.client import HttpBackend, RequestPlanner, Target, default_workload
+from diffbench.load.client.profile import ProfileConfig, run_profile
 from diffbench.load.client.runners import run_open_loop
-from diffbench.load.client.sweep import SweepConfig, run_sweep
 from diffbench.queueing.schedules import ScheduleSpec
 
 pytestmark = pytest.mark.timeout(60)
@@ -43,9 +43,9 @@ def test_monitor_sees_every_row_and_record(fake):
         await backend.start()
         try:
             planner = RequestPlanner(default_workload(64, 64, 2), ["x"], seed=0)
-            cfg = SweepConfig(rates=[20.0, 40.0], duration_s=30.0, schedule=ScheduleSpec(kind="constant"),
+            cfg = ProfileConfig(rates=[20.0, 40.0], duration_s=30.0, schedule=ScheduleSpec(kind="constant"),
                               num_requests=6, warmup_per_shape=0)
-            return await run_sweep(cfg, backend, planner, monitor=mon)
+            return await run_profile(cfg, backend, planner, monitor=mon)
         finally:
             await backend.close()
 

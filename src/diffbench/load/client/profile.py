@@ -1,4 +1,5 @@
-"""The sweep driver (the *profile*): which runs happen in sequence, each summarized once.
+"""The profile driver (a load rate sweep; guidellm calls it a "profile"): which runs happen in sequence,
+each summarized once.
 
 - Open loop, given rates: one run per rate on a schedule from :func:`diffbench.queueing.schedules.build_schedule`
   (seeded per rate), summarized by :func:`diffbench.load.summary.summarize_rate`.
@@ -42,9 +43,9 @@ from diffbench.load.client.runners import RunResult
 from diffbench.load.client.slo import SloPolicy, base_unit_s, last_per_shape
 from diffbench.load.client.workload import RequestPlanner, RequestSpec, ShapeMix
 from diffbench.load.goodput import GoodputConstraint, latency_limit
-from diffbench.load.knee import SweepResult, analyze_sweep, merge_probe_capacity
+from diffbench.load.knee import Knee, LoadResult, analyze_sweep, merge_probe_capacity
 from diffbench.load.stops import plan_arrivals
-from diffbench.load.summary import RateSummary, summarize_rate
+from diffbench.load.summary import RateSummary, run_label, summarize_rate
 from diffbench.queueing.schedules import ScheduleSpec
 
 
@@ -62,14 +63,12 @@ class WarmupFailed(NoSuccessError):
         self.report = report
 
 
-def warmup_failure_result(cfg: SweepConfig, exc: DiffbenchError, conditions: dict[str, str]) -> SweepResult:
-    """The :class:`SweepResult` written to ``--json`` when a run failed before it had a result (the warm-up
+def warmup_failure_result(cfg: ProfileConfig, exc: DiffbenchError, conditions: dict[str, str]) -> LoadResult:
+    """The :class:`LoadResult` written to ``--json`` when a run failed before it had a result (the warm-up
     failed, a load worker died): no rows, no knee, no capacity, ``partial`` true, the error text and, for a
     failed warm-up, its outcome counts."""
-    from diffbench.load.knee import Knee
-
     method = "slo" if cfg.knee_slo_s is not None else ("saturation" if cfg.mode == "closed" else "tail_ratio")
-    return SweepResult(source="load", mode=cfg.mode, slo_s=cfg.knee_slo_s, rates=[],
+    return LoadResult(source="load", mode=cfg.mode, slo_s=cfg.knee_slo_s, rates=[],
                        knee=Knee(index=None, method=method, reason="none: nothing was measured"),
                        capacity_rps=None, capacity_saturated=False, partial=True, conditions=conditions,
                        error=str(exc),
@@ -88,11 +87,11 @@ AUTO_FRACTIONS: tuple[float, ...] = (0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.2)
 PROBE_GAIN = 1.05
 
 
-class SweepConfig(BaseModel):
+class ProfileConfig(BaseModel):
     """What to run. ``rates`` None means automatic (open loop only); a rate ``inf`` is a burst (needs
     ``num_requests``). Durations in seconds. ``num_requests`` stops each open-loop rate after that many
     arrivals (or at ``duration_s``, whichever first); ``goodput`` defines a good request; ``workers`` is
-    the number of load processes (recorded; the executor that runs them is passed to :func:`run_sweep`)."""
+    the number of load processes (recorded; the executor that runs them is passed to :func:`run_profile`)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -129,14 +128,14 @@ class WarmupReport(BaseModel):
     latencies: list[tuple[ShapeMix, float]] = []
 
 
-class SweepRun(BaseModel):
-    """A finished (or interrupted) sweep: the result, the capacity probe (auto rates) and the warm-up.
+class ProfileRun(BaseModel):
+    """A finished (or interrupted) profile: the result, the capacity probe (auto rates) and the warm-up.
 
     ``failed_in`` names the stage in which no request succeeded (``"capacity probe"``: the sweep stopped
     there and ``result`` holds the probe's rows), else None."""
 
-    result: SweepResult
-    probe: SweepResult | None = None
+    result: LoadResult
+    probe: LoadResult | None = None
     warmup: WarmupReport = WarmupReport()
     interrupted: bool = False
     failed_in: str | None = None
@@ -221,7 +220,7 @@ def auto_rates(capacity_rps: float) -> list[float]:
     return sorted(set(out))
 
 
-def _summarize(run: RunResult, cfg: SweepConfig, *, schedule: str | None = None,
+def _summarize(run: RunResult, cfg: ProfileConfig, *, schedule: str | None = None,
                stopped_by: Literal["duration", "num_requests", "interrupted"] | None = None,
                slo: SloPolicy | None = None) -> RateSummary:
     """One row over the runner's window (the count stop's window is passed to the runner as its duration);
@@ -242,7 +241,7 @@ def _summarize(run: RunResult, cfg: SweepConfig, *, schedule: str | None = None,
     return row.model_copy(update=update) if update else row
 
 
-async def _closed_rows(cfg: SweepConfig, users_list: list[int], executor: LoadExecutor, planner: RequestPlanner,
+async def _closed_rows(cfg: ProfileConfig, users_list: list[int], executor: LoadExecutor, planner: RequestPlanner,
                        control: RunControl, sink: JsonlSink | None, progress: Progress,
                        probe: bool, monitor: RowMonitor | None = None,
                        slo: SloPolicy | None = None) -> list[RateSummary]:
@@ -255,7 +254,7 @@ async def _closed_rows(cfg: SweepConfig, users_list: list[int], executor: LoadEx
         progress(f"{label} for {cfg.duration_s:g} s")
         hooks = _hooks(monitor)
         if monitor is not None:
-            monitor.begin(f"{'probe ' if probe else ''}{users} users", None, cfg.duration_s)
+            monitor.begin(run_label(users=users, probe=probe), None, cfg.duration_s)
         try:
             run = await executor.closed_loop(users, planner, duration_s=cfg.duration_s,
                                              think_time_s=cfg.think_time_s, drain_s=cfg.drain_s,
@@ -274,8 +273,8 @@ async def _closed_rows(cfg: SweepConfig, users_list: list[int], executor: LoadEx
     return rows
 
 
-async def run_sweep(
-    cfg: SweepConfig,
+async def run_profile(
+    cfg: ProfileConfig,
     backend: Backend,
     planner: RequestPlanner,
     *,
@@ -287,7 +286,7 @@ async def run_sweep(
     executor: LoadExecutor | None = None,
     replay: tuple[np.ndarray, Sequence[RequestSpec]] | None = None,
     slo: SloPolicy | None = None,
-) -> SweepRun:
+) -> ProfileRun:
     """Warm up, run every rate (or user count), summarize each and analyse the sweep.
 
     ``replay`` (open loop, ``load --trace``): instead of the rates, one run sending ``specs[i]`` at
@@ -324,7 +323,7 @@ async def run_sweep(
             conditions["slo_base_unit_s"] = f"{slo.base_s:.12g} (median of the last warm-up latency / work units per shape)"
     if slo is not None and slo.active:
         conditions["slo_per_request"] = slo.describe()
-    probe_result: SweepResult | None = None
+    probe_result: LoadResult | None = None
     rows: list[RateSummary] = []
     skipped: list[str] = []
     if cfg.mode == "closed":
@@ -338,7 +337,7 @@ async def run_sweep(
         progress(f"trace replay: {n} requests over {span:g} s")
         hooks = _hooks(monitor)
         if monitor is not None:
-            monitor.begin(f"trace of {n}", n, span)
+            monitor.begin(run_label(trace=n), n, span)
         try:
             run = await executor.open_loop(times, specs, offered_rate=None, duration_s=window,
                                            max_inflight=cfg.max_inflight, drain_s=cfg.drain_s, control=control,
@@ -360,7 +359,7 @@ async def run_sweep(
                                              conditions={"purpose": "capacity probe"})
             capacity = max((r.ok_rate for r in probe_rows), default=0.0)
             if probe_result is not None and capacity <= 0:
-                return SweepRun(result=probe_result, probe=probe_result, warmup=wu,
+                return ProfileRun(result=probe_result, probe=probe_result, warmup=wu,
                                 interrupted=control.stopped, failed_in="capacity probe")
             if not control.stopped:
                 rates = auto_rates(capacity)
@@ -393,7 +392,7 @@ async def run_sweep(
             offered = None if burst else rate
             hooks = _hooks(monitor)
             if monitor is not None:
-                monitor.begin(f"burst of {len(times)}" if burst else f"{rate:g} req/s", len(times),
+                monitor.begin(run_label(burst=len(times)) if burst else run_label(rate=rate), len(times),
                               0.0 if burst else window)
             try:
                 run = await executor.open_loop(times, specs, offered_rate=offered, duration_s=window,
@@ -412,7 +411,7 @@ async def run_sweep(
                                "use a longer --duration or a higher rate")
     if not rows and probe_result is not None and control.stopped:
         partial = probe_result.model_copy(update={"partial": True, "interrupted": True})
-        return SweepRun(result=partial, probe=probe_result, warmup=wu, interrupted=True)
+        return ProfileRun(result=partial, probe=probe_result, warmup=wu, interrupted=True)
     if not rows and skipped and not control.stopped:
         raise UsageError("nothing was measured: " + "; ".join(skipped))
     if not rows:
@@ -424,5 +423,5 @@ async def run_sweep(
         result = result.model_copy(update={"warnings": [*result.warnings, *extra]})
     if control.stopped:
         result = result.model_copy(update={"partial": True, "interrupted": True})
-    return SweepRun(result=result, probe=probe_result, warmup=wu, interrupted=control.stopped)
+    return ProfileRun(result=result, probe=probe_result, warmup=wu, interrupted=control.stopped)
 

@@ -1,0 +1,55 @@
+"""``diffbench load --scrape URL``: the scraped server view put beside each row of a profile.
+
+A :class:`~diffbench.load.scrape.MetricsScraper` keeps one window per run, named by the profile driver
+(:func:`~diffbench.load.summary.run_label`); each row finds its window with
+:meth:`~diffbench.load.summary.RateSummary.made_by`, in order, so rows and windows share one label.
+"""
+
+from __future__ import annotations
+
+from diffbench.load.client.profile import ProfileRun
+from diffbench.load.knee import LoadResult
+from diffbench.load.scrape import MAX_ERRORS, MetricsScraper, ServerSide, coverage_warning, mismatch_warning
+
+
+def attach(result: LoadResult, scraper: MetricsScraper, *, probe: bool = False,
+           used: set[int] | None = None) -> LoadResult:
+    """``result`` with each row's ``server`` view and a mismatch warning where it applies.
+
+    Rows are matched to the scraper's windows by label, in order (``used``: window indexes already taken,
+    updated); a row without a window keeps None. ``probe``: the rows of a capacity probe."""
+    used = used if used is not None else set()
+    rows, warnings = [], list(result.warnings)
+    for row in result.rates:
+        idx = next((i for i, w in enumerate(scraper.windows) if i not in used and row.made_by(w.label, probe=probe)),
+                   None)
+        if idx is None:
+            rows.append(row)
+            continue
+        used.add(idx)
+        win = scraper.windows[idx]
+        view = win.view
+        if view is None:  # the end scrape failed: no deltas, keep the errors
+            view = ServerSide(url=scraper.url, scrapes=len(win.periodic), errors=win.errors[:MAX_ERRORS])
+        update: dict[str, object] = {"server": view}
+        w = coverage_warning(row.n_ok, view) or mismatch_warning(
+            row.latency_from_arrival_s.mean if row.n_ok else None, row.lag_s.mean, view)
+        if w is not None:
+            update["warnings"] = [*row.warnings, f"server mismatch: {w}"]
+            label = "burst" if row.mode == "open" and row.schedule == "burst" else row.label
+            warnings.append(f"{label}: {w}")
+        rows.append(row.model_copy(update=update))
+    return result.model_copy(update={"rates": rows, "warnings": warnings})
+
+
+def attach_profile(run: ProfileRun, scraper: MetricsScraper) -> ProfileRun:
+    """``run`` with :func:`attach` applied to its capacity probe (if any) and its result."""
+    used: set[int] = set()
+    probe = attach(run.probe, scraper, probe=True, used=used) if run.probe is not None else None
+    if run.probe is not None and run.result is run.probe:
+        return run.model_copy(update={"result": probe, "probe": probe})
+    result = attach(run.result, scraper, used=used)
+    return run.model_copy(update={"result": result, "probe": probe})
+
+
+__all__ = ["attach", "attach_profile"]
