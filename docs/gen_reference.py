@@ -5,6 +5,14 @@ Writes, under ``docs/reference/``:
 - ``commands/index.md`` and one page per command and subcommand of the ``diffbench`` typer app
   (``src/diffbench/cli/main.py``), each with the command's one-line help and its ``--help`` output in a
   fenced block. The commands are enumerated from the app, not listed here.
+- ``metrics.md``: the Prometheus metric table :data:`diffbench.metrics.names.METRICS`.
+- ``results.md``: every result kind (a pydantic model with ``kind`` and ``schema_version`` fields, found by
+  scanning ``src/``) with its ``schema_version`` and JSON schema.
+- ``http-routes.md``: the routes of the reference service (``diffbench serve``), read from its FastAPI app
+  built in-process over the simulated engine (needs the ``serve`` extra; nothing is started or listened on).
+- ``errors.md``: the exception classes of ``diffbench.errors`` and their exit codes.
+- ``environment.md``: the environment variables ``src/`` reads (found with :mod:`ast`), with the meaning
+  :data:`ENV_MEANINGS` gives each; a variable found without a meaning is an error.
 
 The pages are committed; ``tests/docs/test_reference.py`` regenerates them in memory and fails when a
 committed page differs, and checks every help block against ``diffbench <command> --help`` run as a
@@ -23,8 +31,12 @@ wheel. Needs nothing beyond the core install.
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import importlib
+import inspect
 import io
+import json
 import os
 import sys
 from collections.abc import Iterator, Mapping
@@ -34,6 +46,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
+SRC = ROOT / "src"
 REFERENCE = DOCS / "reference"
 COMMANDS_DIR = "reference/commands"
 """Folder of the command pages, relative to ``docs/``."""
@@ -102,6 +115,16 @@ def _click_root() -> Any:
     from diffbench.cli.main import app
 
     return typer.main.get_command(app)
+
+
+def _md(text: str) -> str:
+    """reST in a docstring as Markdown: ````x```` -> ```x```, ``:role:`~a.b.C``` -> ```C```, ``:role:`a.b``` -> ```a.b```."""
+    import re
+
+    text = re.sub(r":\w+:`~?([\w.]+)`", lambda m: "`" + (m.group(1).rsplit(".", 1)[-1]
+                                                       if m.group(0).split("`")[1].startswith("~")
+                                                       else m.group(1)) + "`", text)
+    return re.sub(r"``([^`]+)``", r"`\1`", text)
 
 
 def _one_line(help_text: str | None) -> str:
@@ -217,12 +240,329 @@ def help_blocks(page: str) -> list[str]:
     return blocks
 
 
+# --- metrics ---------------------------------------------------------------------------------------------
+
+
+def _edge(e: float) -> str:
+    return format(e, ".12g")
+
+
+def metrics_page() -> str:
+    """Markdown of ``metrics.md`` from :mod:`diffbench.metrics.names`."""
+    from diffbench.metrics import names
+
+    series = {n: v for n, v in vars(names).items() if n.endswith("_BUCKETS") and isinstance(v, tuple)}
+
+    def series_of(b: tuple[float, ...]) -> str:
+        found = [n for n, v in series.items() if v == b]
+        if not found:
+            raise ValueError(f"buckets {b[:3]}… match no *_BUCKETS constant of diffbench.metrics.names")
+        return found[0]
+
+    doc = (names.__doc__ or "").split("\n\n")
+    lines = [HEADER, "# Metrics", "",
+             "Every Prometheus metric family the reference service exports, from the one table in "
+             "`diffbench.metrics.names` (`METRICS`). Rules, dashboard, `plan` and `doctor` name only these.", "",
+             _md(" ".join(doc[2].split())) if len(doc) > 2 else "", "",
+             "| Family | Type | Unit | Labels | Buckets | Help |", "| --- | --- | --- | --- | --- | --- |"]
+    for m in names.METRICS:
+        samples = "<br>".join(f"`{x}`" for x in m.samples)
+        labels = ", ".join(f"`{x}`" for x in m.labels)
+        buckets = f"[`{series_of(m.buckets)}`](#{_anchor(series_of(m.buckets))})" if m.buckets else ""
+        lines.append(f"| {samples} | {m.kind} | {m.unit} | {labels} | {buckets} | {m.help} |")
+    lines += ["", "## Label values", "",
+              "Labels take values from bounded sets only (no prompt, seed or raw size):", "",
+              "| Label | Values |", "| --- | --- |",
+              f"| `outcome` | {', '.join(f'`{v}`' for v in names.OUTCOMES)} (errors charged to the budget: "
+              f"{', '.join(f'`{v}`' for v in names.ERROR_OUTCOMES)}) |",
+              f"| `traffic` | {', '.join(f'`{v}`' for v in names.TRAFFIC)} |",
+              f"| `stage` | {', '.join(f'`{v}`' for v in names.STAGES)} |",
+              f"| `shape` | an allowlisted shape class, else `{names.OTHER_SHAPE}` |", "",
+              "## Buckets", "",
+              "Upper edges (`le`, seconds) of each histogram bucket series; `+Inf` is added by the exporter.", ""]
+    for n, v in series.items():
+        lines += [f"### {n}", "", f"{len(v)} edges, {_edge(v[0])} to {_edge(v[-1])}:", "", "```text",
+                  *_wrap(", ".join(_edge(e) for e in v)), "```", ""]
+    return "\n".join(lines)
+
+
+def _wrap(text: str, width: int = WIDTH) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, width=width, break_on_hyphens=False)
+
+
+# --- result kinds ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResultKind:
+    """A result model: ``kind`` and ``schema_version`` are the defaults of its fields."""
+
+    kind: str
+    schema_version: int
+    model: type
+    summary: str
+
+    @property
+    def qualname(self) -> str:
+        return f"{self.model.__module__}.{self.model.__qualname__}"
+
+
+def _modules(src: Path = SRC) -> Iterator[tuple[str, Path, ast.Module]]:
+    """``(dotted module name, file, parsed tree)`` of every module under ``src/diffbench``."""
+    for f in sorted((src / "diffbench").rglob("*.py")):
+        parts = f.relative_to(src).with_suffix("").parts
+        mod = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        yield mod, f, ast.parse(f.read_text(encoding="utf-8"), filename=str(f))
+
+
+def result_kinds() -> list[ResultKind]:
+    """Every class in ``src/`` declaring a ``schema_version`` field whose ``kind`` field has a default, by kind."""
+    from pydantic import BaseModel
+
+    out: list[ResultKind] = []
+    for mod, _f, tree in _modules():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ClassDef) or not any(
+                    isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)
+                    and st.target.id == "schema_version" for st in node.body):
+                continue
+            cls = getattr(importlib.import_module(mod), node.name)
+            if not (isinstance(cls, type) and issubclass(cls, BaseModel)):
+                raise TypeError(f"{mod}.{node.name} declares schema_version but is not a pydantic model")
+            fields = cls.model_fields
+            kind = fields["kind"].default if "kind" in fields else None
+            if not isinstance(kind, str):
+                continue  # a versioned part of a result (e.g. one rate's summary) or a data file, not a result
+            doc = inspect.cleandoc(cls.__dict__.get("__doc__") or "")  # its own, not BaseModel's
+            out.append(ResultKind(kind, int(fields["schema_version"].default), cls, _md(_one_line(doc))))
+    return sorted(out, key=lambda r: r.kind)
+
+
+def results_page() -> str:
+    """Markdown of ``results.md``: every result kind, its ``schema_version`` and JSON schema."""
+    kinds = result_kinds()
+    lines = [HEADER, "# Result kinds and JSON schemas", "",
+             "Each result document below carries `kind` and `schema_version`: the defaults of the fields of "
+             "the pydantic model that writes it (every model in `src/` with both fields).", "",
+             "| `kind` | `schema_version` | Model | What it is |", "| --- | --- | --- | --- |"]
+    for r in kinds:
+        lines.append(f"| [`{r.kind}`](#{_anchor(r.kind)}) | {r.schema_version} | `{r.qualname}` | {r.summary} |")
+    lines.append("")
+    for r in kinds:
+        schema = json.dumps(r.model.model_json_schema(), indent=2, sort_keys=True, ensure_ascii=False)
+        lines += [f"## {r.kind}", "", f"`schema_version` {r.schema_version}, model `{r.qualname}`.", ""]
+        if r.summary:
+            lines += [r.summary, ""]
+        lines += [f'??? note "JSON schema of `{r.kind}`"', "", "    ```json",
+                  *(("    " + ln).rstrip() for ln in schema.splitlines()), "    ```", ""]
+    return "\n".join(lines)
+
+
+def _anchor(title: str) -> str:
+    """The id MkDocs' toc gives a heading of plain text (lower case, ``.`` dropped, spaces to ``-``)."""
+    import re
+
+    slug = re.sub(r"[^\w\s-]", "", title.strip().lower())
+    return re.sub(r"[-\s]+", "-", slug)
+
+
+# --- HTTP routes -----------------------------------------------------------------------------------------
+
+
+def routes(enable_faults: bool = False) -> list[tuple[str, str, str]]:
+    """``(method, path, summary)`` of the reference service's routes, from its app over the sim engine.
+
+    The app is only built (no lifespan, no engine start, no socket). Raises MissingDependencyError
+    without the ``serve`` extra.
+    """
+    from fastapi.routing import APIRoute
+
+    from diffbench.engines.config import EngineConfig
+    from diffbench.server.app import create_app
+    from diffbench.server.config import ServerConfig
+
+    app = create_app(ServerConfig(engine=EngineConfig(engine="sim"), enable_faults=enable_faults))
+    out = []
+    for r in app.routes:
+        if not isinstance(r, APIRoute):  # /openapi.json, /docs: FastAPI's own
+            continue
+        # the summary /openapi.json gives: the route's, else its function name in title case
+        summary = r.summary or r.name.replace("_", " ").title()
+        for method in sorted(r.methods):
+            out.append((method, r.path, summary))
+    return out
+
+
+def routes_page() -> str:
+    """Markdown of ``http-routes.md``."""
+    plain = routes()
+    faults = [r for r in routes(enable_faults=True) if r not in plain]
+    lines = [HEADER, "# HTTP routes of the reference service", "",
+             "Routes of `diffbench serve` (from its FastAPI app). Request and response bodies are described "
+             "by the service's own OpenAPI document at `/openapi.json`.", "",
+             "| Method | Path | Summary |", "| --- | --- | --- |"]
+    lines += [f"| {m} | `{p}` | {s} |" for m, p, s in plain]
+    if faults:
+        lines += ["", "Only with `diffbench serve --enable-faults` (the pre-launch drills):", "",
+                  "| Method | Path | Summary |", "| --- | --- | --- |"]
+        lines += [f"| {m} | `{p}` | {s} |" for m, p, s in faults]
+    lines.append("")
+    return "\n".join(lines)
+
+
+# --- errors ----------------------------------------------------------------------------------------------
+
+
+def error_classes() -> list[type]:
+    """Every exception class of :mod:`diffbench.errors`, parents before children, in definition order."""
+    from diffbench import errors
+
+    classes = [c for c in vars(errors).values()
+               if isinstance(c, type) and issubclass(c, errors.DiffbenchError) and c.__module__ == errors.__name__]
+    line = {c: inspect.getsourcelines(c)[1] for c in classes}
+    return sorted(classes, key=lambda c: line[c])
+
+
+def errors_page() -> str:
+    """Markdown of ``errors.md``."""
+    from diffbench import errors
+
+    doc = inspect.getdoc(errors) or ""
+    tail = doc.split("```")[-1].strip()
+    lines = [HEADER, "# Errors and exit codes", "",
+             "Every failure diffbench reports is one of these exceptions (`diffbench.errors`); the command "
+             "line prints one `error: ...` line and exits with the class's code.", "",
+             "| Exit code | Exception | Parent | Meaning |", "| --- | --- | --- | --- |"]
+    for c in error_classes():
+        parent = c.__mro__[1].__name__ if c is not errors.DiffbenchError else ""
+        lines.append(f"| {c.exit_code} | `{c.__name__}` | {f'`{parent}`' if parent else ''} | "
+                     f"{_md(_one_line(inspect.getdoc(c)))} |")
+    lines += ["", _md(" ".join(tail.split())), ""]
+    return "\n".join(lines)
+
+
+# --- environment -----------------------------------------------------------------------------------------
+
+
+ENV_MEANINGS: dict[str, str] = {
+    "COLUMNS": "Width of tables and summaries printed to a pipe or file (otherwise wide enough that no row wraps).",
+    "DIFFBENCH_API_KEY": "Bearer token `load` sends when `--api-key` is not given.",
+    "DIFFBENCH_PROGRESS": "`always`, `never` or `auto` (default): draw the live progress line on stderr even "
+                          "on a pipe, never, or only on a terminal. Any other value is a usage error.",
+    "DIFFBENCH_STORE": "Path of the SQLite run store (default `$XDG_DATA_HOME/diffbench/store.sqlite`).",
+    "DIFFUSERS_VERBOSITY": "Set to `error` by the command line unless already set: quiet diffusers logging.",
+    "HF_HUB_OFFLINE": "Set to `1` by the command line unless already set: the hub client fails fast instead of "
+                      "downloading (models and weights are read from disk).",
+    "OMP_NUM_THREADS": "Intra-op CPU threads recorded for the diffusers engine (default: the CPU count).",
+    "PROMTOOL": "Path of the `promtool` binary used to check the alert rules (default: `promtool` on PATH).",
+    "RAY_AUTH_MODE": "Read only to word the error when a `--ray` cluster cannot be reached: unset, the "
+                     "message suggests `RAY_AUTH_MODE=token` for token-authenticated clusters.",
+    "RAY_USAGE_STATS_ENABLED": "Set to `0` before Ray is imported unless already set: no usage statistics.",
+    "TORCH_HOME": "Where the LPIPS weights are looked up (`$TORCH_HOME/hub/checkpoints`).",
+    "TRANSFORMERS_OFFLINE": "Set to `1` by the command line unless already set, like `HF_HUB_OFFLINE`.",
+    "TRANSFORMERS_VERBOSITY": "Set to `error` by the command line unless already set: quiet transformers logging.",
+    "XDG_CACHE_HOME": "Base of the default `TORCH_HOME` (`$XDG_CACHE_HOME/torch`, default `~/.cache/torch`).",
+    "XDG_DATA_HOME": "Base of the default run store (`~/.local/share` when unset).",
+}
+"""Meaning of every environment variable ``src/`` reads; the test checks it covers :func:`environment_reads`."""
+
+
+def _is_environ(node: ast.AST) -> bool:
+    """``os.environ`` or a bare ``environ``."""
+    return (isinstance(node, ast.Attribute) and node.attr == "environ" and isinstance(node.value, ast.Name)
+            and node.value.id == "os") or (isinstance(node, ast.Name) and node.id == "environ")
+
+
+def _env_key(node: ast.AST) -> ast.AST | None:
+    """The key expression when ``node`` reads the environment, else None."""
+    if isinstance(node, ast.Call) and node.args:
+        f = node.func
+        if isinstance(f, ast.Attribute) and f.attr in ("get", "setdefault", "pop") and _is_environ(f.value):
+            return node.args[0]
+        if (isinstance(f, ast.Attribute) and f.attr == "getenv" and isinstance(f.value, ast.Name)
+                and f.value.id == "os") or (isinstance(f, ast.Name) and f.id == "getenv"):
+            return node.args[0]
+    if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and _is_environ(node.value):
+        return node.slice
+    if (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.In, ast.NotIn))
+            and _is_environ(node.comparators[0])):
+        return node.left
+    return None
+
+
+def _string_constants(tree: ast.Module) -> dict[str, str]:
+    return {t.id: st.value.value for st in tree.body if isinstance(st, ast.Assign)
+            for t in st.targets if isinstance(t, ast.Name)
+            and isinstance(st.value, ast.Constant) and isinstance(st.value.value, str)}
+
+
+def environment_reads(src: Path = SRC) -> dict[str, list[str]]:
+    """Variable name -> ``path:line`` of each place ``src/`` reads it (``os.environ.get/[...]/setdefault``,
+    ``os.getenv``, ``in os.environ``), keys resolved from string constants, also ones imported by name.
+
+    Raises:
+        ValueError: a key that is neither a string constant nor a name bound to one (a computed name).
+    """
+    modules = list(_modules(src))
+    constants = {mod: _string_constants(tree) for mod, _f, tree in modules}
+    found: dict[str, list[str]] = {}
+    for mod, f, tree in modules:
+        imported = {a.asname or a.name: (n.module, a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                    and n.module for a in n.names}
+        for node in ast.walk(tree):
+            key = _env_key(node)
+            if key is None:
+                continue
+            where = f"{f.relative_to(src.parent).as_posix()}:{node.lineno}"
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                name = key.value
+            elif isinstance(key, ast.Name) and key.id in constants[mod]:
+                name = constants[mod][key.id]
+            elif isinstance(key, ast.Name) and key.id in imported and \
+                    imported[key.id][1] in constants.get(imported[key.id][0], {}):
+                name = constants[imported[key.id][0]][imported[key.id][1]]
+            else:
+                raise ValueError(f"{where}: environment variable name is not a string constant: "
+                                 f"{ast.unparse(key)}")
+            found.setdefault(name, []).append(where)
+    return dict(sorted(found.items()))
+
+
+def environment_page() -> str:
+    """Markdown of ``environment.md``.
+
+    Raises:
+        KeyError: a variable read in ``src/`` that :data:`ENV_MEANINGS` does not explain.
+    """
+    reads = environment_reads()
+    missing = sorted(set(reads) - set(ENV_MEANINGS))
+    if missing:
+        raise KeyError(f"environment variables without a meaning in ENV_MEANINGS of docs/gen_reference.py: {missing}")
+    lines = [HEADER, "# Environment variables", "",
+             "Every environment variable diffbench's code reads. Options on the command line win over "
+             "these where both exist.", "",
+             "| Variable | Meaning | Read in |", "| --- | --- | --- |"]
+    for name, where in reads.items():
+        files = sorted({w.split(":")[0] for w in where})
+        lines.append(f"| `{name}` | {ENV_MEANINGS[name]} | {', '.join(f'`{x}`' for x in files)} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
 # --- all pages -------------------------------------------------------------------------------------------
 
 
 def pages() -> dict[str, str]:
     """Every generated page: path relative to ``docs/`` -> Markdown."""
-    return dict(sorted(command_pages().items()))
+    out = command_pages()
+    out["reference/metrics.md"] = metrics_page()
+    out["reference/results.md"] = results_page()
+    out["reference/http-routes.md"] = routes_page()
+    out["reference/errors.md"] = errors_page()
+    out["reference/environment.md"] = environment_page()
+    return dict(sorted(out.items()))
 
 
 def stale(generated: Mapping[str, str], docs: Path = DOCS) -> list[str]:

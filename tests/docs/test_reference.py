@@ -92,3 +92,73 @@ def test_help_rendering_does_not_leak_its_environment(monkeypatch: pytest.Monkey
 
 def test_normalize_help_drops_padding_only() -> None:
     assert gen.normalize_help("   \n Usage: x   \n\n a  b \n  \n") == " Usage: x\n\n a  b\n"
+
+
+def test_metrics_page_lists_every_family(generated: dict[str, str]) -> None:
+    from diffbench.metrics.names import METRICS
+
+    page = generated["reference/metrics.md"]
+    for m in METRICS:
+        assert f"`{m.samples[0]}`" in page and m.help in page, m.name
+    assert "### REQUEST_BUCKETS" in page and "1800" in page
+
+
+def test_results_page_has_each_kind_and_its_schema(generated: dict[str, str]) -> None:
+    import json
+
+    page = generated["reference/results.md"]
+    kinds = {r.kind: r for r in gen.result_kinds()}
+    assert {"diffbench.bench", "diffbench-quality", "diffbench.sweep", "diffbench.load", "diffbench.plan",
+            "diffbench.ledger"} <= set(kinds)
+    for kind, r in kinds.items():
+        section = page.split(f"\n## {kind}\n", 1)[1].split("\n## ", 1)[0]
+        assert f"`schema_version` {r.schema_version}," in section
+        body = section.split("    ```json\n", 1)[1].split("    ```", 1)[0]
+        assert json.loads("\n".join(ln[4:] for ln in body.splitlines())) == r.model.model_json_schema(), kind
+
+
+def test_http_routes_page_has_every_route(generated: dict[str, str]) -> None:
+    pytest.importorskip("fastapi")
+    page = generated["reference/http-routes.md"]
+    plain = gen.routes()
+    assert ("POST", "/v1/images/generations", "Generate Images") in plain
+    assert all(p != "/admin/faults" for _m, p, _s in plain)  # only with --enable-faults
+    for method, path, _s in gen.routes(enable_faults=True):
+        assert f"| {method} | `{path}` |" in page
+
+
+def test_errors_page_has_every_class_and_exit_code(generated: dict[str, str]) -> None:
+    from diffbench import errors
+
+    page = generated["reference/errors.md"]
+    classes = gen.error_classes()
+    assert classes[0] is errors.DiffbenchError and errors.GateFailed in classes
+    for c in classes:
+        assert f"| {c.exit_code} | `{c.__name__}` |" in page
+
+
+def test_every_environment_variable_read_has_a_meaning() -> None:
+    reads = gen.environment_reads()
+    assert {"DIFFBENCH_STORE", "DIFFBENCH_PROGRESS", "DIFFBENCH_API_KEY", "HF_HUB_OFFLINE"} <= set(reads)
+    missing = sorted(set(reads) - set(gen.ENV_MEANINGS))
+    assert not missing, f"add the meaning of {missing} to ENV_MEANINGS in docs/gen_reference.py; {FIX}"
+    unused = sorted(set(gen.ENV_MEANINGS) - set(reads))
+    assert not unused, f"ENV_MEANINGS explains variables the code no longer reads: {unused}"
+
+
+def test_environment_scan_finds_every_form(tmp_path: Path) -> None:
+    pkg = tmp_path / "diffbench"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "consts.py").write_text('NAME_ENV = "FROM_CONSTANT"\n')
+    (pkg / "sub" / "a.py").write_text(
+        "import os\nfrom os import getenv\nfrom diffbench.consts import NAME_ENV as N\nLOCAL = 'LOCAL_CONST'\n"
+        "os.environ.get('A')\nos.getenv('B')\ngetenv('B2')\nx = os.environ['C']\ny = 'D' in os.environ\n"
+        "os.environ.setdefault('E', '1')\nos.environ.get(LOCAL)\nos.environ.get(N)\n"
+        "os.environ['WRITTEN'] = '1'\nenv = dict(os.environ)\nenv.get('NOT_ENV')\n")
+    reads = gen.environment_reads(tmp_path)
+    assert set(reads) == {"A", "B", "B2", "C", "D", "E", "LOCAL_CONST", "FROM_CONSTANT"}
+    assert reads["A"] == [f"{tmp_path.name}/diffbench/sub/a.py:5"]  # relative to the folder above src
+    (pkg / "sub" / "b.py").write_text("import os\nos.environ.get('X' + 'Y')\n")
+    with pytest.raises(ValueError, match="b.py:2"):
+        gen.environment_reads(tmp_path)
