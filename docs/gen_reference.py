@@ -336,6 +336,8 @@ def result_kinds() -> list[ResultKind]:
             if not isinstance(kind, str):
                 continue  # a versioned part of a result (e.g. one rate's summary) or a data file, not a result
             doc = inspect.cleandoc(cls.__dict__.get("__doc__") or "")  # its own, not BaseModel's
+            if not doc or "module docstring" in doc:  # the module describes it
+                doc = inspect.getdoc(importlib.import_module(mod)) or ""
             out.append(ResultKind(kind, int(fields["schema_version"].default), cls, _md(_one_line(doc))))
     return sorted(out, key=lambda r: r.kind)
 
