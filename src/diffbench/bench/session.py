@@ -303,7 +303,7 @@ def _write(opts: BenchOptions, result: BenchResult, markdown: bool) -> None:
         except OutputError as exc:
             raise OutputError(f"--json {exc}") from exc
     if markdown and opts.markdown_path:
-        from diffbench.report.bench_report import to_markdown
+        from diffbench.bench.render import to_markdown
 
         try:
             opts.markdown_path.write_text(to_markdown(result))

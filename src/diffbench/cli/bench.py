@@ -212,7 +212,7 @@ def register(app: typer.Typer) -> None:
         from diffbench.core.outpath import check_output_dir, check_output_file
         from diffbench.engines.config import ENGINES, EngineConfig, SimParams, check_device
         from diffbench.errors import DiffbenchError, ShapeError
-        from diffbench.report.bench_report import print_console
+        from diffbench.bench.render import print_console
 
         # Every check that needs no model runs here, before anything is loaded or created.
         if offload not in ("none", "model", "sequential"):
@@ -336,7 +336,7 @@ def register(app: typer.Typer) -> None:
         except ShapeError as exc:
             raise ShapeError(f"{shape_option(str(exc), shapes)}: {exc}") from None
         except KeyboardInterrupt:
-            from diffbench.report.bench_report import partial_lines
+            from diffbench.bench.render import partial_lines
 
             for line in partial_lines(latest["r"]) if latest else []:
                 typer.echo(line, err=True)
