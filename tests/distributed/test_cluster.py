@@ -168,10 +168,10 @@ def test_packed_results_round_trip_and_foreign_pickles_are_refused(tmp_path) -> 
 
     from diffbench.distributed.taskstore import pack, unpack
     from diffbench.engines.base import GenerationResult, StageTimes
-    from diffbench.quality.compare import _Outcome
+    from diffbench.quality.compare import PairOutcome
 
     feats = np.random.default_rng(0).normal(size=(2, 8)).astype(np.float32)
-    out = unpack(pack(_Outcome(feats=(feats, feats * 2))))
+    out = unpack(pack(PairOutcome(feats=(feats, feats * 2))))
     assert out.feats[0].dtype == np.float32 and np.array_equal(out.feats[1], feats * 2)
     gen = GenerationResult(images=None, stages=StageTimes(text_encode_s=0.1, denoise_s=1.0, vae_decode_s=0.2, step_s=[0.5, 0.5]),
                            extra={"x": 1.5})
