@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.e2e
+
 HEAVY = ("torch", "diffusers", "transformers", "httpx", "aiohttp", "matplotlib", "selenium", "ray")
 
 

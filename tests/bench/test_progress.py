@@ -18,6 +18,8 @@ from diffbench.engines.base import GenerationRequest
 from diffbench.engines.config import EngineConfig, SimParams
 from diffbench.engines.registry import create_engine
 
+pytestmark = pytest.mark.e2e
+
 A = GenerationRequest(prompt="a", height=64, width=64, steps=2)
 B = GenerationRequest(prompt="a", height=128, width=128, steps=2)
 

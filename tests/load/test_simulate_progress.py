@@ -13,8 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from diffbench.load.simulator import SimConfig, SimProgress, simulate_sweep
 from diffbench.queueing.schedules import spec_from_cli
+
+pytestmark = pytest.mark.e2e
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 ESC = "\x1b"
