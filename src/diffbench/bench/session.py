@@ -146,7 +146,7 @@ def build_workload(opts: BenchOptions, info: EngineInfo) -> list[GenerationReque
     return out
 
 
-def conditions_of(
+def _conditions(
     info: EngineInfo, requests: list[GenerationRequest], env_hw: str, driver: str | None, cuda: str | None
 ) -> Conditions:
     """The ``conditions`` of a bench result: what ran (``info``: the started engine), on which workload
@@ -187,13 +187,13 @@ def conditions_of(
 
 def base_result(cfg: BenchConfig, info: EngineInfo, requests: list[GenerationRequest], env: EnvInfo,
                 hardware: str, outputs_dir: str | None = None) -> BenchResult:
-    """The result of a bench before its first run (no shapes yet): created now, its conditions
-    (:func:`conditions_of`), ``env`` and the measurement protocol of ``cfg``. ``hardware`` names where it
-    runs (GPU names or the CPU); ``outputs_dir`` is the ``--save-outputs`` directory, if any. The single-process
-    session and the Ray bench both start from it and fill in ``shapes`` as runs finish."""
+    """The result of a bench before its first run (no shapes yet): created now, its conditions (what ran,
+    on which workload, where), ``env`` and the measurement protocol of ``cfg``. ``hardware`` names where it
+    runs (GPU names or the CPU); ``outputs_dir`` is the ``--save-outputs`` directory, if any. The
+    single-process session and the Ray bench both start from it and fill in ``shapes`` as runs finish."""
     return BenchResult(
         created_unix=time.time(),
-        conditions=conditions_of(info, requests, hardware, env.driver, env.cuda),
+        conditions=_conditions(info, requests, hardware, env.driver, env.cuda),
         env=env,
         protocol=Protocol(
             warmup_per_shape=None if cfg.warmup_auto else cfg.warmup,
