@@ -41,6 +41,7 @@ def test_axis_name():
             axis_name(cache, option)
 
 
+@pytest.mark.slow
 def test_cache_on_unet_pipeline_names_pipeline_and_supported_options():
     from diffbench.engines.tiny import build_tiny
 
