@@ -12,7 +12,7 @@ from diffbench.load.client.runners import run_open_loop
 from diffbench.load.client.sweep import SweepConfig, run_sweep
 from diffbench.queueing.schedules import ScheduleSpec
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
 
 
 class _Monitor:
