@@ -86,6 +86,7 @@ def test_acceptance_tiny_flux_json(tmp_path: Path) -> None:
     assert "## 128x128 s4 b1" in md.read_text()
 
 
+@pytest.mark.slow
 def test_cfg_forwards_are_counted(tmp_path: Path) -> None:
     out = tmp_path / "w.json"
     rc = _bench(
