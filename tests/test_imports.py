@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.e2e
+
 HEAVY = ("torch", "diffusers", "transformers", "httpx", "aiohttp", "matplotlib", "selenium", "ray")
 
 
@@ -28,6 +30,11 @@ def _loaded_after(code: str) -> set[str]:
         "from diffbench.cli.main import main\ntry:\n    main(['bench', '--help'])\nexcept SystemExit:\n    pass",
         "from diffbench.cli.main import main\ntry:\n    main(['report', '--help'])\nexcept SystemExit:\n    pass",
         "import diffbench.report.loader, diffbench.report.document, diffbench.report.kinds",
+        # every module of the planning and load packages (their rung of the ladder keeps them torch-free)
+        "import importlib, pkgutil, diffbench.ledger, diffbench.plan, diffbench.queueing, diffbench.load\n"
+        "for p in (diffbench.ledger, diffbench.plan, diffbench.queueing, diffbench.load):\n"
+        "    for m in pkgutil.walk_packages(p.__path__, p.__name__ + '.'):\n"
+        "        importlib.import_module(m.name)",
     ],
 )
 def test_no_heavy_imports(code: str) -> None:

@@ -22,6 +22,7 @@ def _bench(*args: str) -> int:
     return main(["bench", *args])
 
 
+@pytest.mark.slow
 def test_acceptance_tiny_flux_json(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     md = tmp_path / "r.md"
@@ -85,6 +86,7 @@ def test_acceptance_tiny_flux_json(tmp_path: Path) -> None:
     assert "## 128x128 s4 b1" in md.read_text()
 
 
+@pytest.mark.slow
 def test_cfg_forwards_are_counted(tmp_path: Path) -> None:
     out = tmp_path / "w.json"
     rc = _bench(
@@ -306,6 +308,7 @@ def test_interrupt_leaves_a_valid_partial_json(tmp_path: Path) -> None:
     assert len(r["shapes"][0]["samples_s"]) == 7
 
 
+@pytest.mark.slow
 def test_batch_outputs_and_throughput(tmp_path: Path) -> None:
     out, d = tmp_path / "b.json", tmp_path / "B"
     rc = _bench(
@@ -365,6 +368,7 @@ def test_tiny_pipelines_are_in_eval_mode() -> None:
         assert not any(getattr(c, "training", False) for c in pipe.components.values()), name
 
 
+@pytest.mark.slow
 def test_shapes_are_width_by_height(tmp_path: Path) -> None:
     """`--shapes 64x32` is 64 wide and 32 high (as --size and the OpenAI size field): the saved image says so."""
     out, d = tmp_path / "s.json", tmp_path / "S"

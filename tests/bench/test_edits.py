@@ -34,6 +34,7 @@ COMMON = ["--model", "tiny-flux", "--shapes", "64x48", "--steps", "4", "--streng
           "--runs", "4", "--num-prompts", "1", "--seeds", "0,1", "-q"]
 
 
+@pytest.mark.slow
 def test_edit_bench_saves_pairable_outputs_and_reports_the_image_encode(tmp_path: Path) -> None:
     _inputs(tmp_path / "in", seed=0)
     for run in ("A", "B"):
@@ -88,6 +89,7 @@ def test_sim_edit_bench_shows_fewer_steps_and_the_image_encode(tmp_path: Path) -
     assert shape["steps_run"] == 14 and shape["stages_s"]["image_encode"] > 0
 
 
+@pytest.mark.slow
 def test_the_report_shows_the_image_encode_stage_for_edits_only(tmp_path: Path) -> None:
     _inputs(tmp_path / "in", seed=0, names=("a.png",))
     sim = ["bench", "--engine", "sim", "--runs", "2", "--warmup", "0", "--no-repro", "--num-prompts", "1", "-q"]

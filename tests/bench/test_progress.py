@@ -83,6 +83,7 @@ def _without_load_note(text: str) -> str:
     return re.sub(r"warning  the machine was busy.*?(?=^warning|\Z)", "", text, flags=re.S | re.M)
 
 
+@pytest.mark.e2e
 def test_progress_goes_to_stderr_and_stdout_is_unchanged(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     drawn = _cli(tmp_path, "always", "--json", str(out))
@@ -133,6 +134,7 @@ def _cli_on_a_terminal(*extra: str) -> str:
     return b"".join(chunks).decode("utf-8", "replace")
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("flag", ["--quiet", "-q"])
 def test_quiet_turns_the_line_off_on_a_terminal(flag: str) -> None:
     assert "timed run 6/6" in _cli_on_a_terminal()

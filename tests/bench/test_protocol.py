@@ -46,6 +46,7 @@ def test_zero_warmup_inflates_mean_and_p99_with_compile() -> None:
     assert not {"no_warmup", "first_run_outlier"} & codes_warm
 
 
+@pytest.mark.slow
 def test_p99_of_10_runs_misses_a_10_percent_tail_that_100_runs_catch() -> None:
     tail_prob, tail_s = 0.10, 2.0
     caught = {10: 0, 100: 0}

@@ -74,6 +74,7 @@ def test_a_dripping_body_fails_at_the_deadline(drip: str) -> None:
     assert time.monotonic() - t0 < drip_s  # it gave up, it did not read the drip to its end
 
 
+@pytest.mark.slow
 def test_users_have_the_total_deadline(drip: str) -> None:
     from diffbench.metrics.scrape import fetch_metrics
     from diffbench.monitor.drills.harness import DrillError, http_text

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -90,6 +91,7 @@ def _no_traceback(err: str) -> None:
     assert "Traceback" not in err, err
 
 
+@pytest.mark.e2e
 def test_sweep_sigterm_writes_partial_json_and_stores_interrupted(tmp_path: Path) -> None:
     from diffbench.store.runs import RunStore
 
@@ -114,6 +116,7 @@ def test_sweep_sigterm_writes_partial_json_and_stores_interrupted(tmp_path: Path
     assert any(r.status == "interrupted" and r.status_note == "stopped by SIGTERM" for r in runs)
 
 
+@pytest.mark.e2e
 def test_bench_sigterm_writes_partial_json(tmp_path: Path) -> None:
     out = tmp_path / "b.json"
     proc = Proc(_cli("bench", "--engine", "sim", "--sim-realtime", "--sim-compile-s", "0", "--sim-step-s", "0.01",
@@ -129,6 +132,7 @@ def test_bench_sigterm_writes_partial_json(tmp_path: Path) -> None:
     assert 1 <= len(doc["shapes"][0]["samples_s"]) < 500
 
 
+@pytest.mark.e2e
 def test_simulate_sigterm_writes_the_finished_rows(tmp_path: Path) -> None:
     out, jl = tmp_path / "s.json", tmp_path / "s.jsonl"
     rates = ",".join(["0.9"] * 40)  # 40 rows of ~180,000 requests each: far longer than the test waits
@@ -146,6 +150,7 @@ def test_simulate_sigterm_writes_the_finished_rows(tmp_path: Path) -> None:
     assert n_lines == sum(r["n"] for r in doc["rates"])  # the JSONL holds exactly the finished rows
 
 
+@pytest.mark.e2e
 def test_quality_sigterm_exits_143_with_a_message(tmp_path: Path) -> None:
     from PIL import Image
 

@@ -14,6 +14,8 @@ import pytest
 from diffbench.cli.main import main
 from diffbench.distributed.taskstore import TASKS_DIR, TaskStore
 
+pytestmark = pytest.mark.ray
+
 TINY16 = ["--model", "tiny-flux", "--height", "64", "--width", "64", "--steps", "2", "--warmup", "1", "--runs", "16",
           "--num-prompts", "8", "--seeds", "0,1", "--threads", "1", "-q"]
 

@@ -135,6 +135,7 @@ def test_missing_ray_extra_names_it(monkeypatch, capsys, tmp_path) -> None:
     assert rc == 3 and "--ray needs the ray extra" in err and '.[ray]' in err, err
 
 
+@pytest.mark.ray
 def test_an_unreachable_address_is_refused_in_seconds_not_retried_for_minutes() -> None:
     """Reproduction (user trial): ``--ray 127.0.0.1:1`` printed Ray's GCS retry lines for 5 min 28 s until
     killed (Ray maps a loopback host to the node's IP and retries); ``--ray auto`` with no ``ray start`` cluster
@@ -168,10 +169,10 @@ def test_packed_results_round_trip_and_foreign_pickles_are_refused(tmp_path) -> 
 
     from diffbench.distributed.taskstore import pack, unpack
     from diffbench.engines.base import GenerationResult, StageTimes
-    from diffbench.quality.compare import _Outcome
+    from diffbench.quality.compare import PairOutcome
 
     feats = np.random.default_rng(0).normal(size=(2, 8)).astype(np.float32)
-    out = unpack(pack(_Outcome(feats=(feats, feats * 2))))
+    out = unpack(pack(PairOutcome(feats=(feats, feats * 2))))
     assert out.feats[0].dtype == np.float32 and np.array_equal(out.feats[1], feats * 2)
     gen = GenerationResult(images=None, stages=StageTimes(text_encode_s=0.1, denoise_s=1.0, vae_decode_s=0.2, step_s=[0.5, 0.5]),
                            extra={"x": 1.5})
@@ -189,6 +190,8 @@ def test_packed_results_round_trip_and_foreign_pickles_are_refused(tmp_path) -> 
     assert not marker.exists()
 
 
+@pytest.mark.ray
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_sigterm_during_a_ray_run_is_ctrl_c(tmp_path) -> None:
     """ray.init sets its own SIGTERM handler (sys.exit(15)): connect() gives SIGTERM back to the Ctrl-C path,

@@ -20,7 +20,7 @@ from diffbench.cli.main import main
 from diffbench.load.client import RequestPlanner, Target, default_workload, read_jsonl
 from diffbench.load.merge import LatencyHistograms
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(180)]
 
 SIM = dict(realtime=True, compile_s=0.0, jitter=0.0, tail_prob=0.0, step_s=0.002)
 

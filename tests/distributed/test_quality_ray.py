@@ -10,6 +10,8 @@ import pytest
 
 from diffbench.cli.main import main
 
+pytestmark = pytest.mark.ray
+
 N_PAIRS = 12
 FEATURES = 8
 

@@ -19,6 +19,8 @@ import pytest
 from diffbench.engines.config import EngineConfig, SimParams
 from diffbench.sweep.models import SweepOptions
 
+pytestmark = pytest.mark.ray
+
 VALUES = ["bfloat16", "float16"]
 
 

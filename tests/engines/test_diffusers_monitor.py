@@ -15,6 +15,8 @@ from diffbench.engines.instrument.memory import hwm_available  # noqa: E402
 from diffbench.engines.registry import create_engine  # noqa: E402
 from diffbench.errors import DeviceOutOfMemory  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 BUDGET = 64 * 2**20
 
 

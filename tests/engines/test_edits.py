@@ -20,6 +20,8 @@ from diffbench.engines.diffusers_engine import DiffusersEngine, check_request
 from diffbench.engines.images import edit_steps
 from diffbench.errors import InputError, ShapeError
 
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("diffusers")
 
 

@@ -51,6 +51,7 @@ def test_cache_knob_names_the_config_attribute_of_each_axis():
         cache_knob("precision")
 
 
+@pytest.mark.slow
 def test_cache_on_unet_pipeline_names_pipeline_and_supported_options():
     from diffbench.engines.tiny import build_tiny
 
@@ -62,6 +63,7 @@ def test_cache_on_unet_pipeline_names_pipeline_and_supported_options():
     assert "--option precision" in msg and "compile" in msg
 
 
+@pytest.mark.slow
 def test_magcache_needs_flux_ratios():
     from diffbench.engines.tiny import build_tiny
 

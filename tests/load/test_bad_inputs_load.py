@@ -229,6 +229,7 @@ def test_workload_unknown_field(tmp_path, capsys) -> None:
     assert "shapes.0.stpes: unknown field" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_mkdir_creates_the_parent_directories(fake, tmp_path) -> None:
     out, jl = tmp_path / "a" / "r.json", tmp_path / "b" / "c" / "r.jsonl"
     assert main(["load", "--url", fake.url("ok"), "--rates", "4", "--duration", "0.5", "--warmup", "0",

@@ -17,7 +17,7 @@ from diffbench.queueing.schedules import constant
 
 from .conftest import MIX_CYCLE
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
 BODY = json.dumps({"prompt": "p", "n": 1, "size": "16x16", "response_format": "b64_json"}).encode()
 
 

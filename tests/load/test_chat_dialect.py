@@ -15,7 +15,7 @@ from diffbench.load.client.dialects import chat_body, image_path
 from diffbench.load.client.payload import check_chat
 from diffbench.load.client.workload import RequestSpec, ShapeMix
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 
 def _spec(**shape: object) -> RequestSpec:

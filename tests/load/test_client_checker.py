@@ -17,7 +17,7 @@ from diffbench.load.client.checker import FAILED, PayloadChecker, default_worker
 from diffbench.load.client.payload import check_images
 from diffbench.queueing.schedules import constant
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 
 def _png_b64(w: int, h: int) -> str:

@@ -25,7 +25,7 @@ from diffbench.queueing.schedules import constant
 
 from .conftest import check_closed_loop_rate
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
 
 
 def _open(url: str, rate: float, duration: float, *, timeout: float = 5.0, size=(64, 48), **kw):

@@ -16,7 +16,7 @@ from diffbench.load.client import HttpBackend, Target, classify_exception
 from diffbench.load.client.base import Attempt
 from diffbench.load.client.workload import RequestSpec, ShapeMix
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
 
 SPEC = RequestSpec(index=0, kind="image", prompt="p", seed=0, shape=ShapeMix(width=64, height=48, steps=2))
 

@@ -10,7 +10,7 @@ import pytest
 from diffbench.load.client import HttpBackend, RequestPlanner, Target, Workload, run_open_loop
 from diffbench.queueing.schedules import constant
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
 
 
 def _video(url: str, *, timeout: float, n: int = 2, delete_abandoned: bool = False, dialect="vllm-omni"):

@@ -20,7 +20,7 @@ from diffbench.engines.sim import SimEngine
 from diffbench.load.client.dialects import chat_body, edit_fields, image_path
 from diffbench.load.client.workload import RequestPlanner, load_workload
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 SIM = SimParams(realtime=True, compile_s=0.0, jitter=0.0, tail_prob=0.0, step_s=0.001)
 

@@ -28,7 +28,7 @@ from diffbench.load.client.worker import SpecShare
 from diffbench.load.summary import summarize_rate
 from diffbench.queueing.schedules import ScheduleSpec, build_schedule, constant
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
 
 def _planner(seed: int = 1) -> RequestPlanner:

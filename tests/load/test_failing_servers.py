@@ -16,7 +16,7 @@ import pytest
 from diffbench.cli.main import main
 from diffbench.load.client import read_jsonl
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 
 def _closed_port() -> int:

@@ -17,6 +17,8 @@ from tests.core.fulldisk import FullDisk
 from diffbench.cli.main import main
 from diffbench.core.linesink import LineSink
 
+pytestmark = pytest.mark.e2e
+
 
 def _full_disk(monkeypatch: pytest.MonkeyPatch, capacity: int) -> None:
     monkeypatch.setattr(LineSink, "_open", lambda self: FullDisk(capacity))

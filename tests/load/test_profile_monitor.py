@@ -12,7 +12,7 @@ from diffbench.load.client.profile import ProfileConfig, run_profile
 from diffbench.load.client.runners import run_open_loop
 from diffbench.queueing.schedules import ScheduleSpec
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
 
 
 class _Monitor:

@@ -27,6 +27,8 @@ from diffbench.metrics.scrape import fetch_metrics
 from diffbench.server.background import run_in_background
 from diffbench.server.config import ServerConfig
 
+pytestmark = pytest.mark.e2e
+
 # service ~0.2 s (4 steps of 50 ms: the sim scales step_s by pixels with a floor of 0.05, so 1.0 s is 50 ms
 # at 64x64): the client's own overhead (HTTP, PNG decode, ~5-20 ms on a busy 2-core machine with the
 # server in this process) stays well under the mismatch rule's 25 % of the p50

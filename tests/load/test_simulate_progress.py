@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from diffbench.load.simulator import SimConfig, SimProgress, simulate_sweep
 from diffbench.queueing.schedules import spec_from_cli
 
@@ -43,6 +45,7 @@ def test_simulate_sweep_reports_each_row_and_the_requests_done() -> None:
     assert seen[0].expected == (0.5 + 1.0 + 1.5) * 200  # rate x duration per row (expected_requests)
 
 
+@pytest.mark.e2e
 def test_simulate_progress_goes_to_stderr_and_stdout_is_unchanged(tmp_path: Path) -> None:
     args = ["simulate", "--devices", "2", "--service", "exp(1)", "--rates", "0.5,1,3", "--duration", "400",
             "--json", "sim.json"]
@@ -59,6 +62,7 @@ def test_simulate_progress_goes_to_stderr_and_stdout_is_unchanged(tmp_path: Path
     assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout == plain.stdout
 
 
+@pytest.mark.e2e
 def test_load_progress_honours_the_env_and_keeps_stdout_clean(fake, tmp_path: Path) -> None:
     fake.delay_s = 0.01
     args = ["load", "--url", fake.url("ok"), "--request-rate", "20", "--arrival", "constant", "--num-requests",

@@ -15,7 +15,7 @@ from diffbench.load.client.slo import SloPolicy, base_unit_s, last_per_shape, wo
 from diffbench.load.client.trace import read_trace
 from diffbench.load.client.workload import ShapeMix, load_prompts
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 DEFAULT = ShapeMix(width=64, height=64, steps=4)
 

@@ -25,6 +25,8 @@ from diffbench.load.client.dialects import DIALECTS
 from diffbench.server.background import run_in_background
 from diffbench.server.config import ServerConfig
 
+pytestmark = pytest.mark.e2e
+
 SIM = SimParams(realtime=True, compile_s=0.0, jitter=0.0, tail_prob=0.0, step_s=0.001)  # type: ignore[call-arg]
 MODEL = "sim"  # the sim service checks the name (a wrong one answers 404)
 

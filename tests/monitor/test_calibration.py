@@ -197,6 +197,7 @@ def test_bench_calibrate_serve_round_trip_on_one_deployment(tmp_path):
     assert [s.value for s in steps] == [cal.shapes["64x64"].step_s]
 
 
+@pytest.mark.slow
 def test_bench_with_a_cache_gives_the_hit_ratio_baseline(tmp_path):
     """Reproduction (user trial): bench recorded no cache decisions, so a cached deployment calibrated from
     bench alone had no hit-ratio baseline and DiffusionBaselineMissing fired on a healthy service. With an

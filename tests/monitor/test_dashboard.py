@@ -179,6 +179,7 @@ def test_substitute_grafana() -> None:
 
 
 @needs_promtool
+@pytest.mark.promtool
 def test_promtool_parses_every_panel_expression(committed: dict) -> None:
     exprs = lint.panel_exprs(committed)
     ok, out = lint.promtool_check_exprs(exprs, PROMTOOL)
@@ -187,6 +188,7 @@ def test_promtool_parses_every_panel_expression(committed: dict) -> None:
 
 
 @needs_promtool
+@pytest.mark.promtool
 def test_promtool_rejects_a_broken_expression() -> None:
     ok, out = lint.promtool_check_exprs(["sum(rate(diffusion_queue_depth[$__rate_interval])"], PROMTOOL)
     assert not ok and "unclosed left parenthesis" in out

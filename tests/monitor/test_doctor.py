@@ -204,6 +204,7 @@ def test_cli_on_a_scrape_directory_writes_every_check(tmp_path, capsys) -> None:
     assert "30 s apart" in doc["basis"]
 
 
+@pytest.mark.e2e
 def test_doctor_reads_the_reference_service(tmp_path, capsys) -> None:
     """``diffbench serve --engine sim``'s real /metrics (whatever families it exports today): a diagnosis
     with exit 0, the queue check fed by the 3 requests sent, checks without their families 'no data'."""

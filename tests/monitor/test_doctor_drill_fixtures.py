@@ -82,6 +82,7 @@ def test_vae_drill_scrapes_point_oom_at_vae_decode_memory_and_tiling() -> None:
     assert checks["vae_tiling"].verdict == "suspect"
 
 
+@pytest.mark.e2e
 def test_live_doctor_reads_the_service_and_the_probe_endpoints_together(capsys) -> None:
     """Reproduction (user trial): ``--metrics`` given twice kept only the last URL, so a live doctor could
     never see the probe's PSNR next to the service's series. Both endpoints now merge into one scrape."""

@@ -27,8 +27,9 @@ from diffbench.metrics.scrape import PromQuery
 from diffbench.monitor.doctor import diagnose
 from diffbench.monitor.doctor_views import PromView
 
-pytestmark = pytest.mark.skipif(not (shutil.which("prometheus") and shutil.which("promtool")),
-                                reason="prometheus/promtool not installed (Debian package 'prometheus')")
+pytestmark = [pytest.mark.promtool,
+              pytest.mark.skipif(not (shutil.which("prometheus") and shutil.which("promtool")),
+                                 reason="prometheus/promtool not installed (Debian package 'prometheus')")]
 
 STEP_S = 15
 POINTS = 81  # 20 minutes

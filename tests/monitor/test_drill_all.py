@@ -27,6 +27,8 @@ _PIECES = _missing("diffbench.monitor.exporter", "diffbench.engines.instrument.p
                    "diffbench.monitor.probe")
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.e2e,
+    pytest.mark.promtool,
     pytest.mark.timeout(WALL_LIMIT_S + 120),
     pytest.mark.skipif(promserver.find_prometheus() is None,
                        reason=f"the prometheus binary is not installed ({promserver.INSTALL_HINT})"),

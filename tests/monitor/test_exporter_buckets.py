@@ -90,6 +90,7 @@ def test_request_buckets_are_at_most_5_percent_apart():
         assert float(slo) in b  # an SLO threshold must be an edge (https://prometheus.io/docs/practices/histograms/)
 
 
+@pytest.mark.slow
 def test_p99_from_the_exported_buckets_is_within_5_percent_of_the_client_p99():
     errors = []
     for i, (step, jitter, tails, load) in enumerate(RUNS):
@@ -134,6 +135,7 @@ tests:
     return res.stdout + res.stderr if res.returncode else ""
 
 
+@pytest.mark.promtool
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (Debian package prometheus)")
 def test_python_histogram_quantile_equals_promtool(tmp_path):
     lat = steady_run(0.03, 0.05, True, 0.6, n=400, seed=3)

@@ -26,6 +26,8 @@ from diffbench.cli.main import main
 
 from .probe_service import Shim, serve_tiny_flux
 
+pytestmark = pytest.mark.e2e
+
 pytest.importorskip("diffusers")
 pytest.importorskip("prometheus_client")
 

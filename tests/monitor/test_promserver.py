@@ -65,6 +65,7 @@ def test_missing_binary_names_the_install_command(monkeypatch: pytest.MonkeyPatc
 
 
 @needs_prometheus
+@pytest.mark.promtool
 def test_scrapes_queries_fires_and_cleans_up(endpoint: str) -> None:
     BODY["value"] = 3.0
     rules = {"groups": [{"name": "t", "rules": [

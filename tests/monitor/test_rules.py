@@ -43,6 +43,7 @@ def _cases(alert: str) -> list[dict]:
 
 
 @needs_promtool
+@pytest.mark.promtool
 def test_promtool_check_rules() -> None:
     proc = _promtool("check", "rules", str(rules.RULES_PATH))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -51,6 +52,7 @@ def test_promtool_check_rules() -> None:
 
 
 @needs_promtool
+@pytest.mark.promtool
 def test_promtool_test_rules() -> None:
     proc = _promtool("test", "rules", str(rules.RULES_TEST_PATH))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -93,6 +95,7 @@ MUTATIONS = [
 
 
 @needs_promtool
+@pytest.mark.promtool
 @pytest.mark.parametrize(("why", "old", "new"), MUTATIONS, ids=[m[0] for m in MUTATIONS])
 def test_unit_tests_catch_mutation(tmp_path, why: str, old: str, new: str) -> None:
     text = rules.RULES_PATH.read_text(encoding="utf-8")

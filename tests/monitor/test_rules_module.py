@@ -94,6 +94,7 @@ def test_shorten_for_rejects_bad_limits(kwargs: dict) -> None:
 
 
 @needs_promtool
+@pytest.mark.promtool
 def test_shortened_rules_fire_within_for_plus_window(tmp_path) -> None:
     """The drill copy, evaluated each second like the drill's Prometheus: a cache hit ratio that jumps
     from its baseline 0.5 to 0.875 at t = 60 s fires DiffusionCacheHitRatioDrift by t = 60 + 30 (window)

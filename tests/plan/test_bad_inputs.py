@@ -84,14 +84,14 @@ def test_library_config_errors_name_the_real_flag(field, value, flag) -> None:
     """PlanConfig itself refuses nan/inf, and its errors are mapped to flags that exist."""
     from pydantic import ValidationError
 
-    from diffbench.cli.ledger import _config_error
+    from diffbench.cli.options import config_error
     from diffbench.plan.models import PlanConfig
 
     kw = dict(model="flux.1-dev", width=1024, height=1024, gpu="h100-sxm", slo_p99_s=5.0, qps=1.0)
     kw[field] = value
     with pytest.raises(ValidationError) as exc:
         PlanConfig(**kw)
-    msg = str(_config_error(exc.value))
+    msg = str(config_error(exc.value))
     assert msg.startswith(f"{flag} ") and "-s " not in msg.split(":")[0] and "-db" not in msg
 
 

@@ -97,6 +97,7 @@ def test_cli_workload_pools(tmp_path, capsys):
     assert "shape pools" in text and f"pools: {pp['total_gpus']} GPUs" in text
 
 
+@pytest.mark.slow
 def test_cli_assume_fp8_on_ada(tmp_path):
     out = tmp_path / "p.json"
     base = [a if a != "h100-sxm" else "l40s" for a in ARGS]

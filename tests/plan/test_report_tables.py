@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from diffbench.cli.main import main
 
 
+@pytest.mark.slow
 def test_markdown_report_has_the_new_tables(tmp_path):
     wl = tmp_path / "mix.yaml"
     wl.write_text("shapes:\n  - {width: 1024, height: 1024, steps: 28, weight: 4}\n"

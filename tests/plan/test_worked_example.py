@@ -10,6 +10,8 @@ import pytest
 from diffbench.ledger import load_catalog
 from diffbench.plan import PlanConfig, capacity, combine_psnr, plan
 
+pytestmark = pytest.mark.slow
+
 
 def _cfg(**kw):
     base = {"model": "flux.1-dev", "width": 1024, "height": 1024, "steps": 28, "gpu": "h100-sxm",

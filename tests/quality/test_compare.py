@@ -86,6 +86,7 @@ def test_missing_and_resized_both_listed_cli(tmp_path: Path, capsys) -> None:
     assert rc == 0
 
 
+@pytest.mark.slow
 def test_cli_json_csv_gates_exit_codes(runs, tmp_path: Path, capsys) -> None:
     a, b, ia, ib = runs
     (a / "extra.png").write_bytes((a / "p0_s100.png").read_bytes())  # not in the manifest: ignored by keys

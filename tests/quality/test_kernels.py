@@ -129,6 +129,7 @@ def test_errors() -> None:
         ssim(np.zeros((8, 8, 3), np.uint8), np.zeros((8, 8, 3), np.uint8))
 
 
+@pytest.mark.slow
 def test_ms_ssim_size_limit_and_reference() -> None:
     import torch
     from torchmetrics.functional.image import multiscale_structural_similarity_index_measure as tm

@@ -123,6 +123,7 @@ MEASURE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.e2e
 def test_the_estimate_bounds_a_measured_peak(tmp_path: Path) -> None:
     n = 1600
     y, x = np.mgrid[0:n, 0:n]
@@ -152,6 +153,7 @@ LIMITED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.e2e
 def test_a_13000_pair_under_a_memory_limit_is_refused_clearly(tmp_path: Path) -> None:
     a, b = _pair(tmp_path, 13000, 13000)  # under Pillow's limit; ~2.6 GiB to score, 1.5 GiB address space
     env = {**os.environ, "PYTHONPATH": SRC}

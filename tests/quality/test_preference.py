@@ -120,6 +120,7 @@ def _outputs(root: Path, imgs, prompts) -> None:
     write_manifest(root, Manifest(entries=entries))
 
 
+@pytest.mark.slow
 def test_quality_reports_paired_scores(tiny_clip: Path, tmp_path: Path) -> None:
     from diffbench.quality.compare import compare_dirs
     from diffbench.quality.models import QualityOptions

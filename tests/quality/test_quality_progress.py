@@ -51,6 +51,7 @@ def test_progress_text_counts_pairs_and_rate() -> None:
     assert progress_text(0, 12, 0.0).startswith("quality: 0/12 pairs  ? pairs/s  ETA ?")
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("extra", [[], ["--json", "{tmp}/q.json"]])
 def test_progress_goes_to_stderr_and_stdout_stays_clean(tmp_path: Path, extra: list[str]) -> None:
     a, b = _dirs(tmp_path)
@@ -94,6 +95,7 @@ def _run_on_tty(a: Path, b: Path, *args: str) -> tuple[int, str, str]:
     return rc, out, b"".join(chunks).decode("utf-8", "replace")
 
 
+@pytest.mark.e2e
 def test_terminal_gets_the_line_unless_quiet(tmp_path: Path) -> None:
     a, b = _dirs(tmp_path)
     rc, out, err = _run_on_tty(a, b)

@@ -212,6 +212,7 @@ def test_score_maps_verdicts_through_the_key_and_gates_on_the_upper_bound(runs: 
     assert json.loads(capsys.readouterr().out)["counts"] == res["counts"]
 
 
+@pytest.mark.e2e
 def test_progress_goes_to_stderr_only(runs: dict, tmp_path: Path) -> None:
     outs = []
     for mode in ("always", "never"):
@@ -416,6 +417,7 @@ def test_by_lpips_computed_here_equals_quality_lpips(tmp_path: Path) -> None:
     assert all(p["value"] == pytest.approx(lp[p["key"]], rel=1e-6) for p in key["pairs"])
 
 
+@pytest.mark.e2e
 def test_review_by_psnr_and_score_never_import_torch(runs: dict, tmp_path: Path) -> None:
     key, _ = _review(runs, "nt", "--worst", "2", "--random", "1")
     v = tmp_path / "v.json"

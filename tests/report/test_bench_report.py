@@ -170,6 +170,7 @@ def test_two_results_overlay_with_a_comparison(runs: dict[str, Path], tmp_path: 
     assert "sim_fast" in shown[f"bench-cdf-{slug(shape)}"].text  # the legend names the file
 
 
+@pytest.mark.slow
 def test_a_real_tiny_flux_overlay_shares_one_plot_per_shape(runs: dict[str, Path]) -> None:
     doc = _doc(runs["flux"], runs["flux2"])
     found = _blocks(doc)
@@ -178,6 +179,7 @@ def test_a_real_tiny_flux_overlay_shares_one_plot_per_shape(runs: dict[str, Path
     assert "bench-compare" in found
 
 
+@pytest.mark.slow
 def test_markdown_has_the_tables_and_a_png_per_plot(runs: dict[str, Path], tmp_path: Path) -> None:
     doc = _doc(runs["flux2"])
     plots = [b.id for s in doc.sections for b in s.blocks if isinstance(b, Plot)]
@@ -207,6 +209,7 @@ def test_an_older_result_without_per_step_p90_still_renders(runs: dict[str, Path
     assert all(ln.get_label().endswith("median") for ln in found["bench-steps"].figure.axes[0].lines)  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow
 def test_a_100_run_bench_report_stays_under_5_mb(tmp_path: Path) -> None:
     path = _bench(tmp_path / "sim100.json", "--engine", "sim", "--runs", "100", "-q")
     assert json.loads(path.read_text())["latency_s"]["n"] == 100

@@ -265,6 +265,7 @@ def test_a_run_that_measured_nothing_renders_a_note(tmp_path: Path, chrome) -> N
     assert "load-empty-0" in blocks(chrome, "note") and not blocks(chrome, "plot")
 
 
+@pytest.mark.e2e
 def test_markdown_has_the_tables_and_pngs(load_json: Path, tmp_path: Path) -> None:
     data = json.loads(load_json.read_text())
     out = tmp_path / "load.md"

@@ -200,6 +200,7 @@ def test_video_report_marks_the_worst_frame(wan: Path, tmp_path: Path, chrome) -
     assert np.array_equal(shown[::k, ::k], frame_file)
 
 
+@pytest.mark.slow
 def test_two_results_overlay_histograms_and_grid_each(flux: Path, tmp_path: Path) -> None:
     qn = _noisy_copy(flux, tmp_path)
     doc = build_document([flux / "q.json", qn], ReportOptions(worst=2))

@@ -116,6 +116,7 @@ def test_working_point_ring_and_overlay(sweep_json: Path, tmp_path: Path, chrome
     assert len(rows) == 2 * (1 + len(VALUES))
 
 
+@pytest.mark.slow
 def test_markdown_has_the_table_and_the_curve(sweep_json: Path, tmp_path: Path) -> None:
     res = load_result(sweep_json).model
     out = tmp_path / "sweep.md"

@@ -114,6 +114,7 @@ async def _burst(base_url: str, k: int, body: dict) -> list[httpx.Response]:
         )
 
 
+@pytest.mark.slow
 def test_overload_gets_429_with_retry_after_while_accepted_complete():
     # 256x256, 4 steps: a service time s of ~0.25 s; --max-wait 2.5 s admits ~3 of a burst of 10
     # (predicted waits 0, s, 2s; 3s > 2.5 s is rejected).

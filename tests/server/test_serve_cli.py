@@ -13,6 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+pytestmark = pytest.mark.e2e
+
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 

@@ -77,6 +77,7 @@ def test_newer_store_schema_exits_4(tmp_path, capsys):
     assert "newer" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_ctrl_c_writes_partial_json_and_says_how_to_resume(tmp_path, capsys, monkeypatch):
     """Reproduction: Ctrl-C on `sweep` exited 130 with no output and no --json."""
     import diffbench.sweep.runner as runner

@@ -18,6 +18,8 @@ import pytest
 
 from diffbench.cli.main import main
 
+pytestmark = pytest.mark.e2e
+
 slow = pytest.mark.slow
 
 

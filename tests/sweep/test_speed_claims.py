@@ -20,6 +20,7 @@ from diffbench.sweep.bootstrap import speedup_ci
 from diffbench.sweep.runner import run_sweep
 
 
+@pytest.mark.slow
 def test_values_that_change_nothing_are_not_faster(tmp_path, factory, small):
     with RunStore.open(tmp_path / "s.sqlite") as st:
         res = run_sweep(small(["0", "0.0001"], runs=12, stable_window=4), st, engine_factory=factory)

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from diffbench.sweep.interleave import Tick
 from diffbench.sweep.progress import SweepProgress
 
@@ -40,6 +42,7 @@ def test_eta_is_the_linear_extrapolation_of_the_timed_runs() -> None:
     assert p.text.endswith("ETA 8.0s") and len(lines) == 3
 
 
+@pytest.mark.e2e
 def test_progress_goes_to_stderr_and_stdout_is_the_plain_table(tmp_path: Path) -> None:
     store = str(tmp_path / "s.sqlite")
     run = _cli(["sweep", "--cache", "first-block", "--values", "1000000", "--store", store, *TINY], "always",

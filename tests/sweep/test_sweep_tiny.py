@@ -15,6 +15,8 @@ from diffbench.store.runs import RunStore
 from diffbench.sweep.compare import compare_runs
 from diffbench.sweep.runner import run_sweep
 
+pytestmark = pytest.mark.slow
+
 STEPS = 10
 
 

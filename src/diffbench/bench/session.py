@@ -149,6 +149,9 @@ def build_workload(opts: BenchOptions, info: EngineInfo) -> list[GenerationReque
 def _conditions(
     info: EngineInfo, requests: list[GenerationRequest], env_hw: str, driver: str | None, cuda: str | None
 ) -> Conditions:
+    """The ``conditions`` of a bench result: what ran (``info``: the started engine), on which workload
+    (``requests``: every request of :func:`build_workload`, non-empty) and where (``env_hw``: GPU names or the
+    CPU; ``driver``/``cuda``: versions or None)."""
     from diffbench.bench.protocol import shape_label
 
     first = requests[0]
@@ -179,6 +182,28 @@ def _conditions(
         strength=first.strength if first.is_edit else None,
         input_images=len({r.image for r in requests}) if first.is_edit else None,
         inpaint=(first.mask is not None) if first.is_edit else None,
+    )
+
+
+def base_result(cfg: BenchConfig, info: EngineInfo, requests: list[GenerationRequest], env: EnvInfo,
+                hardware: str, outputs_dir: str | None = None) -> BenchResult:
+    """The result of a bench before its first run (no shapes yet): created now, its conditions (what ran,
+    on which workload, where), ``env`` and the measurement protocol of ``cfg``. ``hardware`` names where it
+    runs (GPU names or the CPU); ``outputs_dir`` is the ``--save-outputs`` directory, if any. The
+    single-process session and the Ray bench both start from it and fill in ``shapes`` as runs finish."""
+    return BenchResult(
+        created_unix=time.time(),
+        conditions=_conditions(info, requests, hardware, env.driver, env.cuda),
+        env=env,
+        protocol=Protocol(
+            warmup_per_shape=None if cfg.warmup_auto else cfg.warmup,
+            warmup_auto=cfg.warmup_auto,
+            max_warmup=cfg.max_warmup if cfg.warmup_auto else None,
+            runs_per_shape=cfg.runs,
+            synchronized=cfg.sync,
+            percentile_method=PERCENTILE_METHOD,
+        ),
+        outputs_dir=outputs_dir,
     )
 
 
@@ -227,19 +252,7 @@ def run_session(
         requests = build_workload(opts, info)
         env = capture_env()
         hw = ", ".join(g.name for g in env.gpus) if info.device.startswith("cuda") else env.cpu
-        base = BenchResult(
-            created_unix=time.time(),
-            conditions=_conditions(info, requests, hw, env.driver, env.cuda),
-            env=env,
-            protocol=Protocol(
-                warmup_per_shape=None if opts.protocol.warmup_auto else opts.protocol.warmup,
-                warmup_auto=opts.protocol.warmup_auto,
-                max_warmup=opts.protocol.max_warmup if opts.protocol.warmup_auto else None,
-                runs_per_shape=opts.protocol.runs,
-                synchronized=opts.protocol.sync,
-                percentile_method=PERCENTILE_METHOD,
-            ),
-        )
+        base = base_result(opts.protocol, info, requests, env, hw)
         writer = None
         if opts.save_outputs:
             fp = engine_fingerprint(engine, info, env)
@@ -268,7 +281,7 @@ def run_session(
         def progress(shapes: list[ShapeResult]) -> None:
             state["result"] = assemble(shapes, partial=True)
             try:
-                _write(opts, state["result"], markdown=False)
+                write_result(opts, state["result"], markdown=False)
             except OutputError as exc:  # a full disk mid-run: warned once, the run goes on (final write raises)
                 if not write_failed:
                     write_failed.append(exc)
@@ -283,27 +296,34 @@ def run_session(
         except KeyboardInterrupt:
             partial = assemble(state["result"].shapes, partial=True, interrupted=True)
             try:
-                _write(opts, partial, markdown=True)
+                write_result(opts, partial, markdown=True)
             except OutputError as exc:  # the interrupt is what is reported; the output error beside it
                 print(f"warning: {exc}", file=sys.stderr, flush=True)
             if on_update:
                 on_update(partial)
             raise
         final = assemble(shapes, partial=False)
-        _write(opts, final, markdown=True)
+        write_result(opts, final, markdown=True)
         return final
     finally:
         engine.stop()
 
 
-def _write(opts: BenchOptions, result: BenchResult, markdown: bool) -> None:
+def write_result(opts: BenchOptions, result: BenchResult, markdown: bool) -> None:
+    """Write ``result`` to ``opts.json_path`` (atomically) and, when ``markdown``, its Markdown to
+    ``opts.markdown_path``; either path may be None (nothing written there).
+
+    Raises:
+        OutputError: the JSON cannot be written (the message names ``--json``).
+        InputError: the Markdown file cannot be written (the message names ``--markdown``).
+    """
     if opts.json_path:
         try:
             write_json_atomic(opts.json_path, result.model_dump(mode="json"))
         except OutputError as exc:
             raise OutputError(f"--json {exc}") from exc
     if markdown and opts.markdown_path:
-        from diffbench.report.bench_report import to_markdown
+        from diffbench.bench.render import to_markdown
 
         try:
             opts.markdown_path.write_text(to_markdown(result))

@@ -7,63 +7,16 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from diffbench.cli.options import http_params, shape_option
 from diffbench.engines.knobs import parse_cache_spec
 from diffbench.errors import UsageError
 
 if TYPE_CHECKING:
     from diffbench.bench.result import BenchResult
-    from diffbench.engines.config import HttpParams
 from diffbench.workload.prompts import parse_seeds
 
 ENGINE_HELP = ("sim (simulated GPU-like device), diffusers (a real pipeline) or http (a running image service at "
                "--url, measured at the client).")
-
-
-def shape_option(message: str, shapes: str | None) -> str:
-    """The option a (neutral) engine shape message is about: ``--shapes SPEC`` or the single-shape flag."""
-    if shapes:
-        return f"--shapes {shapes}"
-    low = message.lower()
-    if "frames" in low:
-        return "--frames"
-    if low.startswith("height"):
-        return "--height"
-    if low.startswith("width"):
-        return "--width"
-    return "--height/--width"
-
-
-def _http_params(url: str | None, dialect: str, timeout: float, model: str | None,
-                 locals_given: dict[str, bool]) -> HttpParams:
-    """The http engine's parameters from the CLI, checked before anything connects.
-
-    Raises:
-        UsageError: no ``--url``, a malformed URL, an unknown dialect, a timeout out of range, or an option
-            that configures a local pipeline (it lives in the service's launch flags).
-    """
-    from typing import get_args
-
-    from diffbench.engines.config import HttpParams
-    from diffbench.engines.http_engine import check_url
-    from diffbench.load.client.dialects import DIALECTS
-
-    if url is None:
-        raise UsageError("--engine http needs --url URL: the base URL of the running service, e.g. "
-                         "--url http://127.0.0.1:8000")
-    base = check_url(url)
-    served = get_args(HttpParams.model_fields["dialect"].annotation)
-    if dialect not in DIALECTS:
-        raise UsageError(f"--dialect {dialect!r}: choose one of {', '.join(served)}")
-    if dialect not in served:
-        raise UsageError(f"--dialect {dialect}: the HTTP engine of bench and sweep speaks {', '.join(served)}; "
-                         f"{dialect} is measured with `diffbench load --dialect {dialect}`")
-    if not (0 < timeout <= 86400):
-        raise UsageError(f"--timeout {timeout:g}: must be seconds in (0, 86400]")
-    local = [flag for flag, given in locals_given.items() if given]
-    if local:
-        raise UsageError(f"{', '.join(local)}: configure{'s' if len(local) == 1 else ''} a local pipeline; with "
-                         "--engine http the service's own launch flags decide it (drop the option)")
-    return HttpParams(url=base, dialect=dialect, timeout_s=timeout, model=model)  # type: ignore[arg-type]
 
 
 def register(app: typer.Typer) -> None:
@@ -208,11 +161,11 @@ def register(app: typer.Typer) -> None:
         """Single-request latency: warmup per shape, synchronized timed runs, stage split, memory, reproducibility."""
         from diffbench.bench.limits import check_limits, check_number
         from diffbench.bench.protocol import BenchConfig
+        from diffbench.bench.render import print_console
         from diffbench.bench.session import BenchOptions, Shape, parse_shapes, run_session
         from diffbench.core.outpath import check_output_dir, check_output_file
         from diffbench.engines.config import ENGINES, EngineConfig, SimParams, check_device
         from diffbench.errors import DiffbenchError, ShapeError
-        from diffbench.report.bench_report import print_console
 
         # Every check that needs no model runs here, before anything is loaded or created.
         if offload not in ("none", "model", "sequential"):
@@ -221,7 +174,7 @@ def register(app: typer.Typer) -> None:
             raise UsageError(f"--engine {engine!r}: choose one of {', '.join(ENGINES)}")
         http = None
         if engine == "http":
-            http = _http_params(url, dialect, timeout, model, locals_given={
+            http = http_params(url, dialect, timeout, model, locals_given={
                 "--device": device != "cpu", "--dtype": dtype != "float32", "--compile": compile,
                 "--attention-backend": attention_backend is not None, "--cache": cache is not None,
                 "--offload": offload != "none", "--vae-tiling": vae_tiling, "--threads": threads is not None,
@@ -336,7 +289,7 @@ def register(app: typer.Typer) -> None:
         except ShapeError as exc:
             raise ShapeError(f"{shape_option(str(exc), shapes)}: {exc}") from None
         except KeyboardInterrupt:
-            from diffbench.report.bench_report import partial_lines
+            from diffbench.bench.render import partial_lines
 
             for line in partial_lines(latest["r"]) if latest else []:
                 typer.echo(line, err=True)

@@ -6,18 +6,7 @@ from pathlib import Path
 
 import typer
 
-
-def _config_error(exc: Exception) -> Exception:
-    """A pydantic error on a config model as a one-line :class:`UsageError` naming the real flag."""
-    from diffbench.errors import UsageError
-    from diffbench.ledger.options import flag_of
-
-    errs = getattr(exc, "errors", None)
-    if callable(errs):
-        e = errs()[0]
-        field = flag_of(str(e["loc"][0])) if e["loc"] else "input"
-        return UsageError(f"{field} {e.get('input')!r}: {e['msg']}")
-    return UsageError(str(exc))
+from diffbench.cli.options import config_error
 
 
 def register(app: typer.Typer) -> None:
@@ -103,7 +92,7 @@ def register(app: typer.Typer) -> None:
                               compile=compile_, vae_tiling=vae_tiling, offload=offload, eta_gemm=eta_gemm,
                               eta_attn=eta_attn, eta_vae=eta_vae, margin=margin, measured_s=measured_s)
         except ValidationError as exc:
-            raise _config_error(exc) from None
+            raise config_error(exc) from None
         try:
             result = evaluate(cat, lc)
         except ShapeError as exc:

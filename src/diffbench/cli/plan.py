@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
         """Derive a serving configuration: lossless, lossy, multi-GPU, few-step, capacity, signals."""
         from pydantic import ValidationError
 
-        from diffbench.cli.ledger import _config_error
+        from diffbench.cli.options import config_error
         from diffbench.core.console import make_console
         from diffbench.core.jsonio import write_json_atomic
         from diffbench.core.outpath import check_output_file
@@ -105,7 +105,7 @@ def register(app: typer.Typer) -> None:
                             allow_model_swap=allow_model_swap, headroom=headroom, assume_fp8=assume_fp8,
                             service_cv=service_cv, service_from=str(service_from) if service_from else None)
         except ValidationError as exc:
-            raise _config_error(exc) from None
+            raise config_error(exc) from None
         if workload is not None:
             from diffbench.plan.pools import plan_pools
 

@@ -16,8 +16,12 @@ compared; a verdict file that does not match its key); 3 LPIPS weights missing f
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from diffbench.quality.models import QualityReport
 
 
 def register(app: typer.Typer) -> None:
@@ -110,7 +114,7 @@ def _review(baseline: Path | None, candidate: Path | None, output: Path | None, 
             line.update(f"review: scoring pairs {i}/{n}")
 
         pairs, source, notes = scored_pairs(baseline, candidate, by, quality_json, lpips_backbone, workers, alpha,
-                                            progress=progress)
+                                            progress=progress, read_quality=_load_quality)
         placed, taken, sel_notes = select_pairs(pairs, by, worst, random, seed)
         k = build_key(baseline, candidate, placed, seed=seed, by=by, source=source, worst=worst,
                       random_asked=random, random_taken=taken, n_compared=len(pairs), max_px=max_px,
@@ -128,6 +132,17 @@ def _review(baseline: Path | None, candidate: Path | None, output: Path | None, 
     out.print(f"page: {output} ({len(html) / 1e6:.2f} MB)", soft_wrap=True)
     out.print(f"key:  {key} (keep it away from the reviewer; diffbench review --score VERDICTS --key {key})",
               soft_wrap=True)
+
+
+def _load_quality(path: Path) -> QualityReport:
+    """The quality report saved at ``path`` (``--quality``). Raises InputError for any other result kind."""
+    from diffbench.errors import InputError
+    from diffbench.report.loader import load_result
+
+    res = load_result(path)
+    if res.kind != "quality":
+        raise InputError(f"--quality {path} is a {res.kind} result; give the JSON of diffbench quality --json")
+    return res.model  # type: ignore[no-any-return]
 
 
 def _score(baseline: Path | None, candidate: Path | None, output: Path | None, score_path: Path, key: Path | None,

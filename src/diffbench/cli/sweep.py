@@ -222,7 +222,7 @@ def register(app: typer.Typer) -> None:
 
         from diffbench.bench.limits import check_limits, check_number
         from diffbench.bench.session import Shape
-        from diffbench.cli.bench import shape_option
+        from diffbench.cli.options import shape_option
         from diffbench.core.outpath import check_output_dir, check_output_file
         from diffbench.engines.config import EngineConfig, check_device
         from diffbench.engines.knobs import parse_values
@@ -241,9 +241,9 @@ def register(app: typer.Typer) -> None:
         http = None
         urls: list[str] = []
         if engine == "http":
-            from diffbench.cli.bench import _http_params
+            from diffbench.cli.options import http_params
 
-            http = _http_params(url, dialect, timeout, model, locals_given={
+            http = http_params(url, dialect, timeout, model, locals_given={
                 "--device": device != "cpu", "--dtype": dtype != "float32", "--compile": compile,
                 "--attention-backend": attention_backend is not None, "--threads": threads is not None})
             urls = _value_urls(url_per_value, values, http.url)

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from diffbench.bench.protocol import BenchConfig, group_by_shape, shape_label
-from diffbench.bench.result import BenchResult, DistributedRun, Note, Protocol
+from diffbench.bench.result import BenchResult, DistributedRun, Note
 from diffbench.distributed.bench_actor import BenchActor
 from diffbench.distributed.bench_tasks import (
     BenchTask,
@@ -136,9 +136,8 @@ def run_distributed_session(opts: Any, address: str, actors: int | None,
         ShapeError, ModelError, ...: as the single-process bench, raised by the first actor.
     """
     import diffbench
-    from diffbench.bench.session import _conditions, _write, build_workload
+    from diffbench.bench.session import base_result, build_workload, write_result
     from diffbench.core.manifest import Manifest, write_manifest
-    from diffbench.core.stats import PERCENTILE_METHOD
 
     if opts.save_outputs is None:
         raise UsageError("--ray distributes the outputs of a bench: add --save-outputs DIR (a directory every node "
@@ -182,13 +181,7 @@ def run_distributed_session(opts: Any, address: str, actors: int | None,
             by_id = {t.id: t for t in tasks}
             resumed = len(records)
             hw = descs[0]["worker"].device_class if not gpu else ", ".join(g.name for g in env.gpus)
-            base = BenchResult(
-                created_unix=time.time(), conditions=_conditions(info, requests, hw, env.driver, env.cuda), env=env,
-                protocol=Protocol(
-                    warmup_per_shape=None if cfg.warmup_auto else cfg.warmup, warmup_auto=cfg.warmup_auto,
-                    max_warmup=cfg.max_warmup if cfg.warmup_auto else None, runs_per_shape=cfg.runs,
-                    synchronized=cfg.sync, percentile_method=PERCENTILE_METHOD),
-                outputs_dir=str(out_dir))
+            base = base_result(cfg, info, requests, env, hw, outputs_dir=str(out_dir))
             manifest = Manifest(conditions=base.conditions.model_dump(mode="json"), fingerprint=descs[0]["fingerprint"])
             fps = (cfg.fps, "--fps") if cfg.fps else (info.fps, info.fps_source)
             driver = _Driver(ray, handles, tasks, records, on_record=lambda: None)
@@ -233,7 +226,7 @@ def run_distributed_session(opts: Any, address: str, actors: int | None,
                 manifest.entries = manifest_entries(tasks, records)
                 write_manifest(out_dir, manifest)
                 r = result(partial, interrupted=interrupted)
-                _write(opts, r, markdown=not partial)
+                write_result(opts, r, markdown=not partial)
                 if on_update:
                     on_update(r)
                 return r
@@ -254,7 +247,7 @@ def run_distributed_session(opts: Any, address: str, actors: int | None,
             manifest.entries = manifest_entries(tasks, records)
             write_manifest(out_dir, manifest)
             r = result(False, repros)
-            _write(opts, r, markdown=True)
+            write_result(opts, r, markdown=True)
             ray.get([h.stop.remote() for h in handles])
             return r
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from diffbench.distributed.taskstore import TaskRecord, TaskStore, pack, task_id, unpack
-from diffbench.quality.compare import _Outcome, accumulate, load_scorers, new_stats, score_pair
+from diffbench.quality.compare import PairOutcome, accumulate, load_scorers, new_stats, score_pair
 from diffbench.quality.distribution import FeatureExtractor, FeatureStats
 from diffbench.quality.models import DistributedRun, QualityOptions
 from diffbench.quality.pairing import PairSpec
@@ -55,7 +55,7 @@ class QualityActor:
 
         return str(ray.util.get_node_ip_address())
 
-    def score(self, specs: list[PairSpec]) -> list[_Outcome]:
+    def score(self, specs: list[PairSpec]) -> list[PairOutcome]:
         """Outcomes of ``specs`` in their order; their features are added to this actor's statistics."""
         outs = []
         for spec in specs:
@@ -108,7 +108,7 @@ class RayPairs:
         self._shards = 0
 
     def outcomes(self, specs: Sequence[PairSpec], opt: QualityOptions, pairing_mode: str,
-                 lpips_model: Callable | None, feature_extractor: FeatureExtractor | None) -> Iterator[_Outcome]:
+                 lpips_model: Callable | None, feature_extractor: FeatureExtractor | None) -> Iterator[PairOutcome]:
         """Outcomes in the order of ``specs`` (each shard yielded once it and all before it are back)."""
         from diffbench.distributed.cluster import ActorDied, actor_pool, import_ray
 
@@ -116,7 +116,7 @@ class RayPairs:
         all_specs = list(specs)
         store = TaskStore(self.state) if self.state is not None else None
         ids = pair_task_ids(all_specs, opt, lpips_model, feature_extractor) if store is not None else []
-        stored: dict[int, _Outcome] = {}
+        stored: dict[int, PairOutcome] = {}
         if store is not None:
             for i, tid in enumerate(ids):
                 rec = store.done(tid)
@@ -152,7 +152,7 @@ class RayPairs:
                         threads=self.threads, asked=asked, threads_option="--ray-threads") as pool:
             try:
                 self._nodes = sorted(set(ray.get([a.node_ip.remote() for a in pool])))
-                done: dict[int, list[_Outcome]] = {}
+                done: dict[int, list[PairOutcome]] = {}
                 running: dict[Any, tuple[int, Any]] = {}
                 todo = list(range(len(cuts)))
                 idle = list(pool)

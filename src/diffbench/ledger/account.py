@@ -8,6 +8,7 @@ from diffbench.errors import UsageError
 from diffbench.ledger import memory as mem
 from diffbench.ledger import timing as tm
 from diffbench.ledger.catalog import get_gpu, get_model
+from diffbench.ledger.etas import resolve_etas
 from diffbench.ledger.flops import (
     ForwardFlops,
     forward_flops,
@@ -114,7 +115,7 @@ def evaluate(catalog: Catalog, cfg: LedgerConfig) -> LedgerResult:
     tokens = count_tokens(model, cfg.width, cfg.height, frames, cfg.text_tokens)
     fps = forwards_per_step(model, cfg.cfg)
     fwd = forward_flops(model, tokens, cfg.width, cfg.height)
-    etas = tm.resolve_etas(catalog, gpu, cfg.attention, cfg.compile, cfg.eta_gemm, cfg.eta_attn, cfg.eta_vae,
+    etas = resolve_etas(catalog, gpu, cfg.attention, cfg.compile, cfg.eta_gemm, cfg.eta_attn, cfg.eta_vae,
                            gpu_id=cfg.gpu.strip().lower())
     notes: list[str] = []
     if cfg.precision == "fp8" and not tm.fp8_effective(gpu, "fp8"):

@@ -80,7 +80,9 @@ POOR_FIT = 0.2
 """RMS of log(predicted ÷ measured) per-step time above which a calibration is flagged (≈ 22 % off)."""
 
 
-def _device_name(data: dict[str, Any]) -> str:
+def device_name(data: dict[str, Any]) -> str:
+    """The device a saved bench result ran on: its first GPU's name, else ``"DEVICE (HARDWARE)"`` from its
+    conditions (``?`` for a missing field)."""
     gpus = (data.get("env") or {}).get("gpus") or []
     if gpus and isinstance(gpus[0], dict) and gpus[0].get("name"):
         return str(gpus[0]["name"])
@@ -154,7 +156,7 @@ def calibrate(catalog: Catalog, path: str | Path, model_id: str, gpu_id: str, fo
     gpu = get_gpu(catalog, gpu_id)
     mid, gid = model_id.strip().lower(), gpu_id.strip().lower()
     cond = data.get("conditions") or {}
-    device = _device_name(data)
+    device = device_name(data)
     bench_model = str(cond.get("model") or "?")
     wrong = []
     if not gpu_matches(gid, device):

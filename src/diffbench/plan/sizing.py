@@ -101,7 +101,7 @@ def sample_warnings(samples: np.ndarray | None) -> list[str]:
 
 def source_warnings(path: str | Path, model_id: str, model_display: str, gpu_id: str) -> list[str]:
     """A bench JSON of another model or device than the plan's (its spread is still used, rescaled)."""
-    from diffbench.ledger.calibrate import _device_name, gpu_matches, model_matches
+    from diffbench.ledger.calibrate import device_name, gpu_matches, model_matches
 
     p = Path(path)
     if p.suffix != ".json":
@@ -117,7 +117,7 @@ def source_warnings(path: str | Path, model_id: str, model_display: str, gpu_id:
     if not model_matches(model_id, model_display, bench_model):
         out.append(f"--service-from {p.name}: measured {bench_model!r}, not {model_display}; its spread is used "
                    "rescaled to the plan's latency")
-    device = _device_name(data)
+    device = device_name(data)
     if not gpu_matches(gpu_id, device):
         out.append(f"--service-from {p.name}: measured on {device!r}, not on {gpu_id}; its spread is used rescaled "
                    "to the plan's latency")

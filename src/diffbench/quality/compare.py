@@ -47,7 +47,11 @@ MS_SSIM_DESC = (
 
 
 @dataclass
-class _Outcome:
+class PairOutcome:
+    """What scoring one pair gives: its ``pair`` row and per-frame ``frames`` rows, or its ``error``; ``feats``
+    are the (baseline, candidate) feature rows (each ``(N, d)``, fed to ``FeatureStats.update``) when a
+    distribution metric is asked for. Sent between processes and Ray actors as it is."""
+
     pair: PairResult | None = None
     frames: list[FrameRow] = field(default_factory=list)
     error: PairError | None = None
@@ -99,7 +103,7 @@ def load_scorers(opt: QualityOptions, pairing_mode: str, lpips_model: Callable |
     return Scorers(lp=lp, fx=fx, clip=clip, pick=pick, iqa=iqa, budget=budget)
 
 
-def score_pair(spec: PairSpec, opt: QualityOptions, sc: Scorers) -> _Outcome:
+def score_pair(spec: PairSpec, opt: QualityOptions, sc: Scorers) -> PairOutcome:
     """One pair's outcome: its row (and frames, and float64 feature rows for FID/KID) or its PairError."""
     return _score(spec, opt, sc.lp, sc.fx, sc.clip, sc.pick, sc.iqa, sc.budget)
 
@@ -112,7 +116,7 @@ def new_stats(sc: Scorers) -> tuple[FeatureStats | None, FeatureStats | None]:
     return FeatureStats(sc.fx.dim, keep=False), FeatureStats(sc.fx.dim, keep=False)
 
 
-def accumulate(out: _Outcome, st_b: FeatureStats | None, st_c: FeatureStats | None) -> None:
+def accumulate(out: PairOutcome, st_b: FeatureStats | None, st_c: FeatureStats | None) -> None:
     """Add a scored pair's features to the FID statistics of both sides (the single-process and the Ray paths
     both use this, so their sums are the same compensated float64 sums)."""
     if out.pair is not None and out.feats is not None and st_b is not None and st_c is not None:
@@ -124,7 +128,7 @@ class PairExecutor(Protocol):
     """Scores pairs elsewhere (``--ray``: :class:`diffbench.distributed.quality.RayPairs`)."""
 
     def outcomes(self, specs: Sequence[PairSpec], opt: QualityOptions, pairing_mode: str,
-                 lpips_model: Callable | None, feature_extractor: FeatureExtractor | None) -> Iterator[_Outcome]:
+                 lpips_model: Callable | None, feature_extractor: FeatureExtractor | None) -> Iterator[PairOutcome]:
         """Outcomes in the order of ``specs``."""
         ...
 
@@ -137,8 +141,8 @@ class PairExecutor(Protocol):
         ...
 
 
-def _err(spec: PairSpec, problem: str) -> _Outcome:
-    return _Outcome(error=PairError(key=spec.key, baseline=str(spec.baseline), candidate=str(spec.candidate),
+def _err(spec: PairSpec, problem: str) -> PairOutcome:
+    return PairOutcome(error=PairError(key=spec.key, baseline=str(spec.baseline), candidate=str(spec.candidate),
                                     problem=problem))
 
 
@@ -204,7 +208,7 @@ def frame_rate_note(a: Loaded, b: Loaded) -> str | None:
 
 def _score(spec: PairSpec, opt: QualityOptions, lp: Callable | None, fx: FeatureExtractor | None,
            clip: ClipScorer | None = None, pick: PickScorer | None = None,
-           iqa: ClipIqaScorer | None = None, budget: int | None = None) -> _Outcome:
+           iqa: ClipIqaScorer | None = None, budget: int | None = None) -> PairOutcome:
     too_large, ms_note = check_pair(spec.baseline, spec.candidate, opt.ms_ssim, lp is not None, budget,
                                     opt.allow_large)
     if too_large:
@@ -270,14 +274,14 @@ def _score(spec: PairSpec, opt: QualityOptions, lp: Callable | None, fx: Feature
             if any(v is not None and math.isnan(v) for v in m.values()):
                 return _err(spec, f"metric produced NaN ({m})")
             pr = PairResult(kind="image", identical=border == 0 and interior == 0, metrics=m, **common)
-            return _Outcome(pair=pr, feats=feats)
+            return PairOutcome(pair=pr, feats=feats)
         return _score_video(spec, a, b, lp, common, per_frame_diff)
     except DiffbenchError as exc:
         return _err(spec, str(exc))
 
 
 def _score_video(spec: PairSpec, a: Loaded, b: Loaded, lp: Callable | None, common: dict,
-                 diffs: list[tuple[int, int]]) -> _Outcome:
+                 diffs: list[tuple[int, int]]) -> PairOutcome:
     r = a.data_range
     p, s = vid.per_frame(a.array, b.array, r)
     lps = None
@@ -322,17 +326,17 @@ def _score_video(spec: PairSpec, a: Loaded, b: Loaded, lp: Callable | None, comm
                                identical=bool(fb == 0 and fi == 0), border_only_difference=fb > 0 and fi == 0))
     pr = PairResult(kind="video", frames=stats.frames, identical=not any(fb or fi for fb, fi in diffs),
                     metrics=m, video=stats, **common)
-    return _Outcome(pair=pr, frames=frames)
+    return PairOutcome(pair=pr, frames=frames)
 
 
-def _stream(specs: Sequence[PairSpec], fn: Callable[[PairSpec], _Outcome], workers: int) -> Iterator[_Outcome]:
+def _stream(specs: Sequence[PairSpec], fn: Callable[[PairSpec], PairOutcome], workers: int) -> Iterator[PairOutcome]:
     """Results in input order with at most 2·workers pairs in flight (bounded memory)."""
     if workers <= 1:
         for s in specs:
             yield fn(s)
         return
     with ThreadPoolExecutor(workers) as ex:
-        pending: list[Future[_Outcome]] = []
+        pending: list[Future[PairOutcome]] = []
         it = iter(specs)
         for s in it:
             pending.append(ex.submit(fn, s))
@@ -435,7 +439,7 @@ def compare_dirs(
     if executor is None:
         st_b, st_c = new_stats(sc)
 
-        def local() -> Iterator[_Outcome]:
+        def local() -> Iterator[PairOutcome]:
             for out in _stream(pairing.pairs, lambda s: score_pair(s, opt, sc), opt.workers):
                 accumulate(out, st_b, st_c)
                 yield out

@@ -114,13 +114,17 @@ def _rank(c: Candidate, by: str) -> tuple[float, str]:
 
 def scored_pairs(baseline: Path, candidate: Path, by: str, quality_json: Path | None = None,
                  lpips_backbone: Path | None = None, workers: int = 2, alpha: str = "reject",
-                 progress: Callable[[int, int], None] | None = None) -> tuple[list[Candidate], str, list[str]]:
+                 progress: Callable[[int, int], None] | None = None,
+                 read_quality: Callable[[Path], QualityReport] | None = None,
+                 ) -> tuple[list[Candidate], str, list[str]]:
     """Every pair ``quality`` compares, with its review metric.
 
     Without ``quality_json``: :func:`~diffbench.quality.compare.compare_dirs` scores the pairs here
     (PSNR and SSIM in numpy; LPIPS, torch and its weights only when ``by == "lpips"``). With it: the
     per-pair metrics of that saved ``quality --json`` result, after checking it lists exactly the pairs
-    that pairing finds now.
+    that pairing finds now. ``read_quality`` reads that file into a report (the caller's result loader,
+    which knows every result kind; it raises InputError on a file that is not a quality result); it is
+    required with ``quality_json``.
 
     Returns:
         (pairs, description of where the metric came from, notes).
@@ -139,7 +143,9 @@ def scored_pairs(baseline: Path, candidate: Path, by: str, quality_json: Path | 
         report = compare_dirs(baseline, candidate, opts, progress=progress)
         source = f"{by} computed here by the quality code (diffbench.quality.compare_dirs)"
     else:
-        report = _load_quality(quality_json)
+        if read_quality is None:
+            raise ValueError("scored_pairs: quality_json needs read_quality")
+        report = read_quality(quality_json)
         pairing = pair_outputs(baseline, candidate)
         have = {p.key for p in report.pairs}
         want = {s.key for s in pairing.pairs}
@@ -173,15 +179,6 @@ def scored_pairs(baseline: Path, candidate: Path, by: str, quality_json: Path | 
         v, frame = _metric_of(pr, by)
         out.append(Candidate(pair=pr, value=v, frame=frame))
     return out, source, notes
-
-
-def _load_quality(path: Path) -> QualityReport:
-    from diffbench.report.loader import load_result
-
-    res = load_result(path)
-    if res.kind != "quality":
-        raise InputError(f"--quality {path} is a {res.kind} result; give the JSON of diffbench quality --json")
-    return res.model  # type: ignore[no-any-return]
 
 
 def select_pairs(pairs: list[Candidate], by: str, worst: int, random: int, seed: int

@@ -174,13 +174,6 @@ def parse_chat(raw: bytes) -> tuple[ChatRequest, GenerationFields, list[str], st
     return req, gen, ignored, prompt, images
 
 
-def default_strength() -> float:
-    """``GenerationRequest.strength``'s default (reported back when an edit names none)."""
-    from diffbench.engines.base import GenerationRequest
-
-    return float(GenerationRequest.model_fields["strength"].default)
-
-
 def input_image(urls: list[object], limits: "Limits") -> "InputImage":
     """The one input picture of a chat edit, from its ``image_url`` data URL, checked as an edits upload.
 
@@ -223,7 +216,8 @@ def install_chat_route(app: "FastAPI", service: "Service") -> None:
     from fastapi import Request
     from fastapi.responses import JSONResponse
 
-    from diffbench.server.app import generate_pngs
+    from diffbench.server.edits import default_strength
+    from diffbench.server.images import generate_pngs
     from diffbench.server.service import timing_headers
 
     @app.post(CHAT_PATH)

@@ -99,14 +99,3 @@ class ServerConfig(BaseModel):
         allow_inf_nan=False,
         description="serve --url-ttl: seconds a response_format=url image stays downloadable (then 404 expired)",
     )
-
-    def shape_allowlist(self, frames: int | None = None) -> tuple[str, ...]:
-        """``shapes``, else the default size and the warmup sizes at ``frames`` (a video model's default
-        frame count; None for images), as ``shape`` labels, deduplicated."""
-        if self.shapes:
-            return self.shapes
-        from diffbench.metrics.shapes import shape_label
-        from diffbench.server.validation import parse_size
-
-        sizes = [parse_size(s, "--warmup") for s in (self.default_size, *self.warmup_sizes)]
-        return tuple(dict.fromkeys(shape_label(w, h, frames) for w, h in sizes))

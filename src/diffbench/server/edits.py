@@ -201,12 +201,18 @@ async def read_edit_form(
     return body, image, mask
 
 
+def default_strength() -> float:
+    """``GenerationRequest.strength``'s default (reported back when an edit names none)."""
+    from diffbench.engines.base import GenerationRequest
+
+    return float(GenerationRequest.model_fields["strength"].default)
+
+
 def install_edit_route(app: "FastAPI", service: "Service") -> None:
     """Add ``POST /v1/images/edits`` (see the module docstring) to ``app``."""
     from fastapi import Request, Response
 
-    from diffbench.server.app import generate_pngs, image_data
-    from diffbench.server.chat import default_strength
+    from diffbench.server.images import generate_pngs, image_data
     from diffbench.server.schemas import ImageEditResponse, ignored_parameters
     from diffbench.server.service import timing_headers
     from diffbench.server.validation import refuse_stream

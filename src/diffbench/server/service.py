@@ -107,12 +107,14 @@ class Service:
         self.worker.start()
 
     def _make_exporter(self) -> Exporter:
+        from diffbench.server.validation import shape_allowlist
+
         assert self.info is not None
         cfg = self.config
         gpu = gpu_label(self.info.device)
         cache = cfg.engine.cache
         caches = [CACHE_LABELS.get(cache.partition("=")[0].strip(), cache.partition("=")[0].strip())] if cache else []
-        exp = Exporter(self.info.model, cfg.shape_allowlist(self.default_frames()), gpus=[gpu], caches=caches)
+        exp = Exporter(self.info.model, shape_allowlist(cfg, self.default_frames()), gpus=[gpu], caches=caches)
         exp.set_deployment(self.info, self.fingerprint_id, vae_tiling=cfg.engine.vae_tiling)
         if cfg.calibration is not None:
             exp.load_calibration(cfg.calibration)

@@ -33,6 +33,18 @@ def parse_size(text: str, param: str = "size") -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
+
+def shape_allowlist(config: ServerConfig, frames: int | None = None) -> tuple[str, ...]:
+    """``config.shapes``, else the default size and the warmup sizes at ``frames`` (a video model's default
+    frame count; None for images), as ``shape`` labels, deduplicated."""
+    if config.shapes:
+        return config.shapes
+    from diffbench.metrics.shapes import shape_label
+
+    sizes = [parse_size(s, "--warmup") for s in (config.default_size, *config.warmup_sizes)]
+    return tuple(dict.fromkeys(shape_label(w, h, frames) for w, h in sizes))
+
+
 STREAM_REFUSAL = (
     "stream: streaming answers (stream=true, partial_images) are not supported by this service; send stream "
     "false or omit it: the answer is one JSON body with every image"

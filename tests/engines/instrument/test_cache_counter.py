@@ -10,6 +10,8 @@ from diffbench.engines.base import GenerationRequest  # noqa: E402
 from diffbench.engines.registry import EngineConfig, create_engine  # noqa: E402
 from diffbench.errors import UsageError  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 STEPS = 5
 REQ = GenerationRequest(prompt="a lighthouse", height=64, width=64, steps=STEPS)
 

@@ -232,8 +232,9 @@ def start_serve(workdir: Path, args: list[str], *, name: str = "serve", timeout_
 
 
 @dataclass
-class Probe:
-    """``diffbench probe`` replaying its references and exporting ``diffusion_quality_*`` on its port."""
+class ProbeProcess:
+    """A drill's handle on a running ``diffbench probe`` process: it replays its references and exports
+    ``diffusion_quality_*`` on ``port``."""
 
     proc: Proc
     port: int
@@ -263,7 +264,7 @@ def record_probe_references(workdir: Path, url: str, ref_dir: Path, *, size: str
 
 
 def start_probe(workdir: Path, url: str, ref_dir: Path, *, interval_s: float, psnr_threshold_db: float,
-                timeout_s: float = 120.0) -> Probe:
+                timeout_s: float = 120.0) -> ProbeProcess:
     """``diffbench probe --reference DIR --interval S --metrics-port <free> --psnr-threshold DB``; waits
     until its ``/metrics`` answers."""
     port = free_port()
@@ -271,7 +272,7 @@ def start_probe(workdir: Path, url: str, ref_dir: Path, *, interval_s: float, ps
                                      f"{interval_s:g}", "--metrics-port", str(port), "--psnr-threshold",
                                      f"{psnr_threshold_db:g}"), workdir / "probe.log")
     proc.start()
-    probe = Probe(proc, port)
+    probe = ProbeProcess(proc, port)
     try:
         wait_until(lambda: bool(probe.metrics()), timeout_s, "probe /metrics", poll_s=0.25, proc=proc)
     except BaseException:
