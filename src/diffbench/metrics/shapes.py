@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
+from diffbench.core import shapes as core_shapes
 from diffbench.errors import UsageError
 from diffbench.metrics.names import OTHER_SHAPE
 
@@ -24,9 +25,7 @@ def shape_label(width: int, height: int, frames: int | None = None, batch: int =
 
     ``frames`` is None for an image; ``batch`` is images per request (the suffix appears only above 1).
     """
-    f = f"f{frames}" if frames is not None else ""
-    b = f"b{batch}" if batch > 1 else ""
-    return f"{width}x{height}{f}{b}"
+    return core_shapes.shape_label(width, height, frames, batch)
 
 
 def parse_label(label: str) -> tuple[int, int, int | None, int]:

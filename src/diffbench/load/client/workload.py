@@ -35,6 +35,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from diffbench.core import shapes as core_shapes
 from diffbench.errors import InputError, UsageError
 
 MAX_SIDE = 16384
@@ -56,11 +57,10 @@ def parse_size(text: str) -> tuple[int, int]:
     Raises:
         ValueError: when the text is not two positive integers joined by ``x``.
     """
-    parts = text.lower().strip().split("x")
-    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
-        raise ValueError(f"size must look like WIDTHxHEIGHT (e.g. 1024x1024), got {text!r}")
-    w, h = (int(p) for p in parts)
-    return w, h
+    try:
+        return core_shapes.parse_size(text)
+    except core_shapes.SizeSyntaxError:
+        raise ValueError(f"size must look like WIDTHxHEIGHT (e.g. 1024x1024), got {text!r}") from None
 
 
 class ShapeMix(BaseModel):
