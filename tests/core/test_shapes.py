@@ -43,3 +43,13 @@ def test_labels_in_both_styles() -> None:
     assert shape_label(832, 480, 33, 1, steps=30, human=True) == "832x480 f33 s30 b1"
     assert shape_label(512, 384, None, None, steps=8, human=True) == "512x384 s8"
     assert shape_label(512, 384, 0, 1, steps=8, human=True) == "512x384 s8 b1"
+
+
+def test_parse_label_inverts_the_metric_label() -> None:
+    from diffbench.core.shapes import parse_label
+
+    for args in ((256, 256, None, 1), (128, 128, 9, 1), (256, 256, None, 2), (64, 32, 5, 3)):
+        assert parse_label(shape_label(*args)) == args
+    for bad in ("256x256b1", "0x5", "other", "256x256 s8"):
+        with pytest.raises(SizeSyntaxError):
+            parse_label(bad)

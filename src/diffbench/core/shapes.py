@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 
 _SIZE = re.compile(r"^\s*([0-9]+)\s*[xX×]\s*([0-9]+)\s*$")
+_LABEL = re.compile(r"^(\d+)x(\d+)(?:f(\d+))?(?:b(\d+))?$")
 _SIZE_FRAMES = re.compile(r"^\s*([0-9]+)\s*[xX×]\s*([0-9]+)(?:\s*[xX×]\s*([0-9]+))?\s*$")
 
 
@@ -29,8 +30,8 @@ class SizeSyntaxError(ValueError):
         reason: what was wrong, e.g. ``"not WIDTHxHEIGHT"`` or ``"values must be >= 1"``.
     """
 
-    def __init__(self, text: str, reason: str) -> None:
-        super().__init__(f"{text!r}: {reason}")
+    def __init__(self, text: str, reason: str, message: str | None = None) -> None:
+        super().__init__(message if message is not None else f"{text!r}: {reason}")
         self.text = text
         self.reason = reason
 
@@ -88,3 +89,21 @@ def shape_label(width: int, height: int, frames: int | None = None, batch: int |
     s = f" s{steps}" if steps is not None else ""
     b = f" b{batch}" if batch is not None else ""
     return f"{width}x{height}{f}{s}{b}"
+
+
+def parse_label(label: str) -> tuple[int, int, int | None, int]:
+    """A metric-style label back to its shape: ``"256x256b2"`` → (width, height, frames or None, batch).
+
+    Raises:
+        SizeSyntaxError: not ``WxH[fF][bB]``, a value below 1, or a ``b1`` suffix (batch 1 has none).
+    """
+    m = _LABEL.match(label)
+    if not m:
+        raise SizeSyntaxError(label, "not a shape label",
+                              f"{label!r} is not a shape label (WxH, WxHfF, optional bB suffix)")
+    w, h, f, b = m.groups()
+    batch = int(b) if b is not None else 1
+    if int(w) < 1 or int(h) < 1 or (f is not None and int(f) < 1) or batch < 1 or (b is not None and batch == 1):
+        raise SizeSyntaxError(label, "values below 1 or a b1 suffix",
+                              f"{label!r}: sides, frames and batch must be >= 1 (and a bB suffix only for B > 1)")
+    return int(w), int(h), int(f) if f is not None else None, batch
