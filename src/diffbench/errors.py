@@ -97,6 +97,14 @@ class GateFailed(DiffbenchError):
     exit_code = 1
 
 
+def install_hint(extra: str) -> str:
+    """The one install command for a missing diffbench extra, as README.md documents it (from a checkout).
+
+    Example: ``install_hint("quality")`` -> ``pip install -c constraints.txt -e '.[quality]' (or '.[all]')``.
+    """
+    return f"pip install -c constraints.txt -e '.[{extra}]' (or '.[all]')"
+
+
 def require(module: str, extra: str) -> object:
     """Import an optional module or raise :class:`MissingDependencyError` naming the extra.
 
@@ -116,6 +124,5 @@ def require(module: str, extra: str) -> object:
         return importlib.import_module(module)
     except ImportError as exc:  # pragma: no cover - exercised only without the extra
         raise MissingDependencyError(
-            f"{module} is not installed ({exc}); install it with: pip install -c constraints.txt "
-            f"'diffbench[{extra}]'"
+            f"{module} is not installed ({exc}); install it with: {install_hint(extra)}"
         ) from exc

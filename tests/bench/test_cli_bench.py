@@ -214,7 +214,7 @@ def test_local_pipeline_directory_loads_offline(tmp_path: Path) -> None:
         (["--engine", "nope"], "choose one of"),
         (["--seeds", "a,b"], "comma-separated integers"),
         (["--shapes", "64by64"], "WIDTHxHEIGHT"),
-        (["--prompts", "/nonexistent.txt"], "cannot read"),
+        (["--prompts", "/nonexistent.txt"], "file not found"),
         (["--offload", "model"], "needs --device cuda"),
         (["--offload", "everything"], "choose none, model or sequential"),
         pytest.param(

@@ -15,6 +15,7 @@ from diffbench.bench.limits import ShapeSpec
 from diffbench.bench.outputs import OutputWriter
 from diffbench.bench.protocol import BenchConfig, RunProgress, run_bench
 from diffbench.bench.result import BenchResult, Conditions, Note, Protocol, ShapeResult
+from diffbench.core import shapes as core_shapes
 from diffbench.core.env import EnvInfo, capture_env
 from diffbench.core.jsonio import write_json_atomic
 from diffbench.core.stats import PERCENTILE_METHOD
@@ -69,15 +70,15 @@ def parse_shapes(text: str) -> list[Shape]:
     """
     shapes = []
     for part in text.split(","):
-        spec = part.strip().lower()
-        bits = spec.split("x")
-        if len(bits) not in (2, 3) or not all(b.isdigit() and int(b) > 0 for b in bits):
+        try:
+            w, h, f = core_shapes.parse_size_frames(part, minimum=1)
+        except core_shapes.SizeSyntaxError:
             raise UsageError(
                 f"--shapes {part.strip()!r}: expected WIDTHxHEIGHT or WIDTHxHEIGHTxFRAMES with positive "
                 "integers, comma separated (e.g. 1024x768,832x480x33)"
-            )
-        w, h = int(bits[0]), int(bits[1])
-        shapes.append(Shape(width=w, height=h, frames=int(bits[2]) if len(bits) == 3 else None, spec=spec))
+            ) from None
+        spec = f"{w}x{h}" + (f"x{f}" if f is not None else "")
+        shapes.append(Shape(width=w, height=h, frames=f, spec=spec))
     return shapes
 
 

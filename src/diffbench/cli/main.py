@@ -13,7 +13,7 @@ import typer
 
 from diffbench import __version__
 from diffbench.core import interrupt
-from diffbench.errors import DiffbenchError
+from diffbench.errors import DiffbenchError, install_hint
 
 app = typer.Typer(
     name="diffbench",
@@ -129,8 +129,7 @@ def _run(argv: list[str] | None) -> int:
         if extra is None:
             raise
         typer.secho(
-            f"error: {top} is not installed; this command needs the '{extra}' extra: "
-            f"pip install -c constraints.txt -e '.[{extra}]' (or '.[all]')",
+            f"error: {top} is not installed; this command needs the '{extra}' extra: {install_hint(extra)}",
             fg="red",
             err=True,
         )

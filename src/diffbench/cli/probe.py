@@ -28,12 +28,13 @@ def _positive(value: float | None, option: str, unit: str) -> None:
 
 
 def _parse_size(size: str) -> tuple[int, int]:
+    from diffbench.core.shapes import SizeSyntaxError, parse_size
     from diffbench.errors import UsageError
 
-    parts = size.lower().split("x")
-    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
-        raise UsageError(f"--size {size!r}: write it as WIDTHxHEIGHT in pixels, e.g. 256x256")
-    return int(parts[0]), int(parts[1])
+    try:
+        return parse_size(size, minimum=1)
+    except SizeSyntaxError:
+        raise UsageError(f"--size {size!r}: write it as WIDTHxHEIGHT in pixels, e.g. 256x256") from None
 
 
 def register(app: typer.Typer) -> None:

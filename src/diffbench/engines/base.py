@@ -14,6 +14,7 @@ from typing import Literal, Protocol, runtime_checkable
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from diffbench.core import shapes as core_shapes
 from diffbench.engines.instrument.signals import RequestSignals
 from diffbench.errors import GenerationError
 
@@ -74,8 +75,7 @@ class GenerationRequest(BaseModel):
     def shape_label(self) -> str:
         """Human label, e.g. ``256x256 s8 b1`` or ``832x480 f33 s30 b1``: WIDTHxHEIGHT, as ``--size``,
         ``--shapes`` and the OpenAI ``size`` field are written everywhere in diffbench."""
-        f = f" f{self.frames}" if self.frames else ""
-        return f"{self.width}x{self.height}{f} s{self.steps} b{self.batch}"
+        return core_shapes.shape_label(self.width, self.height, self.frames, self.batch, steps=self.steps, human=True)
 
 
 class StageTimes(BaseModel):

@@ -8,14 +8,12 @@ temporal VAE (Wan's ``seq_len``, Wan-Video/Wan2.1@9737cba:wan/text2video.py L160
 
 from __future__ import annotations
 
-import re
-
 from pydantic import BaseModel, ConfigDict
 
+from diffbench.core import shapes as core_shapes
 from diffbench.errors import ShapeError, UsageError
 from diffbench.ledger.schema import ModelSpec
 
-_SIZE = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\d+)\s*$")
 PATCH_PX = 16  # 8× VAE × 2×2 patch (see the module docstring)
 
 
@@ -37,10 +35,10 @@ def parse_size(size: str) -> tuple[int, int]:
     Raises:
         UsageError: not of the form ``1024x768`` with positive integers.
     """
-    m = _SIZE.match(size or "")
-    if not m or int(m.group(1)) <= 0 or int(m.group(2)) <= 0:
-        raise UsageError(f"--size {size!r}: expected WIDTHxHEIGHT in pixels, e.g. 1024x1024")
-    return int(m.group(1)), int(m.group(2))
+    try:
+        return core_shapes.parse_size(size, minimum=1)
+    except core_shapes.SizeSyntaxError:
+        raise UsageError(f"--size {size!r}: expected WIDTHxHEIGHT in pixels, e.g. 1024x1024") from None
 
 
 def check_shape(model: ModelSpec, width: int, height: int, frames: int | None) -> int:

@@ -10,13 +10,11 @@ calibration are for the steps it was measured at.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 
+from diffbench.core import shapes as core_shapes
 from diffbench.errors import UsageError
 from diffbench.metrics.names import OTHER_SHAPE
-
-_LABEL = re.compile(r"^(\d+)x(\d+)(?:f(\d+))?(?:b(\d+))?$")
 
 
 def shape_label(width: int, height: int, frames: int | None = None, batch: int = 1) -> str:
@@ -24,21 +22,14 @@ def shape_label(width: int, height: int, frames: int | None = None, batch: int =
 
     ``frames`` is None for an image; ``batch`` is images per request (the suffix appears only above 1).
     """
-    f = f"f{frames}" if frames is not None else ""
-    b = f"b{batch}" if batch > 1 else ""
-    return f"{width}x{height}{f}{b}"
+    return core_shapes.shape_label(width, height, frames, batch)
 
 
 def parse_label(label: str) -> tuple[int, int, int | None, int]:
     """``"256x256b2"`` → (width, height, frames or None, batch). Raises ValueError when malformed."""
-    m = _LABEL.match(label)
-    if not m or label == OTHER_SHAPE:
+    if label == OTHER_SHAPE:
         raise ValueError(f"{label!r} is not a shape label (WxH, WxHfF, optional bB suffix)")
-    w, h, f, b = m.groups()
-    batch = int(b) if b is not None else 1
-    if int(w) < 1 or int(h) < 1 or (f is not None and int(f) < 1) or batch < 1 or (b is not None and batch == 1):
-        raise ValueError(f"{label!r}: sides, frames and batch must be >= 1 (and a bB suffix only for B > 1)")
-    return int(w), int(h), int(f) if f is not None else None, batch
+    return core_shapes.parse_label(label)
 
 
 def parse_shapes(text: str | Iterable[str], flag: str = "--shapes") -> tuple[str, ...]:

@@ -28,6 +28,7 @@ import math
 
 import numpy as np
 
+from diffbench.core.psnr import psnr_of
 from diffbench.errors import ShapeError, UsageError
 
 SSIM_SIGMA = 1.5
@@ -113,20 +114,8 @@ def psnr(a: np.ndarray, b: np.ndarray, data_range: float | None = None) -> float
         pooled PSNR is not the per-image mean). UsageError: missing data_range for non-uint8 input.
     """
     r = _check_pair(a, b, data_range)
-    sse = 0.0  # summed over row strips of at most STRIP_BYTES of working memory: exact for uint8 (integer sums)
-    rows = _strip_rows(a.shape, 8)
-    for r0 in range(0, a.shape[0], rows):
-        sa, sb = a[r0 : r0 + rows], b[r0 : r0 + rows]
-        if a.dtype == np.uint8 and b.dtype == np.uint8:
-            d = sa.astype(np.float32) - sb.astype(np.float32)  # exact; d*d <= 65025 < 2**24, exact in float32
-        else:
-            d = sa.astype(np.float64) - sb.astype(np.float64)
-        d *= d
-        sse += float(np.sum(d, dtype=np.float64))
-    mse = sse / a.size
-    if mse == 0.0:
-        return math.inf
-    return 10.0 * math.log10(r * r / mse)
+    # summed over row strips of at most STRIP_BYTES of working memory: exact for uint8 (integer sums)
+    return psnr_of(a, b, r, rows=_strip_rows(a.shape, 8))
 
 
 def ssim_border_difference(a: np.ndarray, b: np.ndarray) -> tuple[int, int]:

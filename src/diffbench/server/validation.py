@@ -10,27 +10,24 @@ service's limits (the message names the ``serve`` flag that sets the limit), and
 
 from __future__ import annotations
 
-import re
-
+from diffbench.core import shapes as core_shapes
 from diffbench.engines.base import Engine, GenerationRequest
 from diffbench.errors import ShapeError
 from diffbench.server.config import Limits, ServerConfig
 from diffbench.server.http_errors import APIError, api_wording
 
-_SIZE = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\d+)\s*$")
-
 
 def parse_size(text: str, param: str = "size") -> tuple[int, int]:
     """``"WIDTHxHEIGHT"`` → (width, height) in pixels. Raises APIError 400 when malformed."""
-    m = _SIZE.match(text)
-    if not m:
+    try:
+        return core_shapes.parse_size(text)
+    except core_shapes.SizeSyntaxError:
         raise APIError(
             400,
             f'{param}: {text!r} is not WIDTHxHEIGHT; send e.g. "512x512"',
             param=param,
             code="invalid_size",
-        )
-    return int(m.group(1)), int(m.group(2))
+        ) from None
 
 
 

@@ -7,10 +7,12 @@ that outputs pair across runs.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from diffbench.core.textfile import read_text_input
 from diffbench.errors import InputError
 
 BUILTIN_PROMPTS: tuple[tuple[str, str], ...] = (
@@ -53,23 +55,67 @@ def builtin_prompts(limit: int | None = None) -> list[Prompt]:
     return out[:limit] if limit else out
 
 
-def load_prompt_file(path: str | Path) -> list[Prompt]:
-    """One prompt per line; blank lines and lines starting with ``#`` are skipped.
+PROMPT_FILE_FORMAT = "one prompt per line ('#' for comments), or JSONL rows {\"text\": ...}"
+
+
+def _json_row_prompt(text: str, where: str, option: str) -> str:
+    """The ``text`` of one AIPerf ``single_turn`` JSONL row (``{"text": ...}``; other keys are not read)."""
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:
+        raise InputError(f"{option} {where}: not valid JSON ({exc}); AIPerf prompt rows look like "
+                         '{"text": "a prompt"}') from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+        got = sorted(obj) if isinstance(obj, dict) else type(obj).__name__
+        raise InputError(f"{option} {where}: a JSON row needs a string \"text\" field (AIPerf prompt format "
+                         f'{{"text": "a prompt"}}), got {got}')
+    return str(obj["text"]).strip()
+
+
+def read_prompts(path: str | Path, option: str = "--prompts") -> list[str]:
+    """The prompts of a prompt file: the one reader behind every ``--prompts`` (bench, sweep, load).
+
+    Format (UTF-8 text):
+
+    - **Plain text** (the default): one prompt per line, surrounding blanks stripped; blank lines are
+      skipped, and so are comment lines, whose first non-blank character is ``#`` (write a prompt that
+      starts with ``#`` as a JSONL row).
+    - **JSONL** (AIPerf's ``--custom-dataset-type single_turn`` prompt file), chosen when the file name ends
+      in ``.jsonl`` or its first non-blank line starts with ``{``: one JSON object per non-blank line, whose
+      string ``text`` field is the prompt (other keys are not read; a row whose text is blank is skipped).
+
+    Args:
+        path: the file.
+        option: the option that named it, used in messages (e.g. ``"--workload prompt_file"``).
+
+    Returns:
+        The prompts, in file order (at least one).
 
     Raises:
-        InputError: missing or unreadable file, or no prompt in it.
+        InputError: a missing, directory, binary or empty file; a JSON row that is not an object with a
+            string ``text`` (file and line named); or no prompt in the file.
     """
     p = Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(
-            f"--prompts {p}: cannot read ({exc}); give a UTF-8 text file, one prompt per line"
-        ) from exc
-    prompts = [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+    lines = read_text_input(p, option, "one prompt per line, or JSONL rows {\"text\": ...}").splitlines()
+    first = next((ln.strip() for ln in lines if ln.strip()), "")
+    if p.suffix.lower() == ".jsonl" or first.startswith("{"):
+        prompts = [_json_row_prompt(ln.strip(), f"{p}:{i}", option) for i, ln in enumerate(lines, start=1)
+                   if ln.strip()]
+        prompts = [t for t in prompts if t]
+    else:
+        prompts = [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
     if not prompts:
-        raise InputError(f"--prompts {p}: no prompts in the file (one per line, '#' for comments)")
-    return [Prompt(prompt_id=f"f{i:03d}", text=t) for i, t in enumerate(prompts)]
+        raise InputError(f"{option} {p} holds no prompt ({PROMPT_FILE_FORMAT})")
+    return prompts
+
+
+def load_prompt_file(path: str | Path, option: str = "--prompts") -> list[Prompt]:
+    """The prompts of a prompt file (format: :func:`read_prompts`) with stable ids ``f000``, ``f001``, …
+
+    Raises:
+        InputError: as :func:`read_prompts`.
+    """
+    return [Prompt(prompt_id=f"f{i:03d}", text=t) for i, t in enumerate(read_prompts(path, option))]
 
 
 def parse_seeds(text: str, option: str = "--seeds") -> list[int]:

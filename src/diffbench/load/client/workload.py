@@ -35,6 +35,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from diffbench.core import shapes as core_shapes
 from diffbench.errors import InputError, UsageError
 
 MAX_SIDE = 16384
@@ -56,11 +57,10 @@ def parse_size(text: str) -> tuple[int, int]:
     Raises:
         ValueError: when the text is not two positive integers joined by ``x``.
     """
-    parts = text.lower().strip().split("x")
-    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
-        raise ValueError(f"size must look like WIDTHxHEIGHT (e.g. 1024x1024), got {text!r}")
-    w, h = (int(p) for p in parts)
-    return w, h
+    try:
+        return core_shapes.parse_size(text)
+    except core_shapes.SizeSyntaxError:
+        raise ValueError(f"size must look like WIDTHxHEIGHT (e.g. 1024x1024), got {text!r}") from None
 
 
 class ShapeMix(BaseModel):
@@ -259,45 +259,18 @@ def edit_inputs(images: str | None, masks: str | None) -> tuple[tuple[str, ...],
     return tuple(str(f) for f in files), tuple(str(m) for m in mask_files)
 
 
-def _jsonl_prompt(text: str, where: str, option: str) -> str:
-    """The ``text`` of one AIPerf ``single_turn`` JSONL row (``{"text": ...}``; other keys are not read)."""
-    try:
-        obj = json.loads(text)
-    except ValueError as exc:
-        raise InputError(f"{option} {where}: not valid JSON ({exc}); AIPerf prompt rows look like "
-                         '{"text": "a prompt"}') from None
-    if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
-        got = sorted(obj) if isinstance(obj, dict) else type(obj).__name__
-        raise InputError(f"{option} {where}: a JSON row needs a string \"text\" field (AIPerf prompt format "
-                         f'{{"text": "a prompt"}}), got {got}')
-    return str(obj["text"]).strip()
-
-
 def load_prompts(path: str | Path, option: str = "--prompts") -> list[str]:
     """Prompts from a file (``option`` names the file's source in messages).
 
-    Formats: one prompt per line (blank lines skipped), or AIPerf's prompt file (``--custom-dataset-type
-    single_turn``): JSONL rows ``{"text": "a prompt"}``, chosen when the file ends in ``.jsonl`` or its first
-    non-blank line starts with ``{``. Only ``text`` is read from a JSON row.
+    The one prompt-file format of every ``--prompts``: :func:`diffbench.workload.prompts.read_prompts` (one
+    prompt per line with ``#`` comments, or AIPerf's JSONL rows ``{"text": ...}``).
 
     Raises:
-        InputError: unreadable file, a JSON row without a string ``text`` (file and line named), or no prompt
-            in it (never silently replaced by a dummy prompt).
+        InputError: as ``read_prompts`` (never silently replaced by a dummy prompt).
     """
-    from diffbench.core.textfile import read_text_input
+    from diffbench.workload.prompts import read_prompts
 
-    p = Path(path)
-    lines = read_text_input(p, option, "one prompt per line, or JSONL rows {\"text\": ...}").splitlines()
-    first = next((ln.strip() for ln in lines if ln.strip()), "")
-    if p.suffix.lower() == ".jsonl" or first.startswith("{"):
-        prompts = [_jsonl_prompt(ln.strip(), f"{p}:{i}", option) for i, ln in enumerate(lines, start=1)
-                   if ln.strip()]
-        prompts = [t for t in prompts if t]
-    else:
-        prompts = [ln.strip() for ln in lines if ln.strip()]
-    if not prompts:
-        raise InputError(f"{option} {p} holds no prompt (one prompt per line, or JSONL rows {{\"text\": ...}})")
-    return prompts
+    return read_prompts(path, option)
 
 
 class RequestSpec(BaseModel):
