@@ -67,9 +67,9 @@ def register(app: typer.Typer) -> None:
         from diffbench.ledger.multigpu import parallel_options
         from diffbench.ledger.options import check_numbers, check_size
         from diffbench.ledger.render import ledger_renderable
-        from diffbench.ledger.tokens import parse_size, shape_option
+        from diffbench.ledger.tokens import shape_option, size_option
 
-        width, height = parse_size(size)
+        width, height = size_option(size)
         check_size(size, width, height)
         check_numbers(steps=steps, frames=frames, cfg=cfg, text_tokens=text_tokens, eta_gemm=eta_gemm,
                       eta_attn=eta_attn, eta_vae=eta_vae, margin=margin, measured_s=measured_s,

@@ -54,7 +54,7 @@ def register(app: typer.Typer) -> None:
         from diffbench.errors import ShapeError, UsageError
         from diffbench.ledger.catalog import load_catalog
         from diffbench.ledger.options import Bound, check_numbers, check_size
-        from diffbench.ledger.tokens import parse_size, shape_option
+        from diffbench.ledger.tokens import shape_option, size_option
         from diffbench.plan.derive import plan as derive
         from diffbench.plan.models import PlanConfig
         from diffbench.plan.render import plan_renderable
@@ -63,7 +63,7 @@ def register(app: typer.Typer) -> None:
             raise UsageError("pass --size WIDTHxHEIGHT for one shape or --workload FILE for a mix of shapes "
                              "(exactly one of them)")
         if size is not None:
-            width, height = parse_size(size)
+            width, height = size_option(size)
             check_size(size, width, height)
         else:
             width, height = 1024, 1024  # replaced by each pool's shape

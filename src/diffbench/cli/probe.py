@@ -27,7 +27,7 @@ def _positive(value: float | None, option: str, unit: str) -> None:
         raise UsageError(f"{option} {value:g}: must be a positive number of {unit}")
 
 
-def _parse_size(size: str) -> tuple[int, int]:
+def _size_option(size: str) -> tuple[int, int]:
     from diffbench.core.shapes import SizeSyntaxError, parse_size
     from diffbench.errors import UsageError
 
@@ -118,7 +118,7 @@ def register(app: typer.Typer) -> None:
             given = ", ".join(k for k, v in record_flags.items() if v)
             raise UsageError(f"{given}: only for --record-reference; with --reference the manifest fixes the "
                              "requests")
-        width, height = _parse_size(size)
+        width, height = _size_option(size)
         if steps is not None and steps < 1:
             raise UsageError(f"--steps {steps}: must be at least 1")
         if n < 1:

@@ -150,7 +150,7 @@ def register(app: typer.Typer) -> None:
         from diffbench.metrics.shapes import parse_shapes
         from diffbench.monitor.calibration import read_calibration
         from diffbench.server.config import Limits, ServerConfig
-        from diffbench.server.validation import parse_size
+        from diffbench.server.validation import api_size
 
         numbers = (("--max-wait", max_wait, 0.001), ("--drain", drain, 0.0), ("--sim-step-s", sim_step_s, 0.0))
         for flag, value, low in numbers:
@@ -175,7 +175,7 @@ def register(app: typer.Typer) -> None:
         cal = read_calibration(calibration) if calibration is not None else None
         for flag, size in [("--default-size", default_size)] + [("--warmup", w) for w in warmup]:
             try:
-                parse_size(size, flag)
+                api_size(size, flag)
             except Exception as exc:
                 raise UsageError(str(exc)) from exc
         sim = SimParams(realtime=True)

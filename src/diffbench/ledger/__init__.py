@@ -16,7 +16,7 @@ from diffbench.ledger.flops import (
 from diffbench.ledger.multigpu import ParallelPlan, evaluate_parallel
 from diffbench.ledger.schema import Catalog, GpuSpec, ModelSpec
 from diffbench.ledger.timing import mfu
-from diffbench.ledger.tokens import Tokens, check_shape, count_tokens, parse_size
+from diffbench.ledger.tokens import Tokens, check_shape, count_tokens, size_option
 
 __all__ = [
     "Catalog",
@@ -40,7 +40,7 @@ __all__ = [
     "get_model",
     "load_catalog",
     "mfu",
-    "parse_size",
+    "size_option",
     "text_encode_flops",
     "vae_decode_flops",
 ]

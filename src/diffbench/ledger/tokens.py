@@ -29,7 +29,7 @@ class Tokens(BaseModel):
     seq: int             # visual + text_joint
 
 
-def parse_size(size: str) -> tuple[int, int]:
+def size_option(size: str) -> tuple[int, int]:
     """Parse ``WIDTHxHEIGHT`` (OpenAI ``size`` syntax) into ``(width, height)`` pixels.
 
     Raises:

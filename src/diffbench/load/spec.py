@@ -274,12 +274,12 @@ class LoadSpec(BaseModel):
             pydantic.ValidationError: a size, step or frame count out of the workload's bounds (fields
                 ``width``, ``height``, ``steps``, ``frames``: :data:`SHAPE_FLAGS`).
         """
-        from diffbench.load.client.workload import default_workload, parse_size
+        from diffbench.load.client.workload import default_workload, size_field
 
         if self.workload:
             return None
         try:
-            w, h = parse_size(self.size)
+            w, h = size_field(self.size)
         except ValueError as exc:
             raise UsageError(f"--size: {exc}") from None
         return default_workload(width=w, height=h, steps=self.steps, frames=self.frames)

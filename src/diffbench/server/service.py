@@ -174,14 +174,14 @@ class Service:
                 fail that size on every request, so it refuses to start, naming the size and both flags.
         """
         from diffbench.errors import DeviceOutOfMemory, UsageError
-        from diffbench.server.validation import parse_size
+        from diffbench.server.validation import api_size
 
         if self._warmed:
             return
 
         frames = self.default_frames()
         for size in self.config.warmup_sizes:
-            width, height = parse_size(size, "--warmup")
+            width, height = api_size(size, "--warmup")
             req = GenerationRequest(
                 prompt="warmup", width=width, height=height, frames=frames, steps=self.default_steps
             )

@@ -17,7 +17,7 @@ from diffbench.server.config import Limits, ServerConfig
 from diffbench.server.http_errors import APIError, api_wording
 
 
-def parse_size(text: str, param: str = "size") -> tuple[int, int]:
+def api_size(text: str, param: str = "size") -> tuple[int, int]:
     """``"WIDTHxHEIGHT"`` → (width, height) in pixels. Raises APIError 400 when malformed."""
     try:
         return core_shapes.parse_size(text)
@@ -38,7 +38,7 @@ def shape_allowlist(config: ServerConfig, frames: int | None = None) -> tuple[st
         return config.shapes
     from diffbench.metrics.shapes import shape_label
 
-    sizes = [parse_size(s, "--warmup") for s in (config.default_size, *config.warmup_sizes)]
+    sizes = [api_size(s, "--warmup") for s in (config.default_size, *config.warmup_sizes)]
     return tuple(dict.fromkeys(shape_label(w, h, frames) for w, h in sizes))
 
 
@@ -75,7 +75,7 @@ def resolve_size(
     if size is not None and size.strip().lower() == "auto":
         size = None
     if size is not None:
-        w, h = parse_size(size)
+        w, h = api_size(size)
         for name, given, used in (("width", width, w), ("height", height, h)):
             if given is not None and given != used:
                 raise APIError(
@@ -96,7 +96,7 @@ def resolve_size(
             param=missing,
             code="invalid_size",
         )
-    w, h = parse_size(default, "default_size")
+    w, h = api_size(default, "default_size")
     return w, h, "size"
 
 
@@ -339,7 +339,7 @@ def check_startup(config: ServerConfig, engine: Engine, default_steps: int, fram
     sizes = [("--default-size", config.default_size)] + [("--warmup", w) for w in config.warmup_sizes]
     for flag, size in sizes:
         try:
-            width, height = parse_size(size, flag)
+            width, height = api_size(size, flag)
             check_size(width, height, limits, flag, engine, frames)
             check_pixels(width, height, frames, 1, limits, flag)
             req = GenerationRequest(

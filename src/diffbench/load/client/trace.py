@@ -43,7 +43,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from diffbench.errors import InputError, UsageError
-from diffbench.load.client.workload import RequestSpec, ShapeMix, Workload, parse_size
+from diffbench.load.client.workload import RequestSpec, ShapeMix, Workload, size_field
 
 ALIASES = {"t": "timestamp", "num_inference_steps": "steps", "num_frames": "frames", "text": "prompt"}
 COLUMNS = ("timestamp", "width", "height", "size", "steps", "frames", "fps", "prompt", "seed", "slo_s", "slo_ms")
@@ -160,7 +160,7 @@ def _row(values: dict[str, object], where: str, default: ShapeMix) -> TraceRow:
     size = values.get("size")
     if isinstance(size, str) and size.strip():
         try:
-            shape["width"], shape["height"] = parse_size(size)
+            shape["width"], shape["height"] = size_field(size)
         except ValueError as exc:
             raise InputError(f"{where}: {exc}") from None
     for name in ("width", "height", "steps", "frames", "fps"):

@@ -51,7 +51,7 @@ DEFAULT_PROMPTS: tuple[str, ...] = (
 """Used only when neither the workload nor ``--prompts`` gives prompts; the report names the source."""
 
 
-def parse_size(text: str) -> tuple[int, int]:
+def size_field(text: str) -> tuple[int, int]:
     """``"WIDTHxHEIGHT"`` → (width, height) in pixels.
 
     Raises:
@@ -86,7 +86,7 @@ class ShapeMix(BaseModel):
             size = data.pop("size")
             if "width" in data or "height" in data:
                 raise ValueError("give either size or width/height, not both")
-            w, h = parse_size(str(size))
+            w, h = size_field(str(size))
             data["width"], data["height"] = w, h
         return data
 
