@@ -113,9 +113,7 @@ def _vllm_result(spec: LoadSpec, wl: Workload) -> tuple[LoadSpec, Workload]:
     if spec.model is not None:
         wl = wl.model_copy(update={"model": spec.model})
     parse_percentiles(spec.percentile_metrics, spec.metric_percentiles)
-    v = VllmOptions(base_url=spec.base_url, model=spec.model, backend=spec.backend, endpoint=spec.endpoint,
-                    save_result=spec.save_result, result_dir=spec.result_dir, result_filename=spec.result_filename,
-                    percentile_metrics=spec.percentile_metrics, metric_percentiles=spec.metric_percentiles)
+    v: VllmOptions = spec  # a LoadSpec is its own VllmOptions
     saved = result_path(v, label=v.backend or spec.dialect, request_rate=spec.request_rate,  # type: ignore[arg-type]
                         max_concurrency=spec.inflight[1], model=wl.model or (None if spec.url else spec.serve_model))
     if saved is not None:

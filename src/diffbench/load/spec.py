@@ -21,11 +21,12 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator, model_validator
+from pydantic import ConfigDict, PrivateAttr, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from diffbench.errors import UsageError
 from diffbench.load.goodput import GoodputConstraint, parse_goodput, with_slo
+from diffbench.load.vllm_options import VllmOptions
 
 if TYPE_CHECKING:
     from diffbench.load.client.http import Target
@@ -51,7 +52,7 @@ def _bound(text: str) -> PydanticCustomError:
     return PydanticCustomError("bound", text)
 
 
-class LoadSpec(BaseModel):
+class LoadSpec(VllmOptions):
     """The options of ``diffbench load``, as given (field ``x`` is option ``--x``; :meth:`flag`). Times are
     seconds, rates requests per second. Derived values (:attr:`max_inflight_value`, :attr:`num_requests_value`,
     :attr:`rate_list`, :attr:`user_list`, :attr:`constraints`) are set by validation."""
@@ -104,15 +105,8 @@ class LoadSpec(BaseModel):
     trace: str | None = None
     trace_speed: float = 1.0
     slo_scale: float | None = None
-    base_url: str | None = None
-    model: str | None = None
-    backend: str | None = None
-    endpoint: str | None = None
-    save_result: bool = False
-    result_dir: str | None = None
-    result_filename: str | None = None
-    percentile_metrics: str | None = None
-    metric_percentiles: str | None = None
+    # the vLLM-named options (base_url, model, backend, endpoint, save_result, result_dir, result_filename,
+    # percentile_metrics, metric_percentiles) are the fields of the base class VllmOptions
 
     _inflight: tuple[str, int | None] = PrivateAttr(default=("--max-inflight", None))
     _count: tuple[str, int | None] = PrivateAttr(default=("--num-requests", None))

@@ -24,9 +24,9 @@ from __future__ import annotations
 import datetime as _dt
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from diffbench.errors import UsageError
+from diffbench.load.vllm_options import VllmOptions
 
 BACKENDS: dict[str, str] = {
     "openai": "openai", "openai-image": "openai", "vllm": "vllm-omni", "vllm-omni": "vllm-omni",
@@ -38,21 +38,6 @@ METRICS: dict[str, str] = {"e2el": "latency_from_send_s", "latency": "latency_fr
 """``--percentile-metrics`` names → the row summary they read (``latency``: diffbench's, from arrival)."""
 TOKEN_METRICS = frozenset({"ttft", "tpot", "itl", "ttfs", "input_token", "output_token"})
 PERCENTILES: dict[float, str] = {50.0: "p50", 90.0: "p90", 99.0: "p99", 99.9: "p999"}
-
-
-@dataclass(frozen=True)
-class VllmOptions:
-    """The vLLM-named options as given (None / False: not given)."""
-
-    base_url: str | None = None
-    model: str | None = None
-    backend: str | None = None
-    endpoint: str | None = None
-    save_result: bool = False
-    result_dir: str | None = None
-    result_filename: str | None = None
-    percentile_metrics: str | None = None
-    metric_percentiles: str | None = None
 
 
 def resolve_url(url: str | None, base_url: str | None) -> str | None:
