@@ -208,13 +208,19 @@ class RunStore:
         params.append(limit)
         return [self._run_from_row(r) for r in self.db.query(sql, tuple(params))]
 
-    def find_done(self, sweep_id: str, kind: RunKind, value: str, fp_hash: str) -> RunRecord | None:
-        """The newest finished run of ``sweep_id`` with this kind, value and fingerprint hash, if any."""
-        rows = self.db.query(
-            "SELECT * FROM runs WHERE sweep_id = ? AND kind = ? AND value = ? AND fingerprint_hash = ? "
-            "AND status = 'done' ORDER BY created_unix DESC LIMIT 1",
-            (sweep_id, kind, value, fp_hash),
-        )
+    def find_done(self, sweep_id: str, kind: RunKind, value: str, fp_hash: str | None) -> RunRecord | None:
+        """The newest finished run of ``sweep_id`` with this kind, value and fingerprint hash (any hash when
+        ``fp_hash`` is None: the sweep id already fixes the configuration), if any."""
+        if fp_hash is None:
+            rows = self.db.query(
+                "SELECT * FROM runs WHERE sweep_id = ? AND kind = ? AND value = ? AND status = 'done' "
+                "ORDER BY created_unix DESC LIMIT 1", (sweep_id, kind, value))
+        else:
+            rows = self.db.query(
+                "SELECT * FROM runs WHERE sweep_id = ? AND kind = ? AND value = ? AND fingerprint_hash = ? "
+                "AND status = 'done' ORDER BY created_unix DESC LIMIT 1",
+                (sweep_id, kind, value, fp_hash),
+            )
         return self._run_from_row(rows[0]) if rows else None
 
     # -- sweeps -------------------------------------------------------------------------------

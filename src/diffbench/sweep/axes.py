@@ -16,6 +16,11 @@ from diffbench.errors import UsageError
 AXIS_FIELD = {**{k: "cache" for k in CACHE_AXES}, "precision": "precision",
               "attention-backend": "attention_backend", "compile": "compile"}
 
+# The internal axis of ``diffbench derive``: each value is a whole engine configuration
+# (``SweepOptions.value_configs``) that may change any of these fingerprint fields at once.
+DEPLOYMENT_AXIS = "deployment"
+DEPLOYMENT_FIELDS = ("precision", "attention_backend", "compile", "cache", "quantization", "fused_projections")
+
 
 def axis_name(cache: str | None, option: str | None, any_option: bool = False) -> str:
     """The single axis of a sweep from ``--cache`` / ``--option``.

@@ -62,6 +62,9 @@ class SweepOptions(BaseModel):
     outputs_dir: Path | None = None
     bootstrap_resamples: int = Field(default=DEFAULT_RESAMPLES, ge=100)
     bootstrap_seed: int = 0
+    value_configs: dict[str, EngineConfig] = Field(
+        default={}, description="axis 'deployment' (diffbench derive): the whole engine configuration of each "
+        "value; each value may change several fields of the baseline configuration at once")
     shard: tuple[int, int] | None = Field(
         default=None, description="(index, count): only the prompts at positions i with i % count == index "
         "(a device's share of a distributed sweep, diffbench.distributed.sweep); None: every prompt")

@@ -49,7 +49,7 @@ from diffbench.engines.registry import create_engine
 from diffbench.errors import GenerationError, InputError, UsageError
 from diffbench.store.models import RunQuality, RunRecord, RunTiming, SweepRecord, fingerprint_hash
 from diffbench.store.runs import RunStore, new_run_id
-from diffbench.sweep.axes import AXIS_FIELD
+from diffbench.sweep.axes import AXIS_FIELD, DEPLOYMENT_AXIS, DEPLOYMENT_FIELDS
 from diffbench.sweep.bootstrap import paired_speedup_ci
 from diffbench.sweep.compare import check_fingerprints
 from diffbench.sweep.engine import CachedEngine
@@ -138,6 +138,8 @@ def sweep_identity(opts: SweepOptions, fp: dict[str, object], field: str, reqs: 
                      timed_runs(opts, reqs)),
         "baseline_run": opts.baseline_run,
     }
+    if opts.value_configs:  # axis 'deployment': a value is its whole configuration
+        data["value_configs"] = {k: v.model_dump(mode="json") for k, v in sorted(opts.value_configs.items())}
     if opts.engine.engine == "http" and opts.engine.http is not None:  # services are known by URL too
         data["services"] = [opts.engine.http.url, *opts.url_per_value]
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -187,7 +189,12 @@ class _Sweep:
         self.store.put_run(run.model_copy(update={"status": "failed", "error": f"{type(exc).__name__}: {exc}"}))
 
 
-def _point_config(base: EngineConfig, axis: str, value: str, url: str | None = None) -> EngineConfig:
+def _point_config(base: EngineConfig, axis: str, value: str, url: str | None = None,
+                  configs: dict[str, EngineConfig] | None = None) -> EngineConfig:
+    if axis == DEPLOYMENT_AXIS:  # derive: the value names a whole configuration
+        if not configs or value not in configs:
+            raise UsageError(f"axis {DEPLOYMENT_AXIS}: no configuration for value {value!r}")
+        return configs[value]
     if base.engine == "http":  # the option lives in the service's launch flags: the value's own service
         assert base.http is not None and url is not None
         return base.model_copy(update={"http": base.http.model_copy(update={"url": url})})
@@ -550,8 +557,11 @@ def _stored_point(s: _Sweep, base_fp: dict[str, object], sweep_id: str, value: s
     """A finished point of this sweep measured against this baseline, with interleaved timing."""
     if not s.opts.resume:
         return None
-    fp = _predicted_fp(base_fp, s.opts.axis, s.field, value)
-    run = s.store.find_done(sweep_id, "point", value, fingerprint_hash(fp))
+    if s.opts.axis == DEPLOYMENT_AXIS:  # the sweep id fixes the value's whole configuration
+        run = s.store.find_done(sweep_id, "point", value, None)
+    else:
+        fp = _predicted_fp(base_fp, s.opts.axis, s.field, value)
+        run = s.store.find_done(sweep_id, "point", value, fingerprint_hash(fp))
     if run is None or run.quality is None or run.quality.against_run != base_id:
         return None
     if run.timing is None or not run.timing.baseline_samples_s:
@@ -608,7 +618,7 @@ def _prepare(s: _Sweep, engine: Engine, base_fp: dict[str, object], reqs: list[G
         def apply() -> None:
             ce.use(opts.axis, value, steps)
     else:
-        own = s.factory(_point_config(opts.engine, opts.axis, value, s.urls.get(value)))
+        own = s.factory(_point_config(opts.engine, opts.axis, value, s.urls.get(value), opts.value_configs))
         own.start()
         target = own
 
@@ -619,7 +629,12 @@ def _prepare(s: _Sweep, engine: Engine, base_fp: dict[str, object], reqs: list[G
         fp = engine_fingerprint(target, pinfo, s.env)
         if own is not None and opts.engine.engine == "http":
             fp = _declared(s, fp, _predicted_fp(base_fp, opts.axis, s.field, value), value)
-        s.forced_diff += check_fingerprints(base_fp, fp, s.field, opts.force, "the sweep's baseline")
+        if opts.axis == DEPLOYMENT_AXIS:  # the value may change every deployment field; nothing else
+            others = {k: v for k, v in base_fp.items() if k not in DEPLOYMENT_FIELDS}
+            s.forced_diff += check_fingerprints(others, {k: fp.get(k) for k in others}, None, opts.force,
+                                                "the sweep's baseline")
+        else:
+            s.forced_diff += check_fingerprints(base_fp, fp, s.field, opts.force, "the sweep's baseline")
         cond = conditions_for(pinfo, reqs[0], s.env)
         run = s._new_run("point", value, pinfo, fp, cond, sweep_id)
         s.store.put_run(run)
