@@ -37,9 +37,11 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "diffbench"
 #      |
 #     distributed . server
 #      |
+#     report
+#      |
 #     derive
 #      |
-#     report . monitor
+#     monitor
 #      |
 #     sweep
 #      |
@@ -56,12 +58,12 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "diffbench"
 #      |
 #     errors             (the module errors.py)
 #
-# `derive` has no package yet; its rung is kept so the ladder reads as designed.
 LADDER: tuple[tuple[str, ...], ...] = (
     ("cli",),
     ("distributed", "server"),
+    ("report",),
     ("derive",),
-    ("report", "monitor"),
+    ("monitor",),
     ("sweep",),
     ("bench",),
     ("engines",),
