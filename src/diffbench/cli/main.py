@@ -59,6 +59,7 @@ def _register() -> None:
     __import__("diffbench.cli.doctor", fromlist=["register"]).register(app)
     __import__("diffbench.cli.report", fromlist=["register"]).register(app)
     __import__("diffbench.cli.review", fromlist=["register"]).register(app)
+    __import__("diffbench.cli.derive", fromlist=["register"]).register(app)
 
 
 _register()

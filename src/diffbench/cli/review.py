@@ -21,7 +21,10 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from diffbench.quality.models import QualityReport
+    from diffbench.quality.review import ReviewKey
 
 
 def register(app: typer.Typer) -> None:
@@ -70,13 +73,11 @@ def _review(baseline: Path | None, candidate: Path | None, output: Path | None, 
             seed: int, key: Path | None, quality_json: Path | None, lpips_backbone: Path | None, max_px: int,
             alpha: str, workers: int, mkdir: bool, quiet: bool) -> None:
     from diffbench.core.console import make_console
-    from diffbench.core.jsonio import write_json_atomic, write_text_atomic
     from diffbench.core.outpath import check_not_an_input, check_output_file
     from diffbench.core.progress import LiveLine
     from diffbench.errors import InputError, UsageError
     from diffbench.quality.io import ALPHA_POLICIES
-    from diffbench.quality.review import BY, build_key, page_images, prompts_of, scored_pairs, select_pairs
-    from diffbench.report.review_page import render_review_page
+    from diffbench.quality.review import BY
 
     if baseline is None or candidate is None:
         raise UsageError("give BASELINE and CANDIDATE output directories (or --score VERDICTS to score a review)")
@@ -110,28 +111,51 @@ def _review(baseline: Path | None, candidate: Path | None, output: Path | None, 
     if quality_json is not None and not quality_json.is_file():
         raise InputError(f"--quality {quality_json}: no such file; give the JSON of diffbench quality --json")
     with LiveLine.for_cli(quiet) as line:
-        def progress(i: int, n: int) -> None:
-            line.update(f"review: scoring pairs {i}/{n}")
-
-        pairs, source, notes = scored_pairs(baseline, candidate, by, quality_json, lpips_backbone, workers, alpha,
-                                            progress=progress, read_quality=_load_quality)
-        placed, taken, sel_notes = select_pairs(pairs, by, worst, random, seed)
-        k = build_key(baseline, candidate, placed, seed=seed, by=by, source=source, worst=worst,
-                      random_asked=random, random_taken=taken, n_compared=len(pairs), max_px=max_px,
-                      notes=notes + sel_notes)
-        line.update(f"review: encoding {len(k.pairs)} pairs")
-        html = render_review_page(k.review_id, page_images(k, prompts_of(baseline), alpha))
-    write_json_atomic(key, k.model_dump(mode="json"))
-    write_text_atomic(output, html)
+        k, html, n_compared, taken = write_review(baseline, candidate, output, key, worst=worst, by=by,
+                                                  random=random, seed=seed, quality_json=quality_json,
+                                                  lpips_backbone=lpips_backbone, max_px=max_px, alpha=alpha,
+                                                  workers=workers, status=line.update)
     n_worst = sum(p.selection == "worst" for p in k.pairs)
     out = make_console()
-    out.print(f"review {k.review_id}: {len(k.pairs)} of {len(pairs)} pairs ({n_worst} worst by {by}, {taken} at "
-              f"random; seed {seed}); metric: {source}", soft_wrap=True)
+    out.print(f"review {k.review_id}: {len(k.pairs)} of {n_compared} pairs ({n_worst} worst by {by}, {taken} at "
+              f"random; seed {seed}); metric: {k.metric_source}", soft_wrap=True)
     for note in k.notes:
         out.print(f"note: {note}", soft_wrap=True)
     out.print(f"page: {output} ({len(html) / 1e6:.2f} MB)", soft_wrap=True)
     out.print(f"key:  {key} (keep it away from the reviewer; diffbench review --score VERDICTS --key {key})",
               soft_wrap=True)
+
+
+def write_review(baseline: Path, candidate: Path, output: Path, key: Path, *, worst: int = 10, by: str = "psnr",
+                 random: int = 10, seed: int = 0, quality_json: Path | None = None,
+                 lpips_backbone: Path | None = None, max_px: int = 768, alpha: str = "reject", workers: int = 2,
+                 status: Callable[[str], None] | None = None) -> tuple[ReviewKey, str, int, int]:
+    """Score the pairs, select the worst-N by ``by`` plus a seeded random sample, write the key and the
+    blind page (``diffbench review`` and ``diffbench derive`` for its chosen lossy point).
+
+    Returns:
+        (key, page HTML, pairs compared, random pairs taken).
+    """
+    from diffbench.core.jsonio import write_json_atomic, write_text_atomic
+    from diffbench.quality.review import build_key, page_images, prompts_of, scored_pairs, select_pairs
+    from diffbench.report.review_page import render_review_page
+
+    say = status or (lambda _m: None)
+
+    def progress(i: int, n: int) -> None:
+        say(f"review: scoring pairs {i}/{n}")
+
+    pairs, source, notes = scored_pairs(baseline, candidate, by, quality_json, lpips_backbone, workers, alpha,
+                                        progress=progress, read_quality=_load_quality)
+    placed, taken, sel_notes = select_pairs(pairs, by, worst, random, seed)
+    k = build_key(baseline, candidate, placed, seed=seed, by=by, source=source, worst=worst,
+                  random_asked=random, random_taken=taken, n_compared=len(pairs), max_px=max_px,
+                  notes=notes + sel_notes)
+    say(f"review: encoding {len(k.pairs)} pairs")
+    html = render_review_page(k.review_id, page_images(k, prompts_of(baseline), alpha))
+    write_json_atomic(key, k.model_dump(mode="json"))
+    write_text_atomic(output, html)
+    return k, html, len(pairs), taken
 
 
 def _load_quality(path: Path) -> QualityReport:
