@@ -151,9 +151,9 @@ def _finish(result: object, cfg: object, console: object) -> None:
 
         write_review(Path(base), Path(cand), cfg.out / "review.html", cfg.out / "review.key.json")
         result.outputs.update({"review": "review.html", "review_key": "review.key.json"})
-    from diffbench.core.jsonio import strict_json_value, write_json_atomic
+    from diffbench.derive.run import write_result
 
-    write_json_atomic(cfg.out / "derive.json", strict_json_value(result.model_dump(mode="python")))
+    write_result(result, cfg.out / "derive.json")
     for s in result.steps:
         typer.echo(f"{'①②③④⑤⑥⑦⑧'[s.stage - 1]} {s.candidate}: {s.decision} — {s.reason}")
     if result.final is not None:

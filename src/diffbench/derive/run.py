@@ -61,6 +61,12 @@ DERIVE_JSON = "derive.json"
 GROUPS = {"fp8 linear": "numerics", "int8 linear": "numerics", "bfloat16": "numerics", "8-bit attention": "attention"}
 
 
+def write_result(res: DeriveResult, path: Path) -> None:
+    """``res`` as strict JSON (non-finite floats as strings, paths as text), atomically."""
+    data = json.loads(json.dumps(res.model_dump(mode="python"), default=str))
+    write_json_atomic(path, strict_json_value(data))
+
+
 class DeriveInterrupted(KeyboardInterrupt):
     """Ctrl-C or SIGTERM during a derivation: ``result`` holds every finished step (written to disk)."""
 
@@ -105,7 +111,7 @@ class _Derivation:
     def save(self) -> None:
         """Write derive.json (atomically) as it stands."""
         self.res.elapsed_s = time.time() - self.res.created_unix
-        write_json_atomic(self.cfg.out / DERIVE_JSON, strict_json_value(self.res.model_dump(mode="python")))
+        write_result(self.res, self.cfg.out / DERIVE_JSON)
 
     def record(self, stage: int, candidate: str, decision: str, reason: str, engine: EngineConfig,
                latency: float | None, measured: Measured | None = None, predicted: float | None = None,
