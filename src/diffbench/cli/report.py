@@ -11,7 +11,8 @@ def register(app: typer.Typer) -> None:
     @app.command("report")
     def report(
         results: list[Path] = typer.Argument(..., help="Result files: the --json of bench, quality, sweep, "
-                                             "load, simulate, plan or ledger (several of one kind overlay)."),
+                                             "load, simulate, plan or ledger, or the derive.json of derive "
+                                             "(several of one kind overlay)."),
         output: Path = typer.Option(..., "-o", "--output", help="The page to write (report.html, or "
                                     "report.md with --format markdown)."),
         fmt: str = typer.Option("html", "--format", help="html (one self-contained file) or markdown "

@@ -20,7 +20,7 @@ def build_document(paths: Sequence[str | Path], opts: ReportOptions, *, title: s
     """Load every result and build the report's content.
 
     Args:
-        paths: result files (``--json`` of bench, quality, sweep, load, simulate, plan, ledger).
+        paths: result files (``--json`` of bench, quality, sweep, load, simulate, plan, ledger; ``derive.json``).
         opts: builder options.
         title: page title; default names the kinds and files.
         on_step: progress callback, called with a short text before each file and each kind.

@@ -9,6 +9,7 @@
 ``diffbench.load``             ``load``                ``load --json``, ``simulate --json``
 ``diffbench.plan``             ``plan``                ``plan --json``
 ``diffbench.ledger``           ``ledger``              ``ledger --json``
+``diffbench.derive``           ``derive``              ``derive`` (``derive.json`` in ``--out``)
 ============================  ======================  =====================================
 
 Results written before ``kind`` was added to the load, plan and ledger results are recognised by their
@@ -26,7 +27,7 @@ from pydantic import BaseModel, ValidationError
 
 from diffbench.errors import InputError
 
-KINDS = ("bench", "quality", "sweep", "load", "plan", "ledger")
+KINDS = ("bench", "quality", "sweep", "load", "plan", "ledger", "derive")
 
 _BY_KIND = {
     "diffbench.bench": "bench",
@@ -35,6 +36,7 @@ _BY_KIND = {
     "diffbench.load": "load",
     "diffbench.plan": "plan",
     "diffbench.ledger": "ledger",
+    "diffbench.derive": "derive",
 }
 
 
@@ -44,7 +46,7 @@ class LoadedResult:
 
     kind: str
     path: Path
-    model: Any  # BenchResult | QualityReport | SweepResult (sweep) | LoadResult (load) | PlanResult | LedgerResult
+    model: Any  # BenchResult | QualityReport | SweepResult | LoadResult | PlanResult | LedgerResult | DeriveResult
     display: str | None = None
     """Set by :func:`~diffbench.report.build.build_document` when two files share a name (``r1/r``)."""
 
@@ -77,6 +79,10 @@ def _model_class(kind: str) -> tuple[type[BaseModel], int]:
         from diffbench.ledger.account import SCHEMA_VERSION as GV
         from diffbench.ledger.account import LedgerResult
         return LedgerResult, GV
+    if kind == "derive":
+        from diffbench.derive.models import SCHEMA_VERSION as DV
+        from diffbench.derive.models import DeriveResult
+        return DeriveResult, DV
     raise ValueError(kind)
 
 
@@ -127,7 +133,7 @@ def load_result(path: str | Path) -> LoadedResult:
         found = data.get("kind") if isinstance(data, dict) else type(data).__name__
         raise InputError(
             f"{p}: not a diffbench result a report can show (kind {found!r}); reports read the --json of "
-            "bench, quality, sweep, load, simulate, plan and ledger")
+            "bench, quality, sweep, load, simulate, plan and ledger, or the derive.json of derive")
     cls, version = _model_class(kind)
     sv = data.get("schema_version", 1)
     if not isinstance(sv, int) or isinstance(sv, bool) or sv < 1:

@@ -39,6 +39,7 @@ _BUILDERS = {
     "load": "diffbench.report.kinds.load:build",
     "plan": "diffbench.report.kinds.plan:build_plan",
     "ledger": "diffbench.report.kinds.plan:build_ledger",
+    "derive": "diffbench.report.kinds.derive:build",
 }
 
 
