@@ -153,11 +153,17 @@ def _finish(result: object, cfg: object, console: object) -> None:
         result.outputs.update({"review": "review.html", "review_key": "review.key.json"})
     from diffbench.derive.run import write_result
 
+    result.outputs["report"] = "report.html"
     write_result(result, cfg.out / "derive.json")
-    for s in result.steps:
-        typer.echo(f"{'①②③④⑤⑥⑦⑧'[s.stage - 1]} {s.candidate}: {s.decision} — {s.reason}")
-    if result.final is not None:
-        typer.echo(f"final: {result.final.message}")
-    typer.echo(f"serve: {result.serve_command}")
-    typer.echo(f"derive.json, serve.sh, calibration.json, references/ in {cfg.out} "
+    from diffbench.core.jsonio import write_text_atomic
+    from diffbench.report.build import build_document
+    from diffbench.report.html_render import render_html
+    from diffbench.report.kinds import ReportOptions
+
+    doc = build_document([cfg.out / "derive.json"], ReportOptions(), title=None, on_step=None)
+    write_text_atomic(cfg.out / "report.html", render_html(doc))
+    from diffbench.report.derive_table import print_console
+
+    print_console(result, console)
+    typer.echo(f"derive.json, report.html, serve.sh, calibration.json, references/ in {cfg.out} "
                f"({result.elapsed_s or 0:.0f} s)")

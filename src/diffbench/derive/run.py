@@ -146,13 +146,10 @@ class _Derivation:
         cfg, engine = self.cfg, self.cfg.engine
         bench = self.bench(engine, cfg.out / "bench-start.json", runs=max(10, cfg.runs or 10))
         shape = bench.shapes[0]
-        if shape.error:
-            engine, shape = self.memory(engine, shape.error)
-        else:
-            peak = shape.memory.peak_allocated_bytes if shape.memory else None
-            self.record(2, "memory measures", "skipped", f"not needed: the start configuration runs "
-                        f"(peak {peak / 2**20:.0f} MiB measured)" if peak else "not needed: the start "
-                        "configuration runs", engine, None)
+        failed = shape.error
+        if failed:
+            self.record(1, "account", "info", f"the start configuration fails: {failed}", engine, None)
+            engine, shape = self.memory(engine, failed)
         lat = shape.latency_s.p50 if shape.latency_s else float("nan")
         pred = self.ledger.account(**_ledger_fields(engine))
         calibrated = self.ledger.calibrate(cfg.out / "bench-start.json")
@@ -167,8 +164,12 @@ class _Derivation:
                     f"GiB); calibrated on this bench: {calibrated}"
                     + (f" → {after.total_time_s:.3f} s" if after is not None else ""))
             self.record(1, "account", "predicted", text, engine, lat, predicted=None)
-        samples = list(shape.samples_s)
-        return engine, lat, samples
+        if not failed:
+            peak = shape.memory.peak_allocated_bytes if shape.memory else None
+            self.record(2, "memory measures", "skipped", f"not needed: the start configuration runs "
+                        f"(peak {peak / 2**20:.0f} MiB measured)" if peak else "not needed: the start "
+                        "configuration runs", engine, lat)
+        return engine, lat, list(shape.samples_s)
 
     def memory(self, engine: EngineConfig, error: str) -> tuple[EngineConfig, Any]:
         """② memory: VAE tiling, then model offload (CUDA), until the start configuration runs."""
