@@ -14,7 +14,8 @@ from diffbench.engines.knobs import CACHE_AXES, OPTION_AXES
 from diffbench.errors import UsageError
 
 AXIS_FIELD = {**{k: "cache" for k in CACHE_AXES}, "precision": "precision",
-              "attention-backend": "attention_backend", "compile": "compile"}
+              "attention-backend": "attention_backend", "compile": "compile", "quantization": "quantization",
+              "fuse-projections": "fused_projections"}
 
 
 def axis_name(cache: str | None, option: str | None, any_option: bool = False) -> str:
