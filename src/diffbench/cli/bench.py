@@ -7,7 +7,14 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from diffbench.cli.options import http_params, shape_option
+from diffbench.cli.options import (
+    FUSE_PROJECTIONS_HELP,
+    OFFLOAD_HELP,
+    QUANTIZATION_HELP,
+    http_params,
+    pipeline_knobs,
+    shape_option,
+)
 from diffbench.engines.knobs import parse_cache_spec
 from diffbench.errors import UsageError
 
@@ -85,7 +92,9 @@ def register(app: typer.Typer) -> None:
             help="Enable a diffusers step cache for every run, AXIS=VALUE as sweep takes it (first-block=0.1): "
             "bench the deployment as it serves, e.g. for monitor calibrate.",
         ),
-        offload: str = typer.Option("none", help="none | model | sequential CPU offload (CUDA only)."),
+        offload: str = typer.Option("none", help=OFFLOAD_HELP),
+        quantization: str = typer.Option("none", help=QUANTIZATION_HELP),
+        fuse_projections: bool = typer.Option(False, "--fuse-projections", help=FUSE_PROJECTIONS_HELP),
         prompts: Path | None = typer.Option(
             None, help="Prompt file, one per line (default: the built-in set)."
         ),
@@ -172,12 +181,14 @@ def register(app: typer.Typer) -> None:
             raise UsageError(f"--offload {offload!r}: choose none, model or sequential")
         if engine not in ENGINES:
             raise UsageError(f"--engine {engine!r}: choose one of {', '.join(ENGINES)}")
+        pipeline_knobs(engine, quantization, fuse_projections)
         http = None
         if engine == "http":
             http = http_params(url, dialect, timeout, model, locals_given={
                 "--device": device != "cpu", "--dtype": dtype != "float32", "--compile": compile,
                 "--attention-backend": attention_backend is not None, "--cache": cache is not None,
                 "--offload": offload != "none", "--vae-tiling": vae_tiling, "--threads": threads is not None,
+                "--quantization": quantization != "none", "--fuse-projections": fuse_projections,
                 "--no-sync": no_sync})
             if save_outputs is not None and dialect == "openai":
                 raise UsageError("--save-outputs with --dialect openai: that dialect sends no seed, so the outputs "
@@ -246,6 +257,8 @@ def register(app: typer.Typer) -> None:
                 vae_tiling=vae_tiling,
                 cache=parse_cache_spec(cache, engine) if cache is not None else None,
                 offload=offload,
+                quantization=quantization,  # type: ignore[arg-type]
+                fuse_projections=fuse_projections,
                 threads=threads,
                 sim=sim,
                 http=http,

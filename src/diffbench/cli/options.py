@@ -2,7 +2,9 @@
 
 * :func:`shape_option`: the flag an engine's shape message is about (``bench``, ``sweep``);
 * :func:`http_params`: ``--engine http``'s ``--url``/``--dialect``/``--timeout``, checked (``bench``, ``sweep``);
-* :func:`config_error`: a pydantic error on a config model as a usage error naming the flag (``ledger``, ``plan``).
+* :func:`config_error`: a pydantic error on a config model as a usage error naming the flag (``ledger``, ``plan``);
+* :func:`pipeline_knobs`: ``--quantization``, ``--fuse-projections`` and ``--offload`` checked, with the help texts
+  :data:`QUANTIZATION_HELP`, :data:`FUSE_PROJECTIONS_HELP` and :data:`OFFLOAD_HELP` (``bench``, ``serve``, ``sweep``).
 """
 
 from __future__ import annotations
@@ -73,3 +75,36 @@ def config_error(exc: Exception) -> Exception:
         field = flag_of(str(e["loc"][0])) if e["loc"] else "input"
         return UsageError(f"{field} {e.get('input')!r}: {e['msg']}")
     return UsageError(str(exc))
+
+
+QUANTIZATION_HELP = (
+    "Quantized linear layers of the denoiser: none | int8-dynamic (CPU and float32 only) | fp8 (an NVIDIA GPU with "
+    "FP8 tensor cores, compute capability 8.9+, and the torchao package). Refused at start where it cannot run."
+)
+FUSE_PROJECTIONS_HELP = (
+    "Fuse the attention QKV projections (diffusers fuse_qkv_projections: Flux, Wan, SD3, SD, SDXL): one matmul "
+    "instead of three, same output up to float rounding."
+)
+OFFLOAD_HELP = "none | model | sequential CPU offload (CUDA only)."
+OFFLOADS = ("none", "model", "sequential")
+
+
+def pipeline_knobs(engine: str, quantization: str, fuse_projections: bool, offload: str = "none") -> None:
+    """Check ``--quantization``, ``--fuse-projections`` and ``--offload`` before anything is loaded (where each
+    can run is checked when the engine starts: :func:`~diffbench.engines.quantize.quantization_unavailable`).
+
+    Raises:
+        UsageError: an unknown quantization or offload mode, or one of them set on the sim engine (it has no
+            pipeline to apply it to).
+    """
+    from diffbench.engines.quantize import check_quantization
+
+    check_quantization(quantization)
+    if offload not in OFFLOADS:
+        raise UsageError(f"--offload {offload!r}: choose none, model or sequential")
+    if engine == "sim":
+        given = {"--quantization": quantization != "none", "--fuse-projections": fuse_projections,
+                 "--offload": offload != "none"}
+        for flag, on in given.items():
+            if on:
+                raise UsageError(f"{flag}: the sim engine has no pipeline to apply it to; use --engine diffusers")

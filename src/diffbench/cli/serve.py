@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import math
 import re
+from typing import TYPE_CHECKING
 
 import typer
 
+from diffbench.cli.options import FUSE_PROJECTIONS_HELP, OFFLOAD_HELP, QUANTIZATION_HELP, pipeline_knobs
 from diffbench.engines.knobs import parse_cache_spec
+
+if TYPE_CHECKING:
+    from diffbench.engines.config import EngineConfig, SimParams
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
           "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -33,6 +38,60 @@ def parse_bytes(text: str, flag: str = "--memory-budget") -> int:
     return int(value)
 
 
+def serve_engine_config(
+    *,
+    engine: str,
+    model: str,
+    device: str,
+    dtype: str,
+    sim: SimParams,
+    attention_backend: str | None = None,
+    offload: str = "none",
+    quantization: str = "none",
+    fuse_projections: bool = False,
+    cache: str | None = None,
+    compile_: bool = False,
+    vae_tiling: bool = False,
+    memory_budget: str | None = None,
+) -> EngineConfig:
+    """The engine ``serve`` runs, from its flags, checked before anything is loaded (device availability,
+    the attention backend and where a quantization can run are checked when the engine starts).
+
+    Raises:
+        UsageError: an unknown engine, a bad ``--cache`` spec, an unknown ``--quantization`` or ``--offload``, a
+            pipeline option on the sim engine, or a bad ``--memory-budget``.
+    """
+    from diffbench.engines.config import EngineConfig
+    from diffbench.errors import UsageError
+
+    if engine not in ("diffusers", "sim"):
+        raise UsageError(f"--engine {engine!r} is not known; use diffusers or sim")
+    cache_spec = parse_cache_spec(cache, engine) if cache is not None else None
+    if engine == "sim":
+        for flag, on in (("--compile", compile_), ("--vae-tiling", vae_tiling),
+                         ("--attention-backend", attention_backend is not None)):
+            if on:
+                raise UsageError(f"{flag}: the sim engine has no denoiser or VAE to apply it to; use "
+                                 "--engine diffusers")
+    pipeline_knobs(engine, quantization, fuse_projections, offload)
+    budget = parse_bytes(memory_budget) if memory_budget is not None else None
+    return EngineConfig(
+        engine=engine,  # type: ignore[arg-type]
+        model=model,
+        device=device,
+        dtype=dtype,
+        sim=sim,
+        attention_backend=attention_backend,
+        offload=offload,  # type: ignore[arg-type]
+        quantization=quantization,  # type: ignore[arg-type]
+        fuse_projections=fuse_projections,
+        cache=cache_spec,
+        compile=compile_,
+        vae_tiling=vae_tiling,
+        memory_budget_bytes=budget,
+    )
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def serve(
@@ -44,6 +103,12 @@ def register(app: typer.Typer) -> None:
         ),
         device: str = typer.Option("cpu", help="Device for the diffusers engine, e.g. cpu or cuda:0."),
         dtype: str = typer.Option("float32", help="Weights dtype for the diffusers engine."),
+        attention_backend: str | None = typer.Option(
+            None, help="diffusers attention backend, e.g. native, flash, sage (diffusers engine)."
+        ),
+        offload: str = typer.Option("none", help=OFFLOAD_HELP),
+        quantization: str = typer.Option("none", help=QUANTIZATION_HELP),
+        fuse_projections: bool = typer.Option(False, "--fuse-projections", help=FUSE_PROJECTIONS_HELP),
         max_wait: float | None = typer.Option(
             None,
             "--max-wait",
@@ -145,7 +210,7 @@ def register(app: typer.Typer) -> None:
             out = write(write_tokenizer)
             typer.echo(f"wrote a byte-level tokenizer to {out} (AIPerf: --tokenizer {out})")
             return
-        from diffbench.engines.registry import EngineConfig, SimParams
+        from diffbench.engines.registry import SimParams
         from diffbench.errors import UsageError
         from diffbench.metrics.shapes import parse_shapes
         from diffbench.monitor.calibration import read_calibration
@@ -162,22 +227,6 @@ def register(app: typer.Typer) -> None:
         for flag, value in (("--slo", slo), ("--request-timeout", request_timeout), ("--url-ttl", url_ttl)):
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise UsageError(f"{flag} {value}: must be a finite number of seconds > 0")
-        if engine not in ("diffusers", "sim"):
-            raise UsageError(f"--engine {engine!r} is not known; use diffusers or sim")
-        cache_spec = parse_cache_spec(cache, engine) if cache is not None else None
-        if engine == "sim":
-            for flag, on in (("--compile", compile_), ("--vae-tiling", vae_tiling)):
-                if on:
-                    raise UsageError(f"{flag}: the sim engine has no denoiser or VAE to apply it to; use "
-                                     "--engine diffusers")
-        budget = parse_bytes(memory_budget) if memory_budget is not None else None
-        allowlist = parse_shapes(shapes) if shapes is not None else ()
-        cal = read_calibration(calibration) if calibration is not None else None
-        for flag, size in [("--default-size", default_size)] + [("--warmup", w) for w in warmup]:
-            try:
-                api_size(size, flag)
-            except Exception as exc:
-                raise UsageError(str(exc)) from exc
         sim = SimParams(realtime=True)
         if sim_step_s is not None or sim_fail_above_pixels is not None:
             sim = sim.model_copy(
@@ -186,18 +235,20 @@ def register(app: typer.Typer) -> None:
                     "fail_above_pixels": sim_fail_above_pixels,
                 }
             )
+        engine_config = serve_engine_config(
+            engine=engine, model=model, device=device, dtype=dtype, sim=sim, attention_backend=attention_backend,
+            offload=offload, quantization=quantization, fuse_projections=fuse_projections, cache=cache,
+            compile_=compile_, vae_tiling=vae_tiling, memory_budget=memory_budget,
+        )
+        allowlist = parse_shapes(shapes) if shapes is not None else ()
+        cal = read_calibration(calibration) if calibration is not None else None
+        for flag, size in [("--default-size", default_size)] + [("--warmup", w) for w in warmup]:
+            try:
+                api_size(size, flag)
+            except Exception as exc:
+                raise UsageError(str(exc)) from exc
         config = ServerConfig(
-            engine=EngineConfig(
-                engine=engine,  # type: ignore[arg-type]
-                model=model,
-                device=device,
-                dtype=dtype,
-                sim=sim,
-                cache=cache_spec,
-                compile=compile_,
-                vae_tiling=vae_tiling,
-                memory_budget_bytes=budget,
-            ),
+            engine=engine_config,
             host=host,
             port=port,
             max_wait_s=max_wait,

@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from diffbench.cli.options import FUSE_PROJECTIONS_HELP, QUANTIZATION_HELP, pipeline_knobs
 from diffbench.errors import UsageError
 from diffbench.workload.prompts import parse_seeds
 
@@ -130,9 +131,12 @@ def register(app: typer.Typer) -> None:
             "| fastercache (spatial skip range) | pab (spatial skip range)."
         ),
         option: str | None = typer.Option(
-            None, help="Pipeline option to sweep instead: precision | attention-backend | compile."
+            None, help="Pipeline option to sweep instead: precision | attention-backend | compile | quantization "
+            "(none, int8-dynamic, fp8) | fuse-projections (off, on)."
         ),
-        values: str = typer.Option(..., help="Comma-separated values, e.g. 0.05,0.1,0.2,0.4 or bfloat16 or on."),
+        values: str = typer.Option(
+            ..., help="Comma-separated values, e.g. 0.05,0.1,0.2,0.4 or bfloat16 or on or int8-dynamic."
+        ),
         budget: float = typer.Option(
             30.0, help="Quality budget in dB: passes when psnr p10 >= budget and worst >= budget - 3."
         ),
@@ -164,6 +168,10 @@ def register(app: typer.Typer) -> None:
         dtype: str = typer.Option("float32", help="Baseline precision: float32 | bfloat16 | float16."),
         attention_backend: str | None = typer.Option(None, help="diffusers attention backend of the baseline."),
         compile: bool = typer.Option(False, "--compile", help="torch.compile the denoiser (baseline and points)."),
+        quantization: str = typer.Option("none", help=f"Baseline quantization. {QUANTIZATION_HELP}"),
+        fuse_projections: bool = typer.Option(
+            False, "--fuse-projections", help=f"Baseline with fused projections. {FUSE_PROJECTIONS_HELP}"
+        ),
         threads: int | None = typer.Option(None, min=1, help="torch intra-op threads."),
         height: int | None = typer.Option(None, min=1, help="Height in pixels (tiny models: 128)."),
         width: int | None = typer.Option(None, min=1, help="Width in pixels (tiny models: 128)."),
@@ -238,6 +246,7 @@ def register(app: typer.Typer) -> None:
         # Every check that needs no model runs here, before anything is loaded or created.
         if engine not in ("diffusers", "http"):
             raise UsageError(f"--engine {engine!r}: choose diffusers (in-process) or http (running services)")
+        pipeline_knobs(engine, quantization, fuse_projections)
         http = None
         urls: list[str] = []
         if engine == "http":
@@ -245,7 +254,8 @@ def register(app: typer.Typer) -> None:
 
             http = http_params(url, dialect, timeout, model, locals_given={
                 "--device": device != "cpu", "--dtype": dtype != "float32", "--compile": compile,
-                "--attention-backend": attention_backend is not None, "--threads": threads is not None})
+                "--attention-backend": attention_backend is not None, "--threads": threads is not None,
+                "--quantization": quantization != "none", "--fuse-projections": fuse_projections})
             urls = _value_urls(url_per_value, values, http.url)
         elif url is not None or url_per_value is not None:
             raise UsageError(f"{'--url' if url is not None else '--url-per-value'}: only --engine http sends "
@@ -265,7 +275,8 @@ def register(app: typer.Typer) -> None:
         axis = axis_name(cache, option, any_option=engine == "http")
         opts = SweepOptions(
             engine=EngineConfig(engine=engine, model=model or "tiny-flux", device=device, dtype=dtype,  # type: ignore[arg-type]
-                                attention_backend=attention_backend, compile=compile, threads=threads, http=http),
+                                attention_backend=attention_backend, compile=compile, threads=threads, http=http,
+                                quantization=quantization, fuse_projections=fuse_projections),  # type: ignore[arg-type]
             axis=axis, values=parse_values(axis, values), url_per_value=urls, height=height, width=width, frames=frames,
             steps=steps, guidance=guidance, prompts_file=prompts, num_prompts=num_prompts, seeds=parse_seeds(seeds),
             warmup=warmup, max_warmup=max_warmup, stable_window=stable_window, schedule_seed=seed, runs=runs,

@@ -6,5 +6,7 @@ importing this package never imports torch or diffusers.
 
 Beside the engines: :mod:`~diffbench.engines.instrument` (hooks that measure a pipeline, reported to any
 observer), :mod:`~diffbench.engines.knobs` (step caches and pipeline options: values, checks, diffusers
-configs) and :mod:`~diffbench.engines.fingerprint` (what a fixed-seed baseline depends on).
+configs), :mod:`~diffbench.engines.quantize` and :mod:`~diffbench.engines.fusion` (quantized linear layers and
+fused QKV projections: where each can run, and applying it) and :mod:`~diffbench.engines.fingerprint` (what a
+fixed-seed baseline depends on).
 """

@@ -160,6 +160,8 @@ class EngineInfo(BaseModel):
     attention_backend: str = "default"
     compile: bool = False
     cache: str = "none"
+    quantization: str = "none"
+    fused_projections: bool = False
     parallelism: str = "none"
     asynchronous: bool = False
     is_video: bool = False

@@ -73,7 +73,8 @@ class HttpParams(BaseModel):
 
 
 class EngineConfig(BaseModel):
-    """Which engine and model to run, and how (device, dtype, attention backend, compile, cache)."""
+    """Which engine and model to run, and how (device, dtype, attention backend, compile, cache, quantized
+    linear layers, fused QKV projections)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -86,6 +87,16 @@ class EngineConfig(BaseModel):
     vae_tiling: bool = False
     offload: Literal["none", "model", "sequential"] = "none"
     threads: int | None = None
+    quantization: Literal["none", "int8-dynamic", "fp8"] = Field(
+        default="none",
+        description="quantized linear layers of the denoiser: int8-dynamic (CPU, float32) or fp8 (a GPU with "
+        "FP8 tensor cores and torchao); see diffbench.engines.quantize",
+    )
+    fuse_projections: bool = Field(
+        default=False,
+        description="fuse the QKV projections of the attention layers (fuse_qkv_projections; same output up to "
+        "float rounding); see diffbench.engines.fusion",
+    )
     sim: SimParams = SimParams()
     http: HttpParams | None = Field(default=None, description="the service of the http engine; None otherwise")
     cache: str | None = Field(

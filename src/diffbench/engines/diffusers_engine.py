@@ -210,11 +210,14 @@ class DiffusersEngine:
             ) from exc
 
     def start(self) -> EngineInfo:
-        """Build or load the pipeline, move it to the device and dtype, apply backend and compile.
+        """Build or load the pipeline, move it to the device and dtype, apply backend, fused projections,
+        quantization, cache and compile (in that order).
 
         Raises:
             ModelError: missing directory, hub id, unsupported pipeline class.
-            UsageError: unknown dtype, device or attention backend.
+            UsageError: unknown dtype, device or attention backend; a quantization this device or dtype cannot
+                run (:func:`~diffbench.engines.quantize.quantization_unavailable`, checked before loading);
+                fused projections on a pipeline without them (:func:`~diffbench.engines.fusion.fusion_unavailable`).
             MissingDependencyError: the ``diffusers`` extra is not installed.
         """
         torch = require("torch", "diffusers")
@@ -226,6 +229,15 @@ class DiffusersEngine:
         from diffbench.engines.config import check_device
 
         _check_device_available(torch, check_device(cfg.device))
+        from diffbench.engines.quantize import quantization_unavailable
+
+        unavailable = quantization_unavailable(cfg.quantization, cfg.device, cfg.dtype)
+        if unavailable is None and cfg.fuse_projections and peek_pipeline_class(cfg.model) is not None:
+            from diffbench.engines.fusion import fusion_unavailable
+
+            unavailable = fusion_unavailable(str(peek_pipeline_class(cfg.model)))
+        if unavailable is not None:  # before minutes of loading
+            raise UsageError(unavailable)
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         from diffbench.engines.logonce import install_once_filter
@@ -266,6 +278,14 @@ class DiffusersEngine:
                     f"({exc}); known backends: {names}"
                 ) from exc
             backend = cfg.attention_backend
+        if cfg.fuse_projections:  # before quantizing: fusion concatenates the float weights
+            from diffbench.engines.fusion import fuse_projections
+
+            fuse_projections(pipe)
+        if cfg.quantization != "none":
+            from diffbench.engines.quantize import apply_quantization
+
+            apply_quantization(pipe, cfg.quantization, cfg.device, cfg.dtype)
         cache_desc = "none"
         if cfg.cache:
             cache_desc = _enable_cache(pipe, cfg.cache, cfg.model)
@@ -289,6 +309,8 @@ class DiffusersEngine:
             attention_backend=backend,
             compile=cfg.compile,
             cache=cache_desc,
+            quantization=cfg.quantization,
+            fused_projections=cfg.fuse_projections,
             parallelism="none (1 device)",
             asynchronous=cfg.device.startswith("cuda"),
             is_video=is_video,
@@ -328,6 +350,7 @@ class DiffusersEngine:
         return EngineInfo(
             engine="diffusers", engine_version="(not loaded)", model=self.config.model,
             pipeline_class=cls_name, device=self.config.device, dtype=self.config.dtype,
+            quantization=self.config.quantization, fused_projections=self.config.fuse_projections,
             is_video=is_video, cfg=cfg_mode, fps=fps, fps_source=fps_source,
         )
 

@@ -3,6 +3,10 @@
 A baseline is valid only for the configuration it was made with: model identity, precision,
 parallelism, engine and version, compile, attention backend, cache configuration, torch / diffusers
 versions and the device. Any difference other than the option under test invalidates a comparison.
+
+The optional fields (:data:`OPTIONAL_FIELDS`) enter only when they differ from the default, so a deployment
+without them keeps the fingerprint (and fingerprint hash) it had before they existed: ``quantization`` when it
+is not ``none``, ``fused_projections`` when it is True.
 """
 
 from __future__ import annotations
@@ -26,12 +30,15 @@ FINGERPRINT_FIELDS = (
     "device",
     "hardware",
 )
+OPTIONAL_FIELDS = ("quantization", "fused_projections")
+"""Fields present only when set: ``quantization`` (not ``none``) and ``fused_projections`` (True)."""
 
 
 def deployment_fingerprint(info: EngineInfo, env: EnvInfo) -> dict[str, object]:
-    """The fingerprint as a flat dict of :data:`FINGERPRINT_FIELDS`."""
+    """The fingerprint as a flat dict of :data:`FINGERPRINT_FIELDS`, then the :data:`OPTIONAL_FIELDS` that are
+    set."""
     gpus = ", ".join(g.name for g in env.gpus)
-    return {
+    fp: dict[str, object] = {
         "model": info.model,
         "model_hash": info.model_hash,
         "pipeline": info.pipeline_class,
@@ -47,6 +54,11 @@ def deployment_fingerprint(info: EngineInfo, env: EnvInfo) -> dict[str, object]:
         "device": info.device,
         "hardware": gpus if info.device.startswith("cuda") else env.cpu,
     }
+    if info.quantization != "none":
+        fp["quantization"] = info.quantization
+    if info.fused_projections:
+        fp["fused_projections"] = True
+    return fp
 
 
 def fingerprint_diff(a: dict[str, object], b: dict[str, object], ignore: tuple[str, ...] = ()) -> list[str]:

@@ -244,6 +244,8 @@ class HttpEngine:
             attention_backend=str(fp.get("attention_backend") or "unknown"),
             compile=bool(fp.get("compile", False)),
             cache=str(fp.get("cache") or "unknown"),
+            quantization=str(fp.get("quantization") or "none"),
+            fused_projections=fp.get("fused_projections") is True,
             parallelism=str(fp.get("parallelism") or "unknown"),
             cfg="unknown (set by the service)",
             is_video=bool(card.get("is_video", False)),

@@ -18,7 +18,9 @@ pab             ``PyramidAttentionBroadcastConfig.spatial_   int >= 1           
 ==============  ===========================================  ==================  =====================
 
 Option axes (a fresh engine per value): ``precision`` (float32 | bfloat16 | float16), ``attention-backend``
-(a diffusers backend name, checked when the engine starts), ``compile`` (off | on).
+(a diffusers backend name, checked when the engine starts), ``compile`` (off | on), ``quantization`` (none |
+int8-dynamic | fp8; where each can run: :mod:`diffbench.engines.quantize`), ``fuse-projections`` (off | on;
+which pipelines: :mod:`diffbench.engines.fusion`).
 
 The engines, ``serve``/``bench --cache``, the service's fault injection and ``sweep`` (through
 :mod:`diffbench.sweep.axes`, which adds the sweep's choice of one axis) all read the knobs here.
@@ -29,10 +31,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from diffbench.engines.quantize import QUANTIZATIONS
 from diffbench.errors import UsageError
 
 CACHE_AXES = ("first-block", "taylorseer", "magcache", "fastercache", "pab")
-OPTION_AXES = ("precision", "attention-backend", "compile")
+OPTION_AXES = ("precision", "attention-backend", "compile", "quantization", "fuse-projections")
 _KNOB = {
     "first-block": "threshold",
     "taylorseer": "cache_interval",
@@ -62,7 +65,7 @@ def parse_values(axis: str, text: str) -> list[str]:
 
     Raises:
         UsageError: empty list, duplicates, a non-number, a threshold < 0, an interval or skip range < 1,
-            an unknown precision or compile flag.
+            an unknown precision, quantization, or compile or fuse-projections flag.
     """
     parts = [p.strip() for p in text.split(",") if p.strip()]
     if not parts:
@@ -95,10 +98,14 @@ def _canonical(axis: str, raw: str) -> str:
         if raw not in PRECISIONS:
             raise UsageError(f"--values {raw!r}: precision must be one of {', '.join(PRECISIONS)}")
         return raw
-    if axis == "compile":
+    if axis in ("compile", "fuse-projections"):
         if raw.lower() not in _BOOL:
-            raise UsageError(f"--values {raw!r}: compile takes on or off")
+            raise UsageError(f"--values {raw!r}: {axis} takes on or off")
         return "on" if _BOOL[raw.lower()] else "off"
+    if axis == "quantization":
+        if raw.lower() not in QUANTIZATIONS:
+            raise UsageError(f"--values {raw!r}: quantization must be one of {', '.join(QUANTIZATIONS)}")
+        return raw.lower()
     return raw  # attention backend: checked by the engine when it starts
 
 

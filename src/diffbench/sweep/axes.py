@@ -14,7 +14,8 @@ from diffbench.engines.knobs import CACHE_AXES, OPTION_AXES
 from diffbench.errors import UsageError
 
 AXIS_FIELD = {**{k: "cache" for k in CACHE_AXES}, "precision": "precision",
-              "attention-backend": "attention_backend", "compile": "compile"}
+              "attention-backend": "attention_backend", "compile": "compile", "quantization": "quantization",
+              "fuse-projections": "fused_projections"}
 
 # The internal axis of ``diffbench derive``: each value is a whole engine configuration
 # (``SweepOptions.value_configs``) that may change any of these fingerprint fields at once.

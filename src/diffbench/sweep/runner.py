@@ -202,12 +202,23 @@ def _point_config(base: EngineConfig, axis: str, value: str, url: str | None = N
         return base.model_copy(update={"dtype": value})
     if axis == "compile":
         return base.model_copy(update={"compile": value == "on"})
+    if axis == "quantization":
+        return base.model_copy(update={"quantization": value})
+    if axis == "fuse-projections":
+        return base.model_copy(update={"fuse_projections": value == "on"})
     return base.model_copy(update={"attention_backend": value})
 
 
 def _predicted_fp(fp: dict[str, object], axis: str, field: str, value: str) -> dict[str, object]:
+    """The fingerprint of value ``value`` of ``axis``: the baseline's ``fp`` with the swept field set (an
+    optional field, :data:`~diffbench.engines.fingerprint.OPTIONAL_FIELDS`, is absent at its default)."""
     if axis in CACHE_AXES:
         return {**fp, "cache": describe_cache(axis, value)}
+    if axis in ("quantization", "fuse-projections"):
+        rest = {k: v for k, v in fp.items() if k != field}
+        if value in ("none", "off"):
+            return rest
+        return {**rest, field: True if axis == "fuse-projections" else value}
     return {**fp, field: value == "on" if axis == "compile" else value}
 
 
