@@ -241,6 +241,9 @@ class Conditions(BaseModel):
     strength: float | None = None  # share of the schedule an edit re-noises
     input_images: int | None = None  # distinct input pictures
     inpaint: bool | None = None  # True when masks were given
+    # Deployment options outside the original fingerprint; None when not used (as in older results).
+    quantization: str | None = None  # quantized linear layers: int8-dynamic | fp8
+    fused_projections: bool | None = None  # True when the QKV projections are fused
 
 
 class Protocol(BaseModel):

@@ -183,7 +183,18 @@ def _conditions(
         strength=first.strength if first.is_edit else None,
         input_images=len({r.image for r in requests}) if first.is_edit else None,
         inpaint=(first.mask is not None) if first.is_edit else None,
+        **optional_conditions(info),
     )
+
+
+def optional_conditions(info: EngineInfo) -> dict[str, object]:
+    """The conditions of the optional deployment options (quantization, fused projections), only when used."""
+    out: dict[str, object] = {}
+    if info.quantization != "none":
+        out["quantization"] = info.quantization
+    if info.fused_projections:
+        out["fused_projections"] = True
+    return out
 
 
 def base_result(cfg: BenchConfig, info: EngineInfo, requests: list[GenerationRequest], env: EnvInfo,

@@ -151,6 +151,10 @@ def bench_fingerprint(conditions: Any, packages: dict[str, str] | None) -> dict[
         "device": c.device, "hardware": c.hardware,
     }
     assert tuple(fp) == FINGERPRINT_FIELDS
+    if getattr(c, "quantization", None):  # optional fields: present only when used, as in the live fingerprint
+        fp["quantization"] = c.quantization
+    if getattr(c, "fused_projections", None):
+        fp["fused_projections"] = True
     return fp
 
 

@@ -38,6 +38,7 @@ from diffbench.bench.session import (
     Shape,
     build_workload,
     engine_fingerprint,
+    optional_conditions,
 )
 from diffbench.core.env import EnvInfo, capture_env
 from diffbench.core.jsonio import strict_json_value
@@ -121,7 +122,7 @@ def conditions_for(info: EngineInfo, req: GenerationRequest, env: EnvInfo) -> Co
         steps=req.steps, cfg=info.cfg, guidance=req.guidance, batch=req.batch, engine=info.engine,
         engine_version=info.engine_version, attention_backend=info.attention_backend,
         parallelism=info.parallelism, precision=info.dtype, cache=info.cache, compile=info.compile,
-        device=info.device, hardware=hw, driver=env.driver, cuda=env.cuda,
+        device=info.device, hardware=hw, driver=env.driver, cuda=env.cuda, **optional_conditions(info),
     )
 
 
