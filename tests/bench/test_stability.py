@@ -141,3 +141,15 @@ def test_cli_warmup_auto_and_bad_values(tmp_path, capsys) -> None:
     assert r["protocol"]["warmup_per_shape"] is None and r["protocol"]["max_warmup"] == 20
     assert main(["bench", "--engine", "sim", "--warmup", "soon"]) == 2
     assert "--warmup 'soon'" in capsys.readouterr().err
+
+
+def test_auto_warmup_capped_below_the_warm_window_says_so_instead_of_crashing() -> None:
+    from diffbench.core.warmth import DEFAULT_WINDOW
+
+    eng = _ColdSim([1.0 * 0.9**i for i in range(40)], jitter=0.0)
+    eng.start()
+    cap = DEFAULT_WINDOW - 2  # the warm test can never pass: fewer runs than its window
+    (r,) = run_bench(eng, [REQ], BenchConfig(warmup_auto=True, max_warmup=cap, runs=3, repro=False))
+    assert len(r.warmup_s) == cap
+    msg = next(w.message for w in r.warnings if w.code == "warmup_not_stable")
+    assert f"{cap} warmup runs" in msg and f"at least {DEFAULT_WINDOW} runs" in msg

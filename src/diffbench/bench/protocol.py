@@ -411,10 +411,12 @@ def warm_up(attempt: Attempt, timer: Timer, group: Sequence[GenerationRequest], 
             emit("warmup", i, result.warmup_s[-1], ())
     if cfg.warmup_auto and not is_warm(result.warmup_s):
         w = result.warmup_s
+        k = min(len(w), DEFAULT_WINDOW)
         result.warnings.append(Note(code="warmup_not_stable", message=(
-            f"{result.shape}: still getting faster after {len(w)} warmup runs ({w[-DEFAULT_WINDOW]:.4g} s -> "
-            f"{w[-1]:.4g} s over the last {DEFAULT_WINDOW}): the timed runs may carry the end of a cold start; "
-            "raise --max-warmup")))
+            f"{result.shape}: still getting faster after {len(w)} warmup runs ({w[-k]:.4g} s -> "
+            f"{w[-1]:.4g} s over the last {k}): the timed runs may carry the end of a cold start; "
+            f"raise --max-warmup (the warm test needs at least {DEFAULT_WINDOW} runs)") if w else (
+            f"{result.shape}: no warmup run finished; raise --max-warmup")))
 
 
 def timed_run(attempt: Attempt, engine: Engine, timer: Timer, index: int, req: GenerationRequest
