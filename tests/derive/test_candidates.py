@@ -64,3 +64,19 @@ def test_dry_run_prints_the_order_and_imports_no_torch(tmp_path) -> None:  # typ
     assert order == sorted(order) and set(order) == set("①②③④⑤⑥⑦⑧")
     assert "fp8 linear: skip:" in proc.stdout
     assert not (tmp_path / "d").exists()  # a dry run writes nothing
+
+
+def test_bfloat16_on_a_cpu_needs_native_bf16_flags(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from diffbench.derive.candidates import cpu_has_native_bf16
+
+    plain = tmp_path / "plain"
+    plain.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 fma\n")
+    amx = tmp_path / "amx"
+    amx.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16\n")
+    assert not cpu_has_native_bf16(str(plain)) and cpu_has_native_bf16(str(amx))
+    assert not cpu_has_native_bf16(str(tmp_path / "missing"))
+    bf16 = _by_name(lossy_i_candidates(CPU), "bfloat16")
+    why = unavailable(bf16, CPU, "FluxPipeline")
+    assert (why is None) == cpu_has_native_bf16()
+    if why is not None:
+        assert "bfloat16" in why

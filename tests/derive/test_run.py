@@ -129,8 +129,9 @@ def test_the_emitted_serve_command_passes_the_probe_with_the_emitted_references(
             assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
             assert time.monotonic() < deadline
             time.sleep(0.2)
-        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as r:  # the calibration was loaded
-            assert "diffusion_latency_slo_seconds" in r.read().decode()
+        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as r:  # the calibration's baselines are served
+            metrics = r.read().decode()
+        assert 'diffusion_denoise_step_baseline_seconds{model="tiny-flux",shape="64x64"}' in metrics
         probe = subprocess.run(
             [sys.executable, "-m", "diffbench.cli.main", "probe", "--url", url, "--reference",
              str(cfg.out / res.outputs["references"]), "--once", "--psnr-threshold", "30"],
@@ -139,4 +140,6 @@ def test_the_emitted_serve_command_passes_the_probe_with_the_emitted_references(
         assert " ok " in probe.stdout
     finally:
         proc.terminate()
-        proc.wait(timeout=60)
+        served, _ = proc.communicate(timeout=60)
+    assert "diffbench serve:" in served
+    assert "measured on another deployment" not in served  # the calibration is this deployment's

@@ -108,9 +108,24 @@ def unavailable(c: Candidate, engine: EngineConfig, pipeline: str | None, probe_
         cap = cap_of(dev)
         if cap is not None and cap < (8, 9):
             return f"FP8 linear layers need compute capability 8.9+; this GPU is {cap[0]}.{cap[1]}"
-    if up.get("dtype") == "bfloat16" and engine.dtype != "float32":
-        return f"the deployment already runs in {engine.dtype}"
+    if up.get("dtype") == "bfloat16":
+        if engine.dtype != "float32":
+            return f"the deployment already runs in {engine.dtype}"
+        if dev == "cpu" and not cpu_has_native_bf16():
+            return ("this CPU has no native bfloat16 arithmetic (neither avx512_bf16 nor amx_bf16 in /proc/cpuinfo): "
+                    "PyTorch emulates it, far slower than float32")
     return None
+
+
+def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """True when the CPU flags list AVX512-BF16 or AMX-BF16 (x86 Linux); False when they are absent or the
+    file cannot be read (then nothing is known, and bfloat16 is not tried on the CPU)."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            flags = {w for line in f if line.startswith("flags") for w in line.split()}
+    except OSError:
+        return False
+    return bool(flags & {"avx512_bf16", "amx_bf16"})
 
 
 def lossless_candidates(engine: EngineConfig, backends: list[str]) -> list[Candidate]:
