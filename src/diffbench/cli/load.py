@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
         url: str | None = typer.Option(_d("url"), "--url", help="Service base URL (e.g. http://host:8000). "
                                        "Without it the reference service is started on 127.0.0.1."),
         dialect: str | None = typer.Option(_d("dialect"), "--dialect", help="openai | vllm-omni | vllm-omni-chat | sglang "
-                                           "(routes and fields: README, dialect table). Default: vllm-omni."),
+                                           "(routes and fields: the load-test guide, Dialects). Default: vllm-omni."),
         mode: str = typer.Option(_d("mode"), "--mode", help="open (arrival schedule) | closed (N users)."),
         rates: str | None = typer.Option(_d("rates"), "--rates", help="Open loop: req/s list '0.5,1,2', or 'auto' "
                                          "(default: closed-loop capacity probe, then up to 1.2x capacity)."),

@@ -66,7 +66,8 @@ def resolve_dialect(dialect: str, dialect_given: bool, backend: str | None, endp
         mapped = BACKENDS.get(backend.strip().lower())
         if mapped is None:
             raise UsageError(f"--backend {backend!r}: diffbench speaks {', '.join(sorted(BACKENDS))} "
-                             "(mapped onto --dialect; see the README's vllm bench serve table)")
+                             "(mapped onto --dialect; see the vllm bench serve table in the load-test guide, "
+                             "docs/guides/load-test.md)")
         if dialect_given and mapped != dialect:
             raise UsageError(f"--backend {backend} means --dialect {mapped}, but --dialect {dialect} was given; "
                              "give one")
