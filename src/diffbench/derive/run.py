@@ -433,8 +433,8 @@ class _Derivation:
                                  "calibration": "calibration.json", "references": "references"})
         cmd = serve_command(engine, cfg, steps or cfg.steps, cfg.out / "calibration.json")
         self.res.serve_command = cmd
-        (cfg.out / "serve.sh").write_text("#!/bin/sh\n# the configuration chosen by diffbench derive\nexec " + cmd
-                                          + "\n")
+        (cfg.out / "serve.sh").write_text("#!/bin/sh\n# the configuration chosen by diffbench derive; extra arguments "
+                                          "(e.g. --port 8000) are passed on\nexec " + cmd + ' "$@"\n')
         (cfg.out / "serve-config.json").write_text(json.dumps(engine.model_dump(mode="json"), indent=2) + "\n")
         self.res.outputs.update({"serve_command": "serve.sh", "serve_config": "serve-config.json"})
         self.record(8, "signals", "info", f"calibration ({calib}), probe references (the final configuration's "
