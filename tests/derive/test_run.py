@@ -55,6 +55,8 @@ def test_every_step_is_recorded_with_a_decision_and_reason(tmp_path: Path) -> No
     assert res.serve_command and "--model tiny-flux" in res.serve_command
     for name in ("calibration", "references", "serve_command", "bench_final"):
         assert (cfg.out / res.outputs[name]).exists()
+    script = (cfg.out / res.outputs["serve_command"]).read_text().splitlines()[-1]
+    assert script == f'exec {res.serve_command} "$@"'  # extra arguments (--port) reach serve
 
 
 def test_ctrl_c_keeps_finished_steps_and_a_rerun_reuses_them(tmp_path: Path) -> None:
