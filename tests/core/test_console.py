@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from diffbench.core.console import NON_TTY_WIDTH, make_console
 
 SIM = ["simulate", "--devices", "4", "--service", "3.0*N(1,0.02)+0.8*B(0.1)", "--mode", "open",
@@ -25,6 +27,7 @@ def _run(tmp_path, env_extra: dict[str, str]) -> tuple[str, dict]:
     return proc.stdout, json.loads(out.read_text())
 
 
+@pytest.mark.e2e  # runs a subprocess
 def test_a_piped_table_row_is_never_wrapped(tmp_path) -> None:
     """Each rate's row is one line holding all its cells: the offered rate, its ok count, the KNEE flag of
     the knee row and its warning count (read from the JSON, not from the table)."""
@@ -40,6 +43,7 @@ def test_a_piped_table_row_is_never_wrapped(tmp_path) -> None:
     assert any(f"{len(r['warnings'])} warning(s)" for r in data["rates"] if r["warnings"])  # the test can fail
 
 
+@pytest.mark.e2e  # runs a subprocess
 def test_columns_is_honoured_when_set(tmp_path) -> None:
     text, _ = _run(tmp_path, {"COLUMNS": "100"})
     assert max(len(ln) for ln in text.splitlines()) <= 100

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from diffbench.derive.candidates import lossless_candidates, lossy_i_candidates, skipped_by_user, unavailable
 from diffbench.engines.config import EngineConfig
 
@@ -52,6 +54,7 @@ def test_skip_names_a_candidate_or_its_family() -> None:
     assert not skipped_by_user(_by_name(cands, "compile"), ["fuse-projections"])
 
 
+@pytest.mark.e2e  # runs a subprocess
 def test_dry_run_prints_the_order_and_imports_no_torch(tmp_path) -> None:  # type: ignore[no-untyped-def]
     code = ("import sys, diffbench.cli.main as m\n"
             "rc = m.main(['derive', '--slo-p99', '3', '--qps', '2', '--out', sys.argv[1], '--dry-run'])\n"

@@ -62,6 +62,7 @@ def _subprocess_help(path: tuple[str, ...]) -> str:
     return gen.normalize_help(proc.stdout)
 
 
+@pytest.mark.e2e  # runs a subprocess
 @pytest.mark.parametrize("path", [c.path for c in gen.commands()], ids=lambda p: " ".join(p) or "diffbench")
 def test_help_block_is_the_cli_help(path: tuple[str, ...], generated: dict[str, str]) -> None:
     page = f"{gen.COMMANDS_DIR}/{'-'.join(path) or 'index'}.md"

@@ -143,6 +143,7 @@ print("RC", rc)
 """
 
 
+@pytest.mark.e2e  # runs a subprocess
 def test_the_engine_runs_without_httpx() -> None:
     """``bench --engine http`` with httpx unimportable (it is only in the test extra, issue 24 item 2): the
     engine's transport is aiohttp, a core dependency."""

@@ -45,6 +45,7 @@ def test_an_unknown_mode_is_a_usage_error():
     assert QUANTIZATIONS == ("none", "int8-dynamic", "fp8")
 
 
+@pytest.mark.e2e  # runs a subprocess
 def test_the_reason_is_known_without_importing_torch_off_cuda():
     code = ("import sys; from diffbench.engines.quantize import quantization_unavailable as q; "
             "r = [q('fp8', 'cpu', 'float32'), q('int8-dynamic', 'cuda:0', 'float32'), q('none', 'cuda', 'x')]; "

@@ -82,6 +82,7 @@ def test_invalid_catalog_via_cli(tmp_path, capsys):
     assert f"{f}:3" in err and "memory_gib" in err
 
 
+@pytest.mark.e2e  # runs a subprocess
 def test_imports_do_not_pull_torch():
     code = ("import sys, diffbench.ledger, diffbench.plan, diffbench.ledger.render, diffbench.plan.render\n"
             "from diffbench.ledger import load_catalog; load_catalog()\n"

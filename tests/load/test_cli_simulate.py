@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from diffbench.cli.main import main
 from diffbench.core.records import OUTCOMES, RequestRecord
 
@@ -65,6 +67,7 @@ def test_gamma_and_ramp_runs(tmp_path) -> None:
     assert main(["simulate", "--devices", "2", "--service", "1", "--ramp", "0.5:1.5", "--duration", "300"]) == 0
 
 
+@pytest.mark.e2e  # runs a subprocess
 def test_import_load_does_not_pull_torch_or_httpx() -> None:
     code = (
         "import sys\n"

@@ -144,6 +144,7 @@ def test_headers_and_auto_rates():
         auto_rates(0.0)
 
 
+@pytest.mark.e2e  # runs a subprocess
 def test_importing_the_client_and_command_does_not_import_aiohttp_httpx_or_torch():
     import subprocess
     import sys

@@ -97,6 +97,7 @@ def test_delay_mode_holds_each_answer():
         conn.close()
 
 
+@pytest.mark.e2e  # runs a subprocess
 @pytest.mark.parametrize(("args", "fragment"), [
     (["--body-bytes", "-1"], "--body-bytes"),
     (["--body-bytes", "100"], "too small"),

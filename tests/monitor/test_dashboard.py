@@ -199,6 +199,7 @@ def test_generator_refuses_unknown_metric() -> None:
         dashboard._m("diffusion_denoise_step_duration_seconds")  # the family name, not a sample
 
 
+@pytest.mark.e2e  # runs a subprocess
 def test_dashboard_modules_import_nothing_heavy() -> None:
     code = ("import sys, diffbench.monitor.dashboard, diffbench.monitor.lint, diffbench.monitor.rules\n"
             "print(sorted(m for m in ('torch', 'prometheus_client', 'httpx', 'aiohttp') if m in sys.modules))")

@@ -260,6 +260,7 @@ def test_a_directory_merges_the_probe_endpoint_into_before_and_after(tmp_path) -
     assert "60 s apart" in rep.basis  # merged times: the latest of each phase (101 → 161)
 
 
+@pytest.mark.e2e  # runs a subprocess
 def test_doctor_imports_nothing_heavy(tmp_path) -> None:
     import subprocess
     import sys

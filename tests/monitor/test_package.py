@@ -23,6 +23,7 @@ def test_unknown_name_raises_attribute_error() -> None:
         _ = monitor.attch
 
 
+@pytest.mark.e2e  # runs a subprocess
 def test_importing_monitor_loads_neither_the_hooks_nor_torch() -> None:
     code = ("import sys, diffbench.monitor\n"
             "print(sorted(m for m in ('torch', 'diffbench.engines.instrument.pipeline') if m in sys.modules))")

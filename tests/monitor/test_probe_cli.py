@@ -194,6 +194,7 @@ def test_a_hanging_service_is_a_timeout_error_not_a_hang(fake: str, tmp_path: Pa
     assert rc == 5 and "no answer within --timeout 0.3 s" in rec["errors"][0]
 
 
+@pytest.mark.e2e  # runs a subprocess
 def test_probe_does_not_import_torch(fake: str, tmp_path: Path) -> None:
     """A probe runs on a monitoring host without the model stack: no torch, diffusers or transformers."""
     import os

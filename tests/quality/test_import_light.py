@@ -5,7 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.e2e  # runs a subprocess
 def test_import_does_not_load_torch() -> None:
     code = (
         "import sys, diffbench.quality as q, diffbench.cli.quality, diffbench.quality.gates; "

@@ -254,6 +254,7 @@ def test_console_prints_every_step(tmp_path: Path) -> None:
     assert "PARTIAL result" in buf.getvalue() and "no final configuration" in buf.getvalue()
 
 
+@pytest.mark.e2e  # runs a subprocess
 def test_cli_report_derive_exits_zero(tmp_path: Path) -> None:
     src = _write(tmp_path, _result())
     out = tmp_path / "out.html"

@@ -181,6 +181,7 @@ def test_simulate_report(sim_json: Path, tmp_path: Path, chrome) -> None:  # typ
     screenshot_nonblank(chrome, "report-simulate")
 
 
+@pytest.mark.e2e  # runs a subprocess
 def test_load_report(load_json: Path, tmp_path: Path, chrome) -> None:  # type: ignore[no-untyped-def]
     data = json.loads(load_json.read_text())
     rows = data["rates"]

@@ -5,7 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.e2e  # runs a subprocess
 def test_import_server_package_is_light():
     code = (
         "import sys, diffbench.server, diffbench.cli.main; "

@@ -50,6 +50,7 @@ def _writer(store: Path) -> subprocess.Popen[str]:
     return proc
 
 
+@pytest.mark.e2e  # runs a subprocess
 def test_rows_of_a_killed_process_show_interrupted_with_its_pid(tmp_path, capsys, monkeypatch) -> None:
     monkeypatch.setenv("COLUMNS", "250")
     store = tmp_path / "s.sqlite"
@@ -77,6 +78,7 @@ def test_rows_of_a_killed_process_show_interrupted_with_its_pid(tmp_path, capsys
     raw.close()
 
 
+@pytest.mark.e2e  # runs a subprocess
 def test_a_sweep_running_in_a_live_process_is_not_claimed_twice(tmp_path) -> None:
     store = tmp_path / "s.sqlite"
     proc = _writer(store)

@@ -167,6 +167,7 @@ def test_build_info_labels() -> None:
     inst.detach()
 
 
+@pytest.mark.e2e  # runs a subprocess
 def test_importing_diffbench_monitor_does_not_import_torch() -> None:
     code = ("import sys, diffbench.monitor as m; assert 'torch' not in sys.modules, 'torch imported'; "
             "assert callable(m.attach) and callable(m.detach)")
