@@ -145,3 +145,19 @@ def test_the_emitted_serve_command_passes_the_probe_with_the_emitted_references(
         served, _ = proc.communicate(timeout=60)
     assert "diffbench serve:" in served
     assert "measured on another deployment" not in served  # the calibration is this deployment's
+
+
+def test_a_missed_slo_tries_the_few_step_model_without_a_step_cache(tmp_path: Path) -> None:
+    # an SLO no CPU meets: ⑤ misses it, no ledger for layouts (no --gpu), ⑥ redoes ② and ③ on the few-step model
+    cfg = _cfg(tmp_path / "d", slo_p99_s=0.001, qps=1.0, few_step_model="tiny-flux", few_step_steps=2,
+               skip=["compile", "bfloat16", "fuse-projections", "int8"])
+    with RunStore.open(tmp_path / "runs.sqlite", mkdir=True) as st:
+        res = run_derive(cfg, st)
+    by = {(s.stage, s.candidate): s for s in res.steps}
+    assert by[(5, "p99 with queueing")].reason.startswith("misses the SLO")
+    assert by[(5, "multi-GPU layouts")].decision == "skipped" and "--gpu" in by[(5, "multi-GPU layouts")].reason
+    six = [s for s in res.steps if s.stage == 6]
+    assert any(s.candidate.startswith("few-step model tiny-flux (2 steps)") for s in six)
+    cache = next(s for s in six if s.candidate == "step cache")
+    assert cache.decision == "skipped" and "few steps" in cache.reason
+    assert "--default-steps 2" in (res.serve_command or "")
