@@ -280,8 +280,7 @@ class _Derivation:
                 ok, why = lossy_gate(m, cfg.budget_db, 4)
                 if ok:
                     options.append(LossyOption(name, "step cache", m))
-                    by_name[name] = Candidate(name, 4, {"cache": name},
-                                              {"cache_speedup": max(1.0, m.speedup)})
+                    by_name[name] = Candidate(name, 4, {"cache": name})  # the ledger cannot predict a hit rate
                 else:
                     self.record(stage_ii, name, "rejected", why, engine, lat, m)
             if self.cfg.frames:
