@@ -118,7 +118,7 @@ def waterfall_figure(i: int, result: DeriveResult, wf: Waterfall) -> Figure:
                Patch(facecolor=COLORS[1], alpha=0.55, hatch="//", edgecolor="white", label="ledger prediction"),
                Patch(color=COLORS[2], label="final, measured vs start" if wf.final_measured
                      else "final (last step's latency)")]
-    ax.legend(handles=handles, fontsize=7, loc="upper right")
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     return fig
 
 
