@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import importlib
 import inspect
 import io
@@ -109,7 +110,9 @@ class Command:
         return f"{COMMANDS_DIR}/{'-'.join(self.path) or 'index'}.md"
 
 
+@functools.cache
 def _click_root() -> Any:
+    """The app's click command tree, built once: typer rebuilds it on every ``app(...)`` call."""
     import typer
 
     from diffbench.cli.main import app
@@ -171,11 +174,9 @@ def _help_rendering() -> Iterator[None]:
 
 def render_help(path: tuple[str, ...]) -> str:
     """``diffbench <path> --help`` rendered in this process under :data:`HELP_ENV`, normalized."""
-    from diffbench.cli.main import app
-
     buf = io.StringIO()
     with _help_rendering(), contextlib.redirect_stdout(buf), contextlib.suppress(SystemExit):
-        app(args=[*path, "--help"], prog_name=PROG, standalone_mode=False)
+        _click_root()(args=[*path, "--help"], prog_name=PROG, standalone_mode=False)
     return normalize_help(buf.getvalue())
 
 
@@ -309,12 +310,20 @@ class ResultKind:
         return f"{self.model.__module__}.{self.model.__qualname__}"
 
 
+@functools.cache
+def _parse(file: Path, mtime_ns: int, size: int) -> ast.Module:
+    """The parsed tree of ``file``, parsed once while its modification time and size stay the same (the
+    result kinds and the environment variables each walk all of ``src/``). Do not mutate the tree."""
+    return ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
+
+
 def _modules(src: Path = SRC) -> Iterator[tuple[str, Path, ast.Module]]:
     """``(dotted module name, file, parsed tree)`` of every module under ``src/diffbench``."""
     for f in sorted((src / "diffbench").rglob("*.py")):
         parts = f.relative_to(src).with_suffix("").parts
         mod = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        yield mod, f, ast.parse(f.read_text(encoding="utf-8"), filename=str(f))
+        st = f.stat()
+        yield mod, f, _parse(f, st.st_mtime_ns, st.st_size)
 
 
 def result_kinds() -> list[ResultKind]:

@@ -22,10 +22,34 @@ def test_cli_missing_module_uses_the_same_hint(monkeypatch, capsys) -> None:
     def missing(*_a, **_k):
         raise ModuleNotFoundError("No module named 'torchmetrics'", name="torchmetrics")
 
-    monkeypatch.setattr(cli_main, "app", missing)
+    monkeypatch.setattr(cli_main, "_command", lambda: missing)
     assert cli_main.main(["bench"]) == 3
     err = capsys.readouterr().err
     assert err.strip() == (
         "error: torchmetrics is not installed; this command needs the 'quality' extra: "
         "pip install -c constraints.txt -e '.[quality]' (or '.[all]')"
     )
+
+
+def test_the_cli_command_tree_is_built_once_per_process(monkeypatch) -> None:
+    """``main`` reuses one click command: typer's ``app(...)`` rebuilds it on every call (~0.08 s), which the
+    in-process CLI tests would pay hundreds of times."""
+    import typer
+
+    import diffbench.cli.main as cli_main
+
+    built: list[object] = []
+    real = typer.main.get_command
+
+    def counting(app):  # type: ignore[no-untyped-def]
+        built.append(app)
+        return real(app)
+
+    monkeypatch.setattr(typer.main, "get_command", counting)
+    cli_main._command.cache_clear()
+    try:
+        for _ in range(3):
+            assert cli_main.main(["ledger", "--help"]) == 0
+    finally:
+        cli_main._command.cache_clear()
+    assert built == [cli_main.app]

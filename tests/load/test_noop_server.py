@@ -49,6 +49,7 @@ def test_noise_is_incompressible():
     assert len(zlib.compress(png, 6)) > 0.99 * len(png)
 
 
+@pytest.mark.e2e  # the server runs in its own process
 def test_answers_keep_alive_requests_back_to_back():
     expected = build_body(100_000)
     with ServerProcess(100_000) as srv:
@@ -67,6 +68,7 @@ def test_answers_keep_alive_requests_back_to_back():
     assert len(sockets) == 1  # one connection served all five
 
 
+@pytest.mark.e2e  # the server runs in its own process
 def test_pipelined_requests_in_one_write_get_one_answer_each():
     import socket
 
@@ -84,6 +86,7 @@ def test_pipelined_requests_in_one_write_get_one_answer_each():
     assert got.count(b"HTTP/1.1 200 OK") == 4 and got.count(body) == 4
 
 
+@pytest.mark.e2e  # the server runs in its own process
 def test_delay_mode_holds_each_answer():
     delay = 0.3
     with ServerProcess(0, delay_s=delay) as srv:

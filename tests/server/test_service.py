@@ -78,7 +78,7 @@ def test_openai_client_generates_an_image():
     np.testing.assert_array_equal(np.asarray(image.convert("RGB")), ref)  # PNG is lossless
 
 
-@pytest.mark.parametrize("mode", ["thread", "subprocess"])
+@pytest.mark.parametrize("mode", ["thread", pytest.param("subprocess", marks=pytest.mark.e2e)])
 def test_run_in_background_starts_and_stops(mode):
     import httpx
 
