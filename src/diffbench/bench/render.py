@@ -42,6 +42,29 @@ def partial_lines(r: BenchResult) -> list[str]:
     return lines or ["partial: interrupted before any run finished"]
 
 
+def cold_start_text(r: BenchResult) -> str | None:
+    """The cold start in one line (None for a result without one): process start → engine ready, the engine's
+    start, the first call beside the warm p50, the first shape's warmups, and process start → first output."""
+    c = r.cold_start
+    if c is None:
+        return None
+    parts = []
+    if c.process_to_ready_s is not None:
+        parts.append(f"process start → engine ready {c.process_to_ready_s:.3g} s (engine start {c.engine_start_s:.3g} s)")
+    else:
+        parts.append(f"engine start {c.engine_start_s:.3g} s (process start not readable)")
+    if c.first_call_s is not None:
+        first = f"first call {c.first_call_s:.3g} s ({c.first_call_phase} run of {c.first_shape}"
+        if c.warm_p50_s:
+            first += f"; {c.first_call_s / c.warm_p50_s:.3g}× the warm p50 {c.warm_p50_s:.3g} s"
+        parts.append(first + ")")
+    if c.first_shape_warmup_s is not None:
+        parts.append(f"first-shape warmups {c.first_shape_warmup_s:.3g} s in all")
+    if c.to_first_output_s is not None:
+        parts.append(f"process start → first output {c.to_first_output_s:.3g} s")
+    return " · ".join(parts)
+
+
 def conditions_line(r: BenchResult) -> str:
     """The conditions block in one line, in the field's minimal-report order."""
     c = r.conditions
@@ -156,6 +179,9 @@ def print_console(r: BenchResult) -> None:
         f"{r.protocol.runs_per_shape} timed runs/shape · synchronized {r.protocol.synchronized} · "
         f"percentiles: {r.protocol.percentile_method}"
     )
+    cold = cold_start_text(r)
+    if cold:
+        con.print(f"cold start (not in stats): {cold}")
     summary = Table(title="summary (every shape; details below)", title_justify="left")
     for col in SUMMARY_HEADER:
         summary.add_column(col)
@@ -180,6 +206,9 @@ def print_console(r: BenchResult) -> None:
 def to_markdown(r: BenchResult) -> str:
     """The report as Markdown (conditions block, a section per shape, warnings)."""
     lines = ["# diffbench bench", "", f"**Conditions:** {conditions_line(r)}", ""]
+    cold = cold_start_text(r)
+    if cold:
+        lines += [f"**Cold start (not in stats):** {cold}", ""]
     if r.partial:
         lines += ["**PARTIAL result (interrupted).**", ""]
     if not r.valid:

@@ -277,6 +277,34 @@ class WorkerInfo(BaseModel):
     warmup_s: dict[str, list[float]] = {}
 
 
+class ColdStart(BaseModel):
+    """What the run paid before its first output, apart from the warm statistics (seconds). It is what an
+    autoscaler pays for each new replica; warmups are excluded from every statistic, so this is the only
+    place a run reports it.
+
+    ``process_to_ready_s``: from the process's start (its kernel start time, read through psutil; resolution
+    one clock tick, 10 ms on Linux) to the engine ready: interpreter start, imports (torch, diffusers) and
+    ``engine_start_s``. ``engine_start_s``: the engine's ``start()`` alone, timed with ``perf_counter``:
+    for ``diffusers`` loading the weights from disk and placing them on the device (and wrapping
+    ``torch.compile``, which compiles later, at the first call); for ``http`` the service check (the service
+    loaded its weights long before); for ``sim`` nothing to load. ``first_call_s``: the first generation
+    after start, on the engine's clock (compile, autotuning, memory-pool growth, first-shape caches); it is
+    the first warmup of ``first_shape``, or its first timed run with ``--warmup 0`` (``first_call_phase``).
+    ``first_shape_warmup_s``: all warmups of the first shape summed (None without warmups); ``warm_p50_s``
+    that shape's warm p50, for the ratio. ``to_first_output_s`` = ``process_to_ready_s`` + ``first_call_s``
+    (the milliseconds between them — building the request list — are left out).
+    """
+
+    process_to_ready_s: float | None = None
+    engine_start_s: float
+    first_call_s: float | None = None
+    first_call_phase: str | None = None
+    first_shape: str | None = None
+    first_shape_warmup_s: float | None = None
+    warm_p50_s: float | None = None
+    to_first_output_s: float | None = None
+
+
 class DistributedRun(BaseModel):
     """How a distributed bench ran: the Ray cluster, the actors, and the tasks (one timed run or one untimed
     output each, with a deterministic id). ``resumed`` tasks were finished by an earlier run of the same command
@@ -324,6 +352,7 @@ class BenchResult(BaseModel):
     warnings: list[Note] = []
     outputs_dir: str | None = None
     distributed: DistributedRun | None = None  # bench --ray: the cluster, actors and tasks
+    cold_start: ColdStart | None = None  # None for a result written before cold starts were measured
 
     def with_primary(self) -> BenchResult:
         """Copy with the per-shape summary, and the top-level result fields taken from the first shape that

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from diffbench.bench.coldstart import ColdStartClock
 from diffbench.bench.inputs import EditInput
 from diffbench.bench.limits import ShapeSpec
 from diffbench.bench.outputs import OutputWriter
@@ -259,7 +260,9 @@ def run_session(
     """
     engine = engine or create_engine(opts.engine)
     preflight(opts, engine)
-    info = engine.start()
+    cold = ColdStartClock()
+    info = cold.start_engine(engine)
+    on_run = cold.watch(on_run)
     try:
         requests = build_workload(opts, info)
         env = capture_env()
@@ -276,7 +279,8 @@ def run_session(
         write_failed: list[OutputError] = []  # a --json write failed mid-run (warned once)
 
         def assemble(shapes: list[ShapeResult], partial: bool, interrupted: bool = False) -> BenchResult:
-            r = base.model_copy(update={"shapes": shapes, "partial": partial, "interrupted": interrupted})
+            r = base.model_copy(update={"shapes": shapes, "partial": partial, "interrupted": interrupted,
+                                        "cold_start": cold.result(shapes)})
             r = r.with_primary()
             if any(w.code == "unsynchronized" for w in r.warnings) or not opts.protocol.sync:
                 r = r.model_copy(update={"valid": False})
