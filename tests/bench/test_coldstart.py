@@ -9,10 +9,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from diffbench.bench import coldstart
 from diffbench.bench.render import cold_start_text, to_markdown
 from diffbench.bench.result import BenchResult
 from diffbench.cli.main import main
+from diffbench.core import clock
 from diffbench.engines.sim import SimEngine
 
 # the sim without jitter or tail events: a run is exactly its work, the first call at a shape adds compile_s
@@ -64,7 +64,7 @@ def test_engine_start_and_process_start_are_timed(tmp_path: Path, monkeypatch: p
 
 
 def test_an_unreadable_process_start_is_said_not_guessed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(coldstart, "process_start_unix", lambda: None)
+    monkeypatch.setattr(clock, "process_start_unix", lambda: None)
     r = _bench(tmp_path, "--warmup", "1", "--runs", "3")
     cold = r["cold_start"]
     assert cold["process_to_ready_s"] is None and cold["to_first_output_s"] is None

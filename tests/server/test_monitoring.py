@@ -248,3 +248,32 @@ def test_refresh_deployment_follows_a_run_time_change():
     info = [dict(k[1]) for k in smp if k[0] == "diffusion_deployment_info"]
     assert len(info) == 1 and info[0]["fingerprint"] == card["fingerprint_id"]
     assert info[0]["cache"] == "first-block(threshold=0.5)" and info[0]["vae_tiling"] == "true"
+
+
+def test_start_up_is_exported_by_phase():
+    """``diffusion_startup_duration_seconds``: the engine's start (weights), the warmups (here the sim's
+    first-call compile at each warmup size, slept for real) and process start → ready, each at least what it
+    contains (lower bounds only: a busy machine makes every phase longer)."""
+    compile_s = 0.1
+
+    class SlowLoad(SimEngine):
+        def start(self):  # type: ignore[no-untyped-def]
+            time.sleep(0.15)  # a weight load
+            return super().start()
+
+    engine = SlowLoad(EngineConfig(engine="sim", sim=sim_params(compile_s=compile_s)))
+    with TestClient(_app(engine, default_size="32x32", warmup_sizes=("32x32", "48x48"))) as c:
+        smp = scrape(c)
+    load = val(smp, "diffusion_startup_duration_seconds", model="sim", phase="load")
+    warm = val(smp, "diffusion_startup_duration_seconds", model="sim", phase="warmup")
+    ready = val(smp, "diffusion_startup_duration_seconds", model="sim", phase="ready")
+    assert load >= 0.15
+    assert warm >= 2 * compile_s  # two warmup sizes, each compiled once
+    assert ready >= load + warm
+
+
+def test_a_service_without_warmups_exports_no_warmup_phase():
+    with TestClient(_app(default_size="32x32")) as c:
+        smp = scrape(c)
+    assert ("diffusion_startup_duration_seconds", frozenset({("model", "sim"), ("phase", "warmup")})) not in smp
+    assert val(smp, "diffusion_startup_duration_seconds", model="sim", phase="load") >= 0

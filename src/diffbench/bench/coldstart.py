@@ -1,8 +1,8 @@
 """Measure a run's cold start: process start → engine ready → first output (see
 :class:`~diffbench.bench.result.ColdStart` for what each figure contains).
 
-The process's start comes from the kernel (``psutil.Process().create_time()``, wall clock) because no code of
-ours runs before the interpreter has started and imported; everything after is timed here. The first call's
+The process's start comes from the kernel (:func:`diffbench.core.clock.process_start_unix`); everything
+after is timed here. The first call's
 duration is the protocol's own measurement of that run (the engine's clock), taken from the first
 :class:`~diffbench.bench.progress.RunEvent`, so it is the same number the warmup list shows.
 """
@@ -15,17 +15,8 @@ from dataclasses import dataclass, field
 
 from diffbench.bench.progress import RunEvent
 from diffbench.bench.result import ColdStart, ShapeResult
+from diffbench.core import clock
 from diffbench.engines.base import Engine, EngineInfo
-
-
-def process_start_unix() -> float | None:
-    """Wall-clock start of this process (seconds since the epoch), or None where psutil cannot read it."""
-    try:
-        import psutil
-
-        return float(psutil.Process().create_time())
-    except Exception:  # psutil.Error subclasses; an unreadable /proc on a locked-down host
-        return None
 
 
 @dataclass
@@ -33,7 +24,7 @@ class ColdStartClock:
     """Collects the cold-start figures of one run: :meth:`start_engine`, then :meth:`watch` around the
     protocol's run callback, then :meth:`result` with the shapes measured so far."""
 
-    process_start_unix: float | None = field(default_factory=lambda: process_start_unix())
+    process_start_unix: float | None = field(default_factory=lambda: clock.process_start_unix())
     engine_start_s: float | None = None
     ready_unix: float | None = None
     first: RunEvent | None = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from typing import TYPE_CHECKING
 
 import typer
@@ -286,9 +287,12 @@ def register(app: typer.Typer) -> None:
         try:
             port = sock.getsockname()[1]
             eng = create_engine(config.engine)
+            t0 = time.perf_counter()
             info = eng.start()  # a bad model/device ends here as "error: ..." with the CLI's exit code
+            load_s = time.perf_counter() - t0
             app = create_app(config, eng, engine_started=True)
             service = app.state.service
+            service.startup_s["load"] = load_s  # exported as diffusion_startup_duration_seconds{phase="load"}
             service.prepare()  # --default-size/--warmup/--default-steps checked before serving
             service.warm_up()  # a warmup that fails (e.g. over --memory-budget) is a one-line error
         except BaseException:

@@ -52,3 +52,15 @@ class Timer:
 
 
 NS = 1e-9
+
+
+def process_start_unix() -> float | None:
+    """Wall-clock start of this process as the kernel records it (seconds since the epoch; resolution one
+    clock tick, 10 ms on Linux), read through psutil, or None where it cannot be read. The only way to
+    include the interpreter's start and the imports in a cold start: no code of ours runs before them."""
+    try:
+        import psutil
+
+        return float(psutil.Process().create_time())
+    except Exception:  # psutil.Error subclasses; an unreadable /proc on a locked-down host
+        return None

@@ -73,6 +73,8 @@ TRAFFIC = ("user", "probe", "warmup")
 STAGES = ("text_encode", "denoise", "vae_decode", "other", "preprocess", "postprocess")
 """``stage`` label values. ``other`` = the engine's time outside the three model stages (scheduler setup, latent
 preparation, output conversion), so the stages add up to the service time; ``postprocess`` = image encoding."""
+STARTUP_PHASES = ("load", "warmup", "ready")
+"""``phase`` label values of ``diffusion_startup_duration_seconds``."""
 OTHER_SHAPE = "other"
 
 
@@ -169,6 +171,9 @@ METRICS: tuple[MetricSpec, ...] = (
                "Deployment configuration; value 1"),
     MetricSpec("diffusion_baseline_info", "gauge", "info", ("model", "fingerprint"),
                "Deployment fingerprint the loaded calibration was measured on; value 1"),
+    MetricSpec("diffusion_startup_duration_seconds", "gauge", "seconds", ("model", "phase"),
+               "Service start-up by phase: load (the engine's start: weights from disk to the device), warmup "
+               "(the --warmup requests: compile, autotuning), ready (process start to serving)"),
 )
 
 BY_NAME: dict[str, MetricSpec] = {m.name: m for m in METRICS}

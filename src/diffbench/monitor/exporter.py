@@ -419,6 +419,21 @@ class Exporter:
                 gpu_model = torch.cuda.get_device_name(info.device)
         self._build_info(gpu_model)
 
+    def set_startup(self, seconds: dict[str, float]) -> None:
+        """``diffusion_startup_duration_seconds{phase}`` for each phase measured (keys from
+        :data:`~diffbench.metrics.names.STARTUP_PHASES`; a phase that was not measured is not exported).
+
+        Raises:
+            ValueError: an unknown phase or a negative/non-finite duration.
+        """
+        from diffbench.metrics.names import STARTUP_PHASES
+
+        g = self.m["diffusion_startup_duration_seconds"]
+        for phase, value in seconds.items():
+            if phase not in STARTUP_PHASES or not (value >= 0 and math.isfinite(value)):
+                raise ValueError(f"start-up phase {phase!r} = {value!r}: phases are {STARTUP_PHASES}, seconds >= 0")
+            g.labels(self.model, phase).set(value)
+
     def load_calibration(self, cal: Calibration) -> None:
         """Publish a calibration as gauges: SLO (unless :meth:`set_slo` set one), per-shape step and stage
         baselines, cache hit-ratio baselines (never 0: the file cannot hold one), ``diffusion_baseline_info``.

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from diffbench.core.clock import process_start_unix
 from diffbench.engines.base import Engine, EngineInfo, GenerationRequest
 from diffbench.monitor.exporter import Exporter
 from diffbench.server.capabilities import ParameterUse
@@ -54,6 +55,8 @@ class Service:
     _rng_lock: threading.Lock = field(default_factory=threading.Lock)
     _drain_deadline: float | None = None
     _warmed: bool = False
+    startup_s: dict[str, float] = field(default_factory=dict)
+    """Start-up durations by phase (``load``, ``warmup``, ``ready``; seconds), exported at start."""
 
     def __post_init__(self) -> None:
         self._rng = np.random.default_rng(self.config.seed)
@@ -70,7 +73,10 @@ class Service:
 
         if self.use is not None:
             return
+        t0 = time.perf_counter()
         self.info = self.engine.info() if self.engine_started else self.engine.start()
+        if not self.engine_started:
+            self.startup_s["load"] = time.perf_counter() - t0
         self.use = parameter_use(self.engine)
         check_startup(self.config, self.engine, self.default_steps, self.default_frames())
         self._fingerprint()
@@ -105,6 +111,10 @@ class Service:
         self.exporter = self._make_exporter()
         self.exporter.set_queue_source(self.worker.snapshot)
         self.worker.start()
+        started = process_start_unix()
+        if started is not None:
+            self.startup_s["ready"] = max(0.0, time.time() - started)
+        self.exporter.set_startup(self.startup_s)
 
     def _make_exporter(self) -> Exporter:
         from diffbench.server.validation import shape_allowlist
@@ -180,6 +190,7 @@ class Service:
             return
 
         frames = self.default_frames()
+        t0 = time.perf_counter()
         for size in self.config.warmup_sizes:
             width, height = api_size(size, "--warmup")
             req = GenerationRequest(
@@ -193,6 +204,8 @@ class Service:
                     f"--warmup {size}: the warmup ran out of memory ({exc}); raise --memory-budget, enable "
                     "--vae-tiling, or leave that size out of --warmup"
                 ) from None
+        if self.config.warmup_sizes:
+            self.startup_s["warmup"] = time.perf_counter() - t0
         self._warmed = True
 
     def begin_drain(self) -> None:
