@@ -11,6 +11,7 @@ Heavy imports (aiohttp, the service, Ray) happen inside the command.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -165,15 +166,18 @@ def run_command(given: dict[str, Any]) -> None:
 
     server_cfg = ServerConfig(engine=EngineConfig(engine=spec.serve_engine, model=spec.serve_model))  # type: ignore[arg-type]
     console.print(f"starting the reference service ({spec.serve_engine}, {spec.serve_model}) on 127.0.0.1 ...")
+    started = time.perf_counter()
     with run_in_background(server_cfg) as base_url:
+        ready = time.perf_counter()
         console.print(f"reference service at {base_url}")
         if spec.scrape_local:
             scraper = scraper_for(spec, base_url)
-        _run(spec, plan, spec.target(base_url), console, ray=ray, local=True, scraper=scraper)
+        _run(spec, plan, spec.target(base_url), console, ray=ray, local=True, scraper=scraper,
+             service_started=(started, ready))
 
 
 def _run(spec: LoadSpec, plan: object, target: Target, console: Any, *, ray: str | None, local: bool,
-         scraper: object | None) -> None:
+         scraper: object | None, service_started: tuple[float, float] | None = None) -> None:
     """:func:`~diffbench.load.run.run_load` with this command's executor, renderer, CSV writer and alerts."""
     from diffbench.load.run import run_load
     from diffbench.report.load_csv import write_sweep_csv
@@ -182,7 +186,7 @@ def _run(spec: LoadSpec, plan: object, target: Target, console: Any, *, ray: str
     code = run_load(spec, plan, target, executor=_executor(spec, target, ray), scraper=scraper,  # type: ignore[arg-type]
                     local=local, console=console, render=print_profile,
                     write_csv=lambda path, result: write_sweep_csv(path, result),
-                    alert=lambda text: typer.secho(text, fg="red", err=True))
+                    alert=lambda text: typer.secho(text, fg="red", err=True), service_started=service_started)
     if code:
         raise typer.Exit(code)
 

@@ -59,6 +59,20 @@ class Knee(BaseModel):
     reason: str
 
 
+class ServiceStart(BaseModel):
+    """The cold start of the reference service ``load`` started itself (``--serve-engine``; seconds from the
+    call that started it, ``time.perf_counter``): ``ready_s`` when its ``/health`` first answered 200 (the
+    weights loaded, the service's own warmups done), ``first_ok_s`` when the first ok answer arrived: the
+    first warm-up request of the load, so it includes that request's compile. ``first_ok_s`` is None with
+    ``--warmup 0`` (the first answers are then measured requests; ``note`` says so)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ready_s: float
+    first_ok_s: float | None = None
+    note: str | None = None
+
+
 class LoadResult(BaseModel):
     """A rate (or user-count) sweep: one :class:`~diffbench.load.summary.RateSummary` per row, sorted by
     load, plus the knee and a capacity estimate in ok requests per second.
@@ -94,6 +108,8 @@ class LoadResult(BaseModel):
     warnings: list[str] = []
     error: str | None = None
     warmup_outcomes: dict[str, int] = {}
+    service_start: ServiceStart | None = None
+    """Set when ``load`` started the service itself (no ``--url``)."""
 
 
 def _load_key(row: RateSummary) -> float:

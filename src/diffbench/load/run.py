@@ -44,7 +44,7 @@ from diffbench.load.client.slo import SloPolicy
 from diffbench.load.client.trace import Trace
 from diffbench.load.client.workload import RequestPlanner, RequestSpec, Workload, resolve_prompts
 from diffbench.load.goodput import describe, latency_limit
-from diffbench.load.knee import LoadResult
+from diffbench.load.knee import LoadResult, ServiceStart
 from diffbench.load.scrape import MetricsScraper
 from diffbench.load.spec import LoadSpec
 
@@ -241,14 +241,17 @@ async def _close(obj: object) -> None:
 
 
 def run_load(o: LoadSpec, plan: LoadPlan, target: Target, *, executor: Any | None, scraper: MetricsScraper | None,
-             local: bool, console: Console, render: Render, write_csv: WriteCsv, alert: Alert) -> int:
+             local: bool, console: Console, render: Render, write_csv: WriteCsv, alert: Alert,
+             service_started: tuple[float, float] | None = None) -> int:
     """Run the load of ``o`` (prepared as ``plan``) against ``target``, print it and write its outputs.
 
     ``executor``: None (the runners run in this process) or a started-on-demand pool of load workers
     (:class:`~diffbench.load.client.executor.WorkerPool`, or Ray actors: ``conditions()`` and ``clocks``
     then go into the report). ``scraper``: the ``--scrape`` scraper, started and stopped here. ``local``: the
-    target is the reference service the caller started. ``render`` prints the tables, ``write_csv`` writes
-    ``--csv``, ``alert`` prints a red line on stderr.
+    target is the reference service the caller started; ``service_started`` then holds the
+    ``time.perf_counter()`` values when the caller started it and when it was ready (its cold start goes into
+    ``LoadResult.service_start``). ``render`` prints the tables, ``write_csv`` writes ``--csv``, ``alert``
+    prints a red line on stderr.
 
     Returns:
         0, or the exit status of an interrupted run (130 Ctrl-C, 143 SIGTERM) once its partial result is
@@ -421,6 +424,10 @@ def run_load(o: LoadSpec, plan: LoadPlan, target: Target, *, executor: Any | Non
         from diffbench.load.scrape_rows import attach_profile
 
         profile = attach_profile(profile, scraper)
+    if service_started is not None:
+        profile = profile.model_copy(update={"result": profile.result.model_copy(
+            update={"service_start": service_start(service_started, profile.warmup.first_ok_perf_s)})})
+        console.print(service_start_line(profile.result.service_start))  # type: ignore[arg-type]
     render(profile, console)
     result = profile.result
     if o.percentile_metrics or o.metric_percentiles:
@@ -469,6 +476,23 @@ def _write_outputs(o: LoadSpec, result: LoadResult, console: Console, write_csv:
     return None
 
 
+def service_start(started: tuple[float, float], first_ok_perf_s: float | None) -> ServiceStart:
+    """The reference service's cold start from ``(started, ready)`` ``perf_counter`` values and the first ok
+    warm-up answer's (None: no warm-up answered ok)."""
+    t0, ready = started
+    if first_ok_perf_s is None:
+        return ServiceStart(ready_s=ready - t0, note="no ok warm-up answer (--warmup 0, or every warm-up "
+                                                     "request failed): the first ok answer was not separated")
+    return ServiceStart(ready_s=ready - t0, first_ok_s=first_ok_perf_s - t0)
+
+
+def service_start_line(s: ServiceStart) -> str:
+    """The console line of :func:`service_start`."""
+    first = (f", first ok answer {s.first_ok_s:.3g} s after start (the first warm-up request)"
+             if s.first_ok_s is not None else f"; {s.note}")
+    return f"reference service cold start: ready {s.ready_s:.3g} s after start{first}"
+
+
 def _noop(_: str) -> None:
     pass
 
@@ -481,4 +505,4 @@ def _no_success_message(result: LoadResult, stage: str | None) -> str:
             "There is no throughput, capacity or knee to report")
 
 
-__all__ = ["LoadPlan", "prepare", "run_load", "scraper_for"]
+__all__ = ["LoadPlan", "prepare", "run_load", "scraper_for", "service_start", "service_start_line"]

@@ -126,6 +126,8 @@ class WarmupReport(BaseModel):
     outcomes: dict[str, int] = {}
     errors: list[str] = []
     latencies: list[tuple[ShapeMix, float]] = []
+    first_ok_perf_s: float | None = None
+    """``time.perf_counter()`` when the first ok warm-up answer was done (None when none was)."""
 
 
 class ProfileRun(BaseModel):
@@ -191,6 +193,8 @@ async def warmup(backend: Backend, planner: RequestPlanner, per_shape: int) -> W
             await backend.check(spec, a)
             if a.outcome == "ok" and a.sent_s is not None and a.done_s is not None:
                 rep.latencies.append((shape, a.done_s - a.sent_s))
+                if rep.first_ok_perf_s is None:
+                    rep.first_ok_perf_s = a.done_s
             rep.n += 1
             rep.outcomes[a.outcome] = rep.outcomes.get(a.outcome, 0) + 1
             if a.error and a.error not in rep.errors and len(rep.errors) < 5:
