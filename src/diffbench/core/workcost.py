@@ -9,7 +9,7 @@ shape, this does not (a 1024² image at 30 steps is 16x the work of a 512² one 
 the cost of 1,000 outputs is ``P * g * 1000 / 3600`` (:func:`cost_per_1000`). What ``g`` is depends on the
 command: ``load`` pays its GPUs for the whole window (``GPUs * window_s / ok outputs``: idle time between
 requests is paid too, which is what a deployment pays); ``bench`` pays one device for one timed run
-(``GPUs * median run time / outputs per run``); ``plan`` pays the pool it sizes
+(``GPUs * mean run time / outputs per run``, one GPU without ``--gpus``); ``plan`` pays the pool it sizes
 (``GPUs * 3600 / outputs per hour at the planned rate``).
 
 **Wall clock.** Durations come from the monotonic clock (``time.perf_counter_ns``); a wall-clock time is
