@@ -97,3 +97,20 @@ def test_openai_dialect_sends_no_steps_so_the_work_is_unknown(fake, tmp_path):
 def test_bad_gpus_and_price_name_the_option(args, fragment, capsys):
     assert main(["load", "--url", "http://127.0.0.1:9", "--rates", "1", *args]) == 2
     assert fragment in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_worker_pool_records_carry_the_rows_wall_clock_start(fake, tmp_path):
+    fake.delay_s = 0.01
+    out, jl = tmp_path / "r.json", tmp_path / "r.jsonl"
+    assert main(["load", "--url", fake.url("ok"), "--workers", "2", "--request-rate", "20", "--arrival",
+                 "constant", "--num-requests", "10", "--duration", "30", "--size", "64x32", "--steps", "2",
+                 "--json", str(out), "--jsonl", str(jl), "--timeout", "5"]) == 0
+    (row,) = json.loads(out.read_text())["rates"]
+    recs = read_jsonl(jl)
+    assert len(recs) == 10
+    for r in recs:
+        assert r.row_started_unix_s == pytest.approx(row["started_unix_s"], abs=1e-6)
+        assert r.intended_unix_s - row["started_unix_s"] == pytest.approx(r.intended_s, abs=1e-3)
+    work = sum(r.width * r.height * r.steps * r.outputs for r in recs if r.outcome == "ok") / 1e6
+    assert row["mpx_steps_per_s"] == pytest.approx(work / _ok_window(recs, row["duration_s"]), rel=1e-9)
