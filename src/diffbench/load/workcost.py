@@ -8,7 +8,7 @@ Definitions (the formulas of :mod:`diffbench.core.workcost`):
 - *work* of an ok request: ``width * height * (frames or 1) * steps * outputs / 1e6`` megapixel·steps, what
   it asked for (:attr:`~diffbench.core.records.RequestRecord.work_mpx_steps`; an edit at strength < 1 runs
   fewer steps than it asks for, and is counted at the steps asked for).
-- ``mpx_steps_per_s`` = the work of the ok requests ÷ ``W``; None when a ok request's work is unknown (a
+- ``mpx_steps_per_s`` = the work of the ok requests ÷ ``W``; None when an ok request's work is unknown (a
   dialect that sends no steps: the server's default applies).
 - ``mpx_steps_per_s_per_gpu`` = ``mpx_steps_per_s ÷ gpus`` (with ``--gpus``).
 - ``gpu_s_per_output`` = ``gpus * W ÷ ok outputs``: the GPUs are paid for the whole window, idle time
