@@ -82,3 +82,19 @@ def test_reproducibility_flag() -> None:
     assert any(w.code == "not_reproducible" for w in r.warnings)
     (ok,), _ = _run(BenchConfig(warmup=0, runs=3))
     assert ok.repro.reproducible is True and np.isinf(ok.repro.psnr_db)
+
+
+def test_work_and_cost_follow_the_outputs_per_second() -> None:
+    cfg = BenchConfig(warmup=1, runs=5, repro=False, gpus=2, gpu_hour_price=3.6)
+    video = GenerationRequest(prompt="a", height=128, width=96, frames=9, steps=6, batch=1)
+    batch = GenerationRequest(prompt="a", height=256, width=512, steps=4, batch=3)
+    for req in (video, batch):
+        (r,), _ = _run(cfg, reqs=(req,), tail_prob=0)
+        per_s = req.batch / float(np.mean(r.samples_s))  # outputs per second, from the timed samples
+        work = req.width * req.height * (req.frames or 1) * req.steps / 1e6
+        assert r.mpx_steps_per_s == pytest.approx(per_s * work, rel=1e-9)
+        assert r.mpx_steps_per_s_per_gpu == pytest.approx(per_s * work / 2, rel=1e-9)
+        assert r.gpu_s_per_output == pytest.approx(2 / per_s, rel=1e-9)
+        assert r.cost_per_1000 == pytest.approx(3.6 * (2 / per_s) * 1000 / 3600, rel=1e-9)
+    (plain,), _ = _run(BenchConfig(warmup=1, runs=3, repro=False))
+    assert plain.mpx_steps_per_s is not None and plain.cost_per_1000 is None and plain.gpus is None

@@ -26,6 +26,8 @@ def _with(**change: str) -> list[str]:
 
 ROWS: list[tuple[list[str], int, list[str]]] = [
     (_with(qps="inf"), 2, ["--qps inf", "finite"]),
+    (_with(gpu_hour_price="-1"), 2, ["--gpu-hour-price must be >= 0", "got -1"]),
+    (_with(gpu_hour_price="nan"), 2, ["--gpu-hour-price must be a finite price per GPU-hour", "got nan"]),
     (_with(qps="nan"), 2, ["--qps nan", "finite"]),
     (_with(qps="0"), 2, ["--qps 0", "> 0"]),
     (_with(qps="-3"), 2, ["--qps -3", "> 0"]),

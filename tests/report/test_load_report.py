@@ -333,3 +333,23 @@ def test_the_scraped_server_side_is_on_the_page(serve_url: str, tmp_path: Path, 
     open_page(chrome, out)
     shown = blocks(chrome, "table")["load-server-0"].text
     assert "server side (scraped from" in shown and "queue wait mean (ms)" in shown
+
+
+def test_work_and_cost_columns_when_the_rows_have_them(tmp_path: Path, sim_json: Path) -> None:
+    assert "load-work-0" not in _by_id(_doc(sim_json))  # a simulation has neither start nor work
+    data = json.loads(sim_json.read_text())
+    start = 1767225600.0  # 2026-01-01T00:00:00Z
+    for k, row in enumerate(data["rates"]):
+        row.update(started_unix_s=start + 10 * k + 0.25, ok_outputs=row["n_ok"], mpx_steps_per_s=1.5 * (k + 1),
+                   gpus=2, mpx_steps_per_s_per_gpu=0.75 * (k + 1), gpu_s_per_output=4.0, gpu_hour_price=1.8,
+                   cost_per_1000=2.0)
+    path = tmp_path / "with-work.json"
+    path.write_text(json.dumps(data))
+    table = _by_id(_doc(path))["load-work-0"]
+    assert isinstance(table, Table)
+    assert table.headers[1:] == ["started (UTC)", "ok outputs", "Mpx·steps/s", "Mpx·steps/s per GPU", "GPUs",
+                                 "GPU·s per output", "cost / 1,000 outputs"]
+    assert [r[1] for r in table.rows] == [f"2026-01-01T00:00:{10 * k:02d}.250Z" for k in range(len(data["rates"]))]
+    assert [float(r[3]) for r in table.rows] == [1.5 * (k + 1) for k in range(len(data["rates"]))]
+    assert all(r[5] == "2" and float(r[7]) == 2.0 for r in table.rows)
+    assert "1.8 per GPU-hour" in (table.caption or "")

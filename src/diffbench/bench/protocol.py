@@ -69,11 +69,35 @@ class BenchConfig(BaseModel):
     percentiles: tuple[float, ...] = (90, 99)
     generator_device: Literal["cpu", "cuda"] = "cpu"
     fps: float | None = Field(default=None, gt=0, description="video playback fps; None: the engine's")
+    gpus: int | None = Field(default=None, ge=1, description="GPUs one run occupies (bench --gpus); None: "
+                             "unknown, no per-GPU figure")
+    gpu_hour_price: float | None = Field(default=None, ge=0, allow_inf_nan=False,
+                                         description="price per GPU-hour (bench --gpu-hour-price)")
 
 
 OutputSink = Callable[[GenerationRequest, np.ndarray], None]
 Progress = Callable[[list[ShapeResult]], None]
 RunProgress = Callable[[RunEvent], None]
+
+
+def work_cost(r: ShapeResult, outputs_per_s: float, cfg: BenchConfig) -> None:
+    """Set ``r``'s work-normalized throughput and cost from its outputs per second (per device, the mean of
+    the timed runs): ``mpx_steps_per_s`` = outputs/s x width x height x (frames or 1) x steps / 1e6 (the
+    steps asked for); with ``cfg.gpus``, ``mpx_steps_per_s_per_gpu`` = that / gpus and ``gpu_s_per_output``
+    = gpus / outputs/s (the GPUs one run occupies, paid for the whole run); with ``cfg.gpu_hour_price``,
+    ``cost_per_1000`` = price x gpu_s_per_output x 1000 / 3600 (one GPU when ``gpus`` is not given: the
+    bench measures one device)."""
+    from diffbench.core.workcost import cost_per_1000, mpx_steps
+
+    r.mpx_steps_per_s = outputs_per_s * mpx_steps(r.width, r.height, r.steps, r.frames)
+    if cfg.gpus is not None:
+        r.gpus = cfg.gpus
+        r.mpx_steps_per_s_per_gpu = r.mpx_steps_per_s / cfg.gpus
+    if cfg.gpus is not None or cfg.gpu_hour_price is not None:
+        r.gpu_s_per_output = (cfg.gpus or 1) / outputs_per_s
+    if cfg.gpu_hour_price is not None and r.gpu_s_per_output is not None:
+        r.gpu_hour_price = cfg.gpu_hour_price
+        r.cost_per_1000 = cost_per_1000(cfg.gpu_hour_price, r.gpu_s_per_output)
 
 
 def group_by_shape(requests: Sequence[GenerationRequest]) -> list[list[GenerationRequest]]:
@@ -231,6 +255,7 @@ class ShapeRun:
             r.throughput_videos_per_s = per_call
             if r.fps:
                 r.video_seconds_per_s = per_call * r.frames / r.fps
+        work_cost(r, per_call, cfg)
         r.sync_pending_s = max(self.pending) if self.pending else 0.0
         notes = list(r.warnings)
         if cfg.warmup == 0 and not cfg.warmup_auto:

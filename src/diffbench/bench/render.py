@@ -126,6 +126,13 @@ def _shape_rows(s: ShapeResult) -> list[tuple[str, str]]:
     if s.throughput_videos_per_s is not None:
         rows.append(("throughput", f"{s.throughput_videos_per_s:.3g} videos/s per device"))
         rows.append(("video-seconds per second", _video_seconds(s)))
+    if s.mpx_steps_per_s is not None:
+        per_gpu = (f" · {s.mpx_steps_per_s_per_gpu:.3g} per GPU (--gpus {s.gpus})"
+                   if s.mpx_steps_per_s_per_gpu is not None else "")
+        rows.append(("work", f"{s.mpx_steps_per_s:.3g} megapixel·steps/s per device{per_gpu}"))
+    if s.cost_per_1000 is not None and s.gpu_s_per_output is not None:
+        rows.append(("cost", f"{s.cost_per_1000:.4g} per 1,000 outputs ({s.gpu_s_per_output:.3g} GPU·s per "
+                             f"output at {s.gpu_hour_price:g} per GPU-hour)"))
     if s.repro:
         flag = "" if s.repro.reproducible in (None, True) else "  NOT REPRODUCIBLE"
         rows.append(

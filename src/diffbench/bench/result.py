@@ -165,6 +165,18 @@ class ShapeResult(BaseModel):
     video_seconds_per_s: float | None = None
     fps: float | None = None
     fps_source: str | None = None
+    mpx_steps_per_s: float | None = None
+    """Work-normalized throughput per device: outputs/s x width x height x (frames or 1) x steps / 1e6."""
+    gpus: int | None = None
+    """GPUs one run occupies (``bench --gpus``); None: not given."""
+    mpx_steps_per_s_per_gpu: float | None = None
+    """``mpx_steps_per_s / gpus``."""
+    gpu_s_per_output: float | None = None
+    """GPU·seconds per output: ``gpus / outputs per second`` (one GPU without ``--gpus``)."""
+    gpu_hour_price: float | None = None
+    """``bench --gpu-hour-price`` (per GPU-hour, currency-neutral)."""
+    cost_per_1000: float | None = None
+    """Cost of 1,000 outputs: ``gpu_hour_price x gpu_s_per_output x 1000 / 3600``."""
     repro: ReproResult | None = None
     sync_pending_s: float = 0.0
     cache: CacheDecisions | None = None

@@ -78,6 +78,13 @@ def register(app: typer.Typer) -> None:
             "--allow-large",
             help="Lift the sanity limits (steps 1000, 4096x4096 pixels per frame, 1025 frames, batch 64).",
         ),
+        gpus: int | None = typer.Option(
+            None, "--gpus", help="GPUs one run occupies: adds megapixel·steps/s per GPU and GPU·s per output."
+        ),
+        gpu_hour_price: float | None = typer.Option(
+            None, "--gpu-hour-price", help="Price per GPU-hour (any currency): adds the cost per 1,000 outputs "
+            "(GPU·s per output = GPUs / outputs per s; one GPU without --gpus)."
+        ),
         fps: float | None = typer.Option(
             None,
             help="Playback fps of a video model's output, for video-seconds per second (default: the "
@@ -208,6 +215,12 @@ def register(app: typer.Typer) -> None:
 
         edit_strength = check_strength(strength) if strength is not None else 0.6
         device = check_device(device)
+        from diffbench.core.workcost import gpus_error, price_error
+
+        if gpus is not None and (why := gpus_error(gpus)):
+            raise UsageError(f"--gpus {why}")
+        if gpu_hour_price is not None and (why := price_error(gpu_hour_price)):
+            raise UsageError(f"--gpu-hour-price {why}")
         if fps is not None and not (0 < fps <= 1000):
             raise UsageError(f"--fps {fps:g}: must be a playback rate in (0, 1000] frames per second")
         for flag, value, lo, hi, what in (
@@ -272,7 +285,8 @@ def register(app: typer.Typer) -> None:
             num_prompts=num_prompts,
             seeds=parse_seeds(seeds),
             protocol=BenchConfig(warmup=0 if warmup_auto else int(warmup), warmup_auto=warmup_auto,
-                                 max_warmup=max_warmup, runs=runs, sync=not no_sync, repro=repro, fps=fps),
+                                 max_warmup=max_warmup, runs=runs, sync=not no_sync, repro=repro, fps=fps,
+                                 gpus=gpus, gpu_hour_price=gpu_hour_price),
             json_path=json_path,
             markdown_path=markdown_path,
             save_outputs=save_outputs,

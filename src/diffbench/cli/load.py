@@ -104,6 +104,11 @@ def register(app: typer.Typer) -> None:
         slo_scale: float | None = typer.Option(_d("slo_scale"), "--slo-scale", help="Per-request SLOs for requests without "
                                                "an slo_s: warm-up latency scaled by area x frames x steps, times "
                                                "this factor (vLLM-Omni's rule; its default is 3)."),
+        gpus: int | None = typer.Option(_d("gpus"), "--gpus", help="GPUs serving the load: adds megapixel·steps/s "
+                                        "per GPU and GPU·s per output to each row."),
+        gpu_hour_price: float | None = typer.Option(_d("gpu_hour_price"), "--gpu-hour-price", help="Price per GPU-hour "
+                                                    "(any currency; needs --gpus): adds the cost per 1,000 ok outputs, "
+                                                    "the GPUs paid for the whole window."),
         # vllm bench serve's names (README, "vllm bench serve names"; diffbench.load.client.vllm_compat)
         base_url: str | None = typer.Option(_d("base_url"), "--base-url", help="Alias of --url (vllm bench serve)."),
         model: str | None = typer.Option(_d("model"), "--model", help="Model name sent in every request (all dialects; "

@@ -43,6 +43,9 @@ def register(app: typer.Typer) -> None:
                                               "--model on --gpu: fit this GPU's η to its per-step times first "
                                               "(--calibrate-force: even for another GPU or model)."),
         calibrate_force: bool = typer.Option(False, "--calibrate-force", help="Use --calibrate even for another GPU or model."),
+        gpu_hour_price: float | None = typer.Option(
+            None, "--gpu-hour-price", help="Price per GPU-hour (any currency): adds the cost per 1,000 outputs "
+            "(the plan's GPUs paid all the time: price x GPUs / QPS x 1000 / 3600)."),
     ) -> None:
         """Derive a serving configuration: lossless, lossy, multi-GPU, few-step, capacity, signals."""
         from pydantic import ValidationError
@@ -70,6 +73,11 @@ def register(app: typer.Typer) -> None:
         check_numbers(steps=steps, frames=frames, cfg=cfg, text_tokens=text_tokens, gpus_per_node=gpus_per_node,
                       slo_p99_s=slo_p99, qps=qps, quality_budget_db=quality_budget, headroom=headroom)
         Bound("--service-cv", 0, 1, "coefficient of variation of the service time").check(service_cv)
+        if gpu_hour_price is not None:
+            from diffbench.core.workcost import price_error
+
+            if why := price_error(gpu_hour_price):
+                raise UsageError(f"--gpu-hour-price {why}")
         if service_from is not None and service_cv != 0.05:
             raise UsageError("--service-cv and --service-from both set the service-time spread; pass one")
         if json_path is not None:
@@ -121,6 +129,11 @@ def register(app: typer.Typer) -> None:
             model_spec = cat.models.get(model.strip().lower())
             extra = source_warnings(service_from, model, model_spec.display_name if model_spec else model, gpu)
             result = result.model_copy(update={"warnings": [*extra, *result.warnings]})
+        if gpu_hour_price is not None:
+            from diffbench.plan.cost import plan_cost
+
+            gpus = result.pool_plan.total_gpus if result.pool_plan is not None else result.total_gpus
+            result = result.model_copy(update={"cost": plan_cost(gpus, qps, gpu_hour_price)})
         make_console(min_width=140).print(plan_renderable(result))
         if json_path is not None:
             write_json_atomic(json_path, result.model_dump(mode="json"))

@@ -1,7 +1,8 @@
 """Per-request records: one record of named timestamps per request; every latency derives from it.
 
 Timestamps are seconds on the run's monotonic clock, relative to the run start (``t=0`` is the first
-intended arrival's reference point). Used by the open/closed-loop load runners and by the simulator.
+intended arrival's reference point); ``row_started_unix_s`` and ``intended_unix_s`` put them on the wall
+clock (Unix epoch seconds, UTC). Used by the open/closed-loop load runners and by the simulator.
 """
 
 from __future__ import annotations
@@ -60,6 +61,30 @@ class RequestRecord(BaseModel):
     """Video jobs: seconds from the send of the last status request that saw the job unfinished (or of the
     create request) to ``done_s``. The job finished inside that window, so ``done_s`` overstates its end by
     at most this much: the resolution bound of the latency. None: not a polled job."""
+    width: int | None = None
+    """Pixels across of what the request asked for (None: not recorded, e.g. the simulator)."""
+    height: int | None = None
+    """Pixels down of what the request asked for."""
+    frames: int | None = None
+    """Video frames asked for (None: an image, or a dialect that does not send frames)."""
+    steps: int | None = None
+    """Denoising steps asked for (None: the dialect does not send steps, so the server's default applies
+    and the work of the request is unknown)."""
+    outputs: int | None = None
+    """Outputs (images, or one video) the request asked for."""
+    row_started_unix_s: float | None = None
+    """Wall clock (Unix epoch seconds, UTC) of the row's ``t=0``, the origin of ``intended_s`` and the other
+    offsets (written in ``--jsonl`` lines; derived from the run's one wall-clock/monotonic pair)."""
+    intended_unix_s: float | None = None
+    """Wall clock (Unix epoch seconds, UTC) of the intended arrival: ``row_started_unix_s + intended_s``."""
+
+    @property
+    def work_mpx_steps(self) -> float | None:
+        """Megapixel·steps asked for: ``width * height * (frames or 1) * steps * outputs / 1e6``; None when
+        the size or the steps are not known."""
+        if self.width is None or self.height is None or self.steps is None:
+            return None
+        return self.width * self.height * (self.frames or 1) * self.steps * (self.outputs or 1) / 1e6
 
     @property
     def latency_from_arrival_s(self) -> float | None:

@@ -97,7 +97,8 @@ def prepare(spec: LoadSpec) -> tuple[LoadSpec, LoadPlan]:
                         schedule=schedule, slo_s=latency_limit(spec.constraints), max_inflight=spec.inflight[1],
                         think_time_s=spec.think_time, drain_s=spec.drain, warmup_per_shape=spec.warmup,
                         seed=spec.seed, max_requests=spec.max_requests, num_requests=spec.count[1],
-                        goodput=spec.constraints, workers=spec.workers)
+                        goodput=spec.constraints, workers=spec.workers, gpus=spec.gpus,
+                        gpu_hour_price=spec.gpu_hour_price)
     return spec, LoadPlan(cfg=cfg, workload=wl, trace=trace)
 
 
@@ -262,6 +263,9 @@ def run_load(o: LoadSpec, plan: LoadPlan, target: Target, *, executor: Any | Non
         OutputError: an output could not be written (exit 6, after every other output was tried).
         NoSuccessError: no request succeeded (exit 1).
     """
+    from diffbench.core.workcost import start_run_clock
+
+    start_run_clock()  # the run's one wall-clock/monotonic pair: every row's and record's wall-clock time
     cfg, wl, trace = plan.cfg, plan.workload, plan.trace
     prompts, prompt_source = resolve_prompts(wl, o.prompts)
     planner = RequestPlanner(wl, prompts, seed=o.seed)

@@ -105,6 +105,8 @@ class LoadSpec(VllmOptions):
     trace: str | None = None
     trace_speed: float = 1.0
     slo_scale: float | None = None
+    gpus: int | None = None
+    gpu_hour_price: float | None = None
     # the vLLM-named options (base_url, model, backend, endpoint, save_result, result_dir, result_filename,
     # percentile_metrics, metric_percentiles) are the fields of the base class VllmOptions
 
@@ -180,6 +182,24 @@ class LoadSpec(VllmOptions):
             raise _bound(f"must be >= 1{_AT_LEAST_ONE[info.field_name]}, got {v}")
         return v
 
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, v: int | None) -> int | None:
+        from diffbench.core.workcost import gpus_error
+
+        if v is not None and (why := gpus_error(v)):
+            raise _bound(why)
+        return v
+
+    @field_validator("gpu_hour_price")
+    @classmethod
+    def _price(cls, v: float | None) -> float | None:
+        from diffbench.core.workcost import price_error
+
+        if v is not None and (why := price_error(v)):
+            raise _bound(why)
+        return v
+
     @field_validator("warmup")
     @classmethod
     def _warmup(cls, v: int) -> int:
@@ -206,6 +226,9 @@ class LoadSpec(VllmOptions):
             raise UsageError(f"{count_opt} applies to the open loop; a closed loop runs for --duration")
         self._rates = self._rate_list(num_requests)
         self._users = parse_int_list(self.users, "--users")
+        if self.gpu_hour_price is not None and self.gpus is None:
+            raise UsageError("--gpu-hour-price prices GPU time and needs --gpus N (the GPUs serving the load, paid "
+                             "for the whole window)")
         if self.mode == "closed" and self._inflight[1] is not None:
             raise UsageError(f"{self._inflight[0]} applies to the open loop; a closed loop is capped by --users")
         from diffbench.load.client.http import parse_headers

@@ -185,6 +185,25 @@ class RateSummary(BaseModel):
     """The HdrHistogram merge of the workers' ok requests, with its error bound (``load --ray``, and
     ``--workers`` runs of more than 100,000 planned requests; None otherwise). The other figures of the row
     come from the exact merge of the records."""
+    started_unix_s: float | None = None
+    """Wall clock of the row's ``t=0`` (the origin of its records' offsets), Unix epoch seconds (UTC), from
+    the run's one wall-clock/monotonic pair (:mod:`diffbench.load.workcost`); None: not recorded."""
+    ok_outputs: int | None = None
+    """Outputs (images, or videos) of the ok requests."""
+    mpx_steps_per_s: float | None = None
+    """Work-normalized throughput: megapixel·steps of the ok requests (width x height x frames x steps x
+    outputs / 1e6) per second of the ok window; None when the work of an ok request is unknown."""
+    gpus: int | None = None
+    """GPUs serving the row (``load --gpus``); None: unknown."""
+    mpx_steps_per_s_per_gpu: float | None = None
+    """``mpx_steps_per_s / gpus``."""
+    gpu_s_per_output: float | None = None
+    """GPU·seconds paid per ok output: ``gpus x ok window / ok_outputs`` (the GPUs are paid for the whole
+    window)."""
+    gpu_hour_price: float | None = None
+    """``load --gpu-hour-price`` (per GPU-hour, currency-neutral)."""
+    cost_per_1000: float | None = None
+    """Cost of 1,000 ok outputs: ``gpu_hour_price x gpu_s_per_output x 1000 / 3600``."""
 
     @property
     def label(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from diffbench.ledger.multigpu import ParallelPlan
+from diffbench.plan.cost import PlanCost
 from diffbench.plan.lossy import LossySet
 from diffbench.plan.sizing import LayoutSizing
 
@@ -158,3 +159,5 @@ class PlanResult(BaseModel):
     pool_plan: PoolsSummary | None = None
     signals: list[Signal] = Field(default_factory=list)
     alerts: list[Alert] = Field(default_factory=list)
+    cost: PlanCost | None = None
+    """With ``plan --gpu-hour-price``: the plan's GPUs priced (:mod:`diffbench.plan.cost`)."""

@@ -86,6 +86,11 @@ def plan_renderable(p: PlanResult) -> Group:
         parts.append(pool_t)
         parts.append(Text(f"pools: {_n(pp.total_gpus, 'GPU')} on {_n(pp.nodes, 'node')} in total (details above: the "
                           f"largest pool, {pp.rows[0].shape})", style="bold"))
+    if p.cost is not None:
+        k = p.cost
+        parts.append(Text(f"cost: {k.cost_per_1000:.4g} per 1,000 outputs at {k.gpu_hour_price:g} per GPU-hour "
+                          f"({_n(k.gpus, 'GPU')} paid all the time for {k.qps:g} QPS = {k.gpu_s_per_output:.3g} "
+                          f"GPU·s per output; {k.cost_per_hour:.4g} per hour)", style="bold"))
     for alt in p.alternatives:
         parts.append(Text(f"alternative: {alt.name}: {alt.latency_s:.2f} s, {_n(alt.total_gpus, 'GPU')} on {_n(alt.nodes, 'node')}",
                           style="cyan"))

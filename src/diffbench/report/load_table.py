@@ -147,6 +147,41 @@ def server_table(result: LoadResult) -> Table | None:
     return table
 
 
+def work_table(result: LoadResult) -> Table | None:
+    """Each row's start on the wall clock (UTC), its work-normalized throughput and, with ``load --gpus``
+    and ``--gpu-hour-price``, its GPU time and cost per ok output (:mod:`diffbench.load.workcost`); None
+    when no row has any of them."""
+    rows = result.rates
+    if not any(r.started_unix_s is not None or r.mpx_steps_per_s is not None for r in rows):
+        return None
+    from diffbench.core.workcost import utc_text
+
+    gpus = next((r.gpus for r in rows if r.gpus is not None), None)
+    price = next((r.gpu_hour_price for r in rows if r.gpu_hour_price is not None), None)
+    caption = ("Mpx·steps/s: width x height x frames x steps of the ok outputs / 1e6 per second of the ok "
+               "window" + (f"; per GPU over --gpus {gpus}; GPU·s/output = GPUs x window / ok outputs (the GPUs "
+                           "are paid for the whole window)" if gpus is not None else "")
+               + (f"; cost/1000 = {price:g} per GPU-hour x GPU·s/output x 1000 / 3600" if price is not None else ""))
+    table = Table(title="work and cost", title_justify="left", box=box.SIMPLE_HEAD, caption=caption,
+                  caption_justify="left")
+    names = ["load", "started (UTC)", "ok outputs", "Mpx·steps/s"]
+    if gpus is not None:
+        names += ["per GPU", "GPU·s/output"]
+    if price is not None:
+        names.append("cost/1000")
+    for name in names:
+        table.add_column(name, justify="left" if name in ("load", "started (UTC)") else "right", no_wrap=True)
+    for r in rows:
+        cells = [_row_label(r), "—" if r.started_unix_s is None else utc_text(r.started_unix_s),
+                 "—" if r.ok_outputs is None else str(r.ok_outputs), _rate(r.mpx_steps_per_s)]
+        if gpus is not None:
+            cells += [_rate(r.mpx_steps_per_s_per_gpu), _rate(r.gpu_s_per_output)]
+        if price is not None:
+            cells.append(_rate(r.cost_per_1000))
+        table.add_row(*cells)
+    return table
+
+
 def summary_line(result: LoadResult) -> str:
     """One line: requests, ok, failed fraction (called out above 5 %) and the capacity in ok/s."""
     from diffbench.load.summary import FAILED_WARN_FRACTION
@@ -193,6 +228,9 @@ def _print_sweep(result: LoadResult, console: Console, title: str | None) -> Non
     server = server_table(result)
     if server is not None:
         console.print(server)
+    work = work_table(result)
+    if work is not None:
+        console.print(work)
     for row in result.rates:
         if row.server_stages_s:
             stages = " · ".join(f"{k} {fmt_seconds(v)}" for k, v in row.server_stages_s.items())
@@ -242,4 +280,4 @@ def print_profile(run: ProfileRun, console: Console) -> None:
 
 
 __all__ = ["fmt_seconds", "offered_text", "per_shape_table", "print_profile", "print_sweep", "server_table",
-           "summary_line", "sweep_table"]
+           "summary_line", "sweep_table", "work_table"]

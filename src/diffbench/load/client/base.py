@@ -44,14 +44,15 @@ class Attempt:
     poll_granularity_s: float | None = None
 
     def to_record(self, *, id: int, rate: float | None, shape: str, intended_s: float,
-                  client_queue_s: float) -> RequestRecord:
-        """The :class:`RequestRecord` for this attempt (the body is not kept)."""
+                  client_queue_s: float, work: dict[str, int | None] | None = None) -> RequestRecord:
+        """The :class:`RequestRecord` for this attempt (the body is not kept); ``work``: the record's
+        ``width``, ``height``, ``frames``, ``steps`` and ``outputs`` (what the request asked for)."""
         return RequestRecord(
             id=id, rate=rate, shape=shape, intended_s=intended_s, sent_s=self.sent_s,
             first_byte_s=self.first_byte_s, done_s=self.done_s, outcome=self.outcome, status=self.status,
             retry_after_s=self.retry_after_s, error=self.error, client_queue_s=client_queue_s,
             server_stages_s=self.stages_s, server_peak_memory_bytes=self.peak_memory_bytes,
-            poll_granularity_s=self.poll_granularity_s,
+            poll_granularity_s=self.poll_granularity_s, **(work or {}),
         )
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from diffbench.core.linesink import LineSink
 from diffbench.core.records import RequestRecord
+from diffbench.core.workcost import run_clock
 
 
 class RunControl:
@@ -72,7 +73,10 @@ class RunControl:
 class JsonlSink:
     """Writes one JSON line per finished request (the file is truncated first) and flushes it at once, so an interrupted run keeps
     every finished request. Each line is a :class:`RequestRecord` plus ``run`` (e.g. ``"rate=0.5"`` or
-    ``"users=2"``) and ``mode``.
+    ``"users=2"``) and ``mode``; given the row's ``t0_ns`` (its ``t=0`` on ``time.perf_counter_ns``), the
+    record's ``row_started_unix_s`` (that instant on the wall clock, from the run's one wall-clock/monotonic
+    pair, :func:`diffbench.core.workcost.run_clock`) and ``intended_unix_s`` (``row_started_unix_s +
+    intended_s``) are filled in, Unix epoch seconds (UTC).
 
     A write that fails mid-run (a full disk) is warned once (``warn``, default stderr) and later records are
     dropped: the run goes on; :meth:`check` raises :class:`~diffbench.errors.OutputError` (exit 6) after the
@@ -83,7 +87,11 @@ class JsonlSink:
         self._out = LineSink(self.path, "--jsonl", warn)
         self.count = 0
 
-    def write(self, record: RequestRecord, *, run: str, mode: str) -> None:
+    def write(self, record: RequestRecord, *, run: str, mode: str, t0_ns: int | None = None) -> None:
+        if t0_ns is not None and record.row_started_unix_s is None:
+            start = run_clock().unix_at(t0_ns)
+            record = record.model_copy(update={"row_started_unix_s": start,
+                                               "intended_unix_s": start + record.intended_s})
         data = record.model_dump(mode="json")
         data["run"] = run
         data["mode"] = mode

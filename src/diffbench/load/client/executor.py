@@ -408,7 +408,7 @@ class WorkerPool:
                         records.append(rec)
                         received[w.index] += 1
                         if sink is not None:
-                            sink.write(rec, run=run, mode=mode)
+                            sink.write(rec, run=run, mode=mode, t0_ns=t0_ns)
                         if on_record is not None:
                             on_record(rec)
                     if on_sent is not None:
@@ -468,4 +468,4 @@ class WorkerPool:
         elapsed = max((i["elapsed_s"] for i in infos.values()), default=0.0)
         return RunResult(mode=mode, offered_rate=offered_rate, users=users, duration_s=window, elapsed_s=elapsed,
                          planned=planned, dispatched=dispatched, interrupted=interrupted, records=merged,
-                         hdr=hdr_summary)
+                         hdr=hdr_summary, t0_ns=t0_ns)

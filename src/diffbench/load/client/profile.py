@@ -46,6 +46,7 @@ from diffbench.load.goodput import GoodputConstraint, latency_limit
 from diffbench.load.knee import Knee, LoadResult, analyze_sweep, merge_probe_capacity
 from diffbench.load.stops import plan_arrivals
 from diffbench.load.summary import RateSummary, run_label, summarize_rate
+from diffbench.load.workcost import work_cost_fields
 from diffbench.queueing.schedules import ScheduleSpec
 
 
@@ -91,7 +92,8 @@ class ProfileConfig(BaseModel):
     """What to run. ``rates`` None means automatic (open loop only); a rate ``inf`` is a burst (needs
     ``num_requests``). Durations in seconds. ``num_requests`` stops each open-loop rate after that many
     arrivals (or at ``duration_s``, whichever first); ``goodput`` defines a good request; ``workers`` is
-    the number of load processes (recorded; the executor that runs them is passed to :func:`run_profile`)."""
+    the number of load processes (recorded; the executor that runs them is passed to :func:`run_profile`);
+    ``gpus`` and ``gpu_hour_price`` add each row's per-GPU throughput and cost."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -111,6 +113,10 @@ class ProfileConfig(BaseModel):
     num_requests: int | None = Field(default=None, ge=1)
     goodput: list[GoodputConstraint] = []
     workers: int = Field(default=1, ge=1)
+    gpus: int | None = Field(default=None, ge=1)
+    """GPUs serving the load (per-GPU throughput and cost; :mod:`diffbench.load.workcost`)."""
+    gpu_hour_price: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    """Price per GPU-hour (cost per 1,000 outputs, with ``gpus``)."""
 
     @property
     def knee_slo_s(self) -> float | None:
@@ -237,6 +243,8 @@ def _summarize(run: RunResult, cfg: ProfileConfig, *, schedule: str | None = Non
                          slo_s=cfg.knee_slo_s, mode=run.mode, users=run.users, goodput=cfg.goodput or None,
                          schedule=schedule)
     update: dict[str, object] = {"stopped_by": stopped_by} if stopped_by else {}
+    update.update(work_cost_fields(run.records, duration, gpus=cfg.gpus, gpu_hour_price=cfg.gpu_hour_price,
+                                   t0_ns=run.t0_ns))
     if run.hdr is not None:
         update["hdr"] = run.hdr
     if slo is not None and slo.active:

@@ -33,6 +33,7 @@ from diffbench.core.records import RequestRecord
 from diffbench.errors import UsageError
 from diffbench.load.client.base import Attempt, Backend
 from diffbench.load.client.control import JsonlSink, RunControl
+from diffbench.load.client.dialects import sends_steps_and_frames
 from diffbench.load.client.workload import RequestSpec
 from diffbench.load.merge import HdrSummary
 
@@ -114,6 +115,9 @@ class RunResult(BaseModel):
     interrupted: bool = False
     records: list[RequestRecord] = Field(default_factory=list)
     hdr: HdrSummary | None = None
+    t0_ns: int | None = None
+    """The run's ``t=0`` on ``time.perf_counter_ns`` of the process that started it (the origin of the
+    records' offsets; None: not recorded)."""
 
 
 class _Recorder:
@@ -122,11 +126,12 @@ class _Recorder:
         self.run, self.mode, self.rate = run, mode, rate
         self.sink, self.on_record = sink, on_record
         self.records: list[RequestRecord] = []
+        self.t0_ns: int | None = None  # the row's t=0 on time.perf_counter_ns, once the run fixed it
 
     def add(self, rec: RequestRecord) -> None:
         self.records.append(rec)
         if self.sink is not None:
-            self.sink.write(rec, run=self.run, mode=self.mode)
+            self.sink.write(rec, run=self.run, mode=self.mode, t0_ns=self.t0_ns)
         if self.on_record is not None:
             self.on_record(rec)
 
@@ -192,7 +197,18 @@ def _record(backend: Backend, spec: RequestSpec, a: Attempt, intended: float, qu
     label = getattr(backend, "label", None)  # the backend knows what its dialect really sends
     shape = label(spec) if label is not None else spec.shape.label()
     recorder.add(a.to_record(id=spec.index, rate=recorder.rate, shape=shape, intended_s=intended,
-                             client_queue_s=queue_s))
+                             client_queue_s=queue_s, work=work_fields(backend, spec)))
+
+
+def work_fields(backend: Backend, spec: RequestSpec) -> dict[str, int | None]:
+    """What ``spec`` asks for, as the record's ``width``, ``height``, ``frames``, ``steps`` and ``outputs``:
+    steps and frames only when the backend's dialect sends them (else the server's defaults apply and they
+    are None)."""
+    target = getattr(backend, "target", None)
+    sends = target is None or sends_steps_and_frames(target.dialect)
+    s = spec.shape
+    return {"width": s.width, "height": s.height, "frames": s.frames if sends else None,
+            "steps": s.steps if sends else None, "outputs": 1 if spec.kind == "video" else s.n}
 
 
 def make_clock(t0_ns: int) -> Callable[[], float]:
@@ -334,13 +350,14 @@ async def run_open_loop(
 
     with quiet_gc():
         t0 = start_time_ns() if t0_ns is None else int(t0_ns)
+        recorder.t0_ns = t0
         now = make_clock(t0)
         finished = await control.interruptible(dispatch())
         stop_at = now()
         await _drain(inflight, control, drain_s)
     window = duration_s if finished else max(min(stop_at, duration_s), 1e-9)
     return RunResult(mode="open", offered_rate=offered_rate, duration_s=window, elapsed_s=now(),
-                     planned=n, dispatched=dispatched, interrupted=not finished or control.stopped,
+                     planned=n, dispatched=dispatched, t0_ns=t0, interrupted=not finished or control.stopped,
                      records=sorted(recorder.records, key=lambda r: r.id))
 
 
@@ -401,7 +418,8 @@ async def run_closed_loop(
 
     loop = asyncio.get_running_loop()
     with quiet_gc():
-        now = make_clock(start_time_ns() if t0_ns is None else int(t0_ns))
+        recorder.t0_ns = t0 = start_time_ns() if t0_ns is None else int(t0_ns)
+        now = make_clock(t0)
         checks: set[asyncio.Task[None]] = set()  # payload checks run beside the users (never between requests)
         tasks: set[asyncio.Task[None]] = {loop.create_task(user()) for _ in range(users)}
         finished = await control.interruptible(asyncio.wait(set(tasks)))
@@ -410,5 +428,5 @@ async def run_closed_loop(
         await _drain(checks, control, drain_s)
     window = duration_s if finished and not control.stopped else max(min(stop_at, duration_s), 1e-9)
     return RunResult(mode="closed", users=users, duration_s=window, elapsed_s=now(), planned=count,
-                     dispatched=count, interrupted=control.stopped,
+                     dispatched=count, t0_ns=t0, interrupted=control.stopped,
                      records=sorted(recorder.records, key=lambda r: r.id))

@@ -182,6 +182,39 @@ def server_blocks(i: int, r: LoadedResult) -> list[Block]:
     return blocks
 
 
+def work_cost_table(i: int, r: LoadedResult) -> Table | None:
+    """Each row's start (UTC, from the run's one wall-clock/monotonic pair), its work-normalized throughput
+    (megapixel·steps/s, per GPU with ``load --gpus``) and its cost per 1,000 ok outputs (with
+    ``--gpu-hour-price``), as :mod:`diffbench.load.workcost` defines them; the columns a result has, None
+    when it has none (an older result, or a simulation)."""
+    from diffbench.core.workcost import utc_text
+
+    res: LoadResult = r.model
+    cols = [("started (UTC)", "started_unix_s"), ("ok outputs", "ok_outputs"),
+            ("Mpx·steps/s", "mpx_steps_per_s"), ("Mpx·steps/s per GPU", "mpx_steps_per_s_per_gpu"),
+            ("GPUs", "gpus"), ("GPU·s per output", "gpu_s_per_output"), ("cost / 1,000 outputs", "cost_per_1000")]
+    cols = [(h, k) for h, k in cols if any(getattr(row, k) is not None for row in res.rates)]
+    if not cols:
+        return None
+
+    def cell(key: str, v: float | int | None) -> str:
+        if v is None:
+            return "—"
+        if key == "started_unix_s":
+            return utc_text(float(v))
+        return str(v) if isinstance(v, int) else num(v)
+
+    price = next((row.gpu_hour_price for row in res.rates if row.gpu_hour_price is not None), None)
+    cap = ("started: the row's t=0 on the wall clock (ISO 8601 UTC); Mpx·steps/s: width × height × frames × "
+           "steps of the ok outputs / 10⁶ per second of the ok window; GPU·s per output: GPUs × window / ok "
+           "outputs (the GPUs are paid for the whole window)"
+           + (f"; cost: {price:g} per GPU-hour × GPU·s per output × 1000 / 3600" if price is not None else ""))
+    return Table(id=f"load-work-{i}", title=f"{_source(r)}: start, work and cost",
+                 headers=["users" if res.mode == "closed" else "offered (req/s)", *(h for h, _ in cols)],
+                 rows=[[row_label(row), *(cell(k, getattr(row, k)) for _, k in cols)] for row in res.rates],
+                 caption=cap)
+
+
 def row_warnings_table(i: int, r: LoadedResult) -> Table | None:
     lines = [[row_label(row), w] for row in r.model.rates for w in row.warnings]
     if not lines:
@@ -284,6 +317,9 @@ def build(results: list[LoadedResult], opts: ReportOptions) -> list[Section]:
     for i, r in enumerate(results):
         if r.model.rates:
             tables.append(rows_table(i, r))
+            work = work_cost_table(i, r)
+            if work is not None:
+                tables.append(work)
             extra = row_warnings_table(i, r)
             if extra is not None:
                 tables.append(extra)
