@@ -80,8 +80,13 @@ class APIError(Exception):
 
 def from_generation_error(exc: BaseException) -> APIError:
     """Map a failed generation to its answer (see the module table)."""
+    from diffbench.engines.cancel import Cancelled
     from diffbench.server.worker import ShuttingDown
 
+    if isinstance(exc, Cancelled):  # nobody waits for it but a video job's status
+        if exc.reason == "drain":
+            return APIError(503, f"{exc}: the service stopped; retry on another instance", code="unavailable")
+        return APIError(CANCELLED_STATUS, str(exc), code="cancelled")
     if isinstance(exc, DeviceOutOfMemory):
         return APIError(OOM_STATUS, str(exc), code="out_of_memory")
     if isinstance(exc, ShapeError):
