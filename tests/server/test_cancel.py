@@ -55,12 +55,13 @@ def _wait_running(service, want: int, timeout_s: float = 20.0) -> float:
 
 
 def _check_release_and_waste(log: dict[str, float], started: float, gone: float, freed: float, smp: dict,
-                             reason: str) -> None:
+                             reason: str, round_trip: float = 0.0) -> None:
+    """``round_trip``: the time of the request that cancelled (a DELETE), measured by the test."""
     step = log["step_s"]
     assert step >= STEP * 0.5  # the measured step is the simulated one (sleeps to absolute deadlines)
     assert 1 <= log["step"] < STEPS - 100  # stopped early, where the step log says
     # the worker was released within one measured step of the disconnect (+ the stated slack)
-    assert freed - gone <= (1 + SLACK_STEPS) * step, (freed - gone, step)
+    assert freed - gone <= round_trip + (1 + SLACK_STEPS) * step, (freed - gone, round_trip, step)
     assert log["released"] <= (1 + SLACK_STEPS) * step
     # wasted device seconds = the service time of the abandoned request: the steps it ran, measured
     # independently by the test from the worker's start to its release (polled every ms)
@@ -129,6 +130,7 @@ def test_deleting_a_running_video_job_cancels_it_at_the_next_step(caplog):
         time.sleep(5 * STEP)
         gone = time.perf_counter()
         deleted = c.delete(f"/v1/videos/{job['id']}")
+        round_trip = time.perf_counter() - gone
         freed = _wait_running(service, 0)
         assert deleted.status_code == 200 and deleted.json()["status"] == "cancelled"
         assert c.get(f"/v1/videos/{job['id']}").status_code == 404
@@ -140,7 +142,7 @@ def test_deleting_a_running_video_job_cancels_it_at_the_next_step(caplog):
             time.sleep(0.02)
         smp = scrape(c)
     log = _step_log(caplog, "deleted")
-    _check_release_and_waste(log, started, gone, freed, smp, "deleted")
+    _check_release_and_waste(log, started, gone, freed, smp, "deleted", round_trip)
     assert val(smp, "diffusion_requests_total", model="sim", outcome="cancelled", status="499", traffic="user") == 1
     assert val(smp, "diffusion_requests_total", model="sim", outcome="ok", status="200", traffic="user") == 1
 
@@ -168,3 +170,36 @@ def test_a_drain_cancels_the_running_job_at_its_next_step_instead_of_abandoning_
     wasted = val(smp, "diffusion_cancelled_seconds_total", model="sim", reason="drain")
     assert wasted == pytest.approx(log["spent"], rel=1e-3, abs=1e-3)
     assert log["step"] * STEP <= wasted + 1e-3
+
+
+def test_a_tiny_flux_job_deleted_mid_generation_stops_at_the_next_scheduler_step(caplog):
+    """The diffusers path: the instrumentation's step hook stops the real pipeline at its next step."""
+    pytest.importorskip("diffusers")
+    from diffbench.engines.registry import EngineConfig
+    from diffbench.server.config import ServerConfig
+
+    caplog.set_level(logging.INFO, logger="diffbench.server")
+    app = create_app(ServerConfig(engine=EngineConfig(model="tiny-flux"), warmup_sizes=("256x256",)))
+    service = app.state.service
+    steps = 200
+    with TestClient(app) as c:
+        job = c.post("/v1/videos", json={"prompt": "long", "size": "256x256", "num_frames": 1,
+                                         "num_inference_steps": steps}).json()
+        started = _wait_running(service, 1)
+        time.sleep(1.0)  # inside the denoising loop (warm: the text encode takes milliseconds)
+        gone = time.perf_counter()
+        assert c.delete(f"/v1/videos/{job['id']}").json()["status"] == "cancelled"
+        round_trip = time.perf_counter() - gone  # the DELETE's own time: the cancel lands inside it
+        freed = _wait_running(service, 0)
+        smp = scrape(c)
+    line = re.compile(r"cancelled \(deleted\) 256x256, 200 steps, n=1 at step (\d+) of 200: step ([\d.e-]+) s, "
+                      r"released ([\d.e-]+) s after the cancel, ([\d.e-]+) s of device time spent")
+    found = [m for r in caplog.records if (m := line.search(r.getMessage()))]
+    assert len(found) == 1, [r.getMessage() for r in caplog.records]
+    at, step, spent = int(found[0][1]), float(found[0][2]), float(found[0][4])
+    assert 1 <= at < steps - 20, at  # stopped in the loop, long before the end, at the step the log names
+    assert freed - gone <= round_trip + (1 + SLACK_STEPS) * step, (freed - gone, round_trip, step)
+    assert float(found[0][3]) <= (1 + SLACK_STEPS) * step  # the server's own cancel -> release
+    wasted = val(smp, "diffusion_cancelled_seconds_total", model="tiny-flux", reason="deleted")
+    assert wasted == pytest.approx(spent, rel=1e-3, abs=1e-3)
+    assert wasted == pytest.approx(freed - started, abs=SLACK_STEPS * step + 0.1)
