@@ -19,7 +19,8 @@ JSON offset); a body that is not JSON has ``param: null``.
   keeps serving.
 - 503 (``unavailable``): the engine is not started yet or the service is shutting down.
 - 504 (``timeout``): the request did not finish within ``serve --request-timeout`` seconds of arrival.
-- 499 (``cancelled``, never seen by the client): the client disconnected before its answer; counted only.
+- 499 (``cancelled``, never seen by the client): the client disconnected before its answer, or its video
+  job was deleted while it ran (a running generation stops at its next denoising step); counted only.
 - 507 (``out_of_memory``): the device ran out of memory for this request ("out of memory at WxH, ...").
   The service keeps serving (the single-device contract: docs/reference/http-routes.md).
 """
