@@ -278,6 +278,7 @@ def metrics_page() -> str:
               f"{', '.join(f'`{v}`' for v in names.ERROR_OUTCOMES)}) |",
               f"| `traffic` | {', '.join(f'`{v}`' for v in names.TRAFFIC)} |",
               f"| `stage` | {', '.join(f'`{v}`' for v in names.STAGES)} |",
+              f"| `reason` | {', '.join(f'`{v}`' for v in names.CANCEL_REASONS)} |",
               f"| `shape` | an allowlisted shape class, else `{names.OTHER_SHAPE}` |", "",
               "## Buckets", "",
               "Upper edges (`le`, seconds) of each histogram bucket series; `+Inf` is added by the exporter.", ""]

@@ -64,3 +64,31 @@ def test_every_field_has_its_option() -> None:
     flags = LoadSpec.flags()
     assert flags["json_out"] == "--json" and flags["csv_out"] == "--csv" and flags["poll_interval"] == "--poll-interval"
     assert len(set(flags.values())) == len(flags)
+
+
+@pytest.mark.parametrize(("kwargs", "text"), [
+    ({"abandon_fraction": 0.5}, "--abandon-fraction applies with --abandon-after S"),
+    ({"abandon_after": 10.0, "timeout": 10.0}, "--abandon-after 10 s is not before --timeout 10 s"),
+])
+def test_abandonment_rules(kwargs: dict[str, object], text: str) -> None:
+    with pytest.raises(UsageError) as info:
+        LoadSpec(**kwargs)
+    assert str(info.value).startswith(text)
+
+
+@pytest.mark.parametrize(("field", "value", "text"), [
+    ("abandon_after", 0.0, "must be > 0 seconds, got 0"),
+    ("abandon_fraction", 0.0, "must be > 0 and <= 1 (the share of requests the client abandons), got 0"),
+    ("abandon_fraction", 1.5, "must be > 0 and <= 1 (the share of requests the client abandons), got 1.5"),
+])
+def test_abandonment_bounds(field: str, value: float, text: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        LoadSpec(**{field: value, **({} if field == "abandon_after" else {"abandon_after": 1.0})})
+    err = info.value.errors()[0]
+    assert (err["type"], err["loc"], err["msg"]) == ("bound", (field,), text)
+
+
+def test_the_target_carries_the_abandonment() -> None:
+    t = LoadSpec(abandon_after=2.5, abandon_fraction=0.25).target("http://h:1")
+    assert (t.abandon_after_s, t.abandon_fraction) == (2.5, 0.25)
+    assert LoadSpec().target("http://h:1").abandon_after_s is None

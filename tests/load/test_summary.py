@@ -175,3 +175,16 @@ def test_a_row_carries_the_label_its_run_was_named_by() -> None:
     trace = summarize_rate(recs, offered_rate=None, duration_s=10.0, schedule="trace")
     assert trace.label == f"{trace.achieved_rate:g} req/s" and trace.made_by(run_label(trace=40))
     assert not trace.made_by(trace.label)
+
+
+def test_abandoned_requests_are_neither_ok_nor_failures() -> None:
+    recs = _records(n=100)
+    gave_up = {i for i in range(100) if i % 10 == 3}
+    recs = [r.model_copy(update={"outcome": "abandoned", "status": None}) if r.id in gave_up else r for r in recs]
+    s = summarize_rate(recs, offered_rate=4.0, duration_s=25.0)
+    codes = np.array([r.outcome for r in recs])
+    assert s.outcomes["abandoned"] == len(gave_up) == int(np.count_nonzero(codes == "abandoned"))
+    assert s.n_ok == int(np.count_nonzero(codes == "ok"))
+    ended = len(recs) - int(np.count_nonzero(np.isin(codes, ["cancelled", "abandoned"])))
+    assert s.failed_fraction == pytest.approx((ended - s.n_ok) / ended)
+    assert s.latency_from_arrival_s.n == s.n_ok

@@ -76,6 +76,12 @@ def register(app: typer.Typer) -> None:
                                             "interval (s); polls start 10 ms apart and grow 1.25x up to it."),
         delete_abandoned: bool = typer.Option(_d("delete_abandoned"), "--delete-abandoned", help="DELETE video jobs the "
                                               "client gave up on (default: leave them running)."),
+        abandon_after: float | None = typer.Option(_d("abandon_after"), "--abandon-after", help="Clients give up "
+                                                   "on a request S seconds after the send: close the connection "
+                                                   "(images) or DELETE the job (videos); outcome abandoned."),
+        abandon_fraction: float = typer.Option(_d("abandon_fraction"), "--abandon-fraction", help="With "
+                                               "--abandon-after: the share of requests whose client gives up "
+                                               "(0 < F <= 1)."),
         header: list[str] = typer.Option(_d("header"), "--header", help="Extra header 'Name: value' (repeatable)."),
         api_key: str | None = typer.Option(_d("api_key"), "--api-key", help=f"Bearer token (or ${API_KEY_ENV})."),
         insecure: bool = typer.Option(_d("insecure"), "--insecure", help="Do not verify TLS certificates."),

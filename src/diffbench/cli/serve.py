@@ -150,7 +150,7 @@ def register(app: typer.Typer) -> None:
             10.0,
             "--drain",
             help="On Ctrl-C/SIGTERM: seconds in-flight requests may take before they answer 503 and the "
-            "service exits.",
+            "service exits; a generation still running then stops at its next denoising step.",
         ),
         seed: int = typer.Option(0, help="Seeds the generator that picks seeds for requests without one."),
         log_level: str = typer.Option("info", help="uvicorn log level."),

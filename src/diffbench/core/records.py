@@ -19,6 +19,7 @@ Outcome = Literal[
     "connection_error",  # refused, reset, TLS failure, DNS failure
     "invalid_payload",  # 2xx but the body/image does not decode or has the wrong size
     "cancelled",  # still in flight when the run was stopped (Ctrl-C or drain deadline)
+    "abandoned",  # given up by the client on purpose (load --abandon-after): connection closed or job deleted
 ]
 OUTCOMES: tuple[str, ...] = (
     "ok",
@@ -28,6 +29,7 @@ OUTCOMES: tuple[str, ...] = (
     "connection_error",
     "invalid_payload",
     "cancelled",
+    "abandoned",
 )
 
 

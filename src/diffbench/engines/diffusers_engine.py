@@ -458,9 +458,13 @@ class DiffusersEngine:
             InputError: an edit's input image or mask cannot be decoded.
             DeviceOutOfMemory: CUDA (or host) out of memory for this request, or its peak memory growth
                 exceeded ``EngineConfig.memory_budget_bytes``; the engine keeps working afterwards.
+            Cancelled: run under a cancelled token (:mod:`diffbench.engines.cancel`): stopped at a step boundary.
             GenerationError: any other failure inside the pipeline.
         """
+        from diffbench.engines.cancel import Cancelled, plan_steps
+
         torch = self._torch
+        plan_steps(steps_run(self.info().pipeline_class or "", request))
         pipe = None
         if request.is_edit:
             self.validate(request)
@@ -483,7 +487,7 @@ class DiffusersEngine:
             raise self._oom(f"out of memory at {request.shape_label()}: {exc}") from exc
         except MemoryError as exc:
             raise self._oom(f"host out of memory at {request.shape_label()}") from exc
-        except (ShapeError, UsageError):
+        except (ShapeError, UsageError, Cancelled):
             raise
         except Exception as exc:
             raise GenerationError(

@@ -14,6 +14,9 @@ What it models (so the protocol itself is testable without a GPU):
   × the VAE decode time at the same shape) is the ``image_encode`` stage, and ``int(steps × strength)``
   steps run (the StableDiffusion img2img rule, :func:`~diffbench.engines.images.edit_steps`); an edit is a
   different compiled shape than text-to-image (:attr:`GenerationRequest.warmup_key`).
+- **Cancellation**: under a cancel token (:mod:`diffbench.engines.cancel`) :meth:`SimEngine.sync` waits
+  step by step and stops at the first step boundary after the token is cancelled; the device is free from
+  that boundary on.
 - **Monitoring signals** (:class:`~diffbench.engines.instrument.signals.RequestSignals`): the first call at a shape
   after :meth:`SimEngine.mark_warm` counts as one recompile; ``EngineConfig.memory_budget_bytes`` is the
   device total, and a request whose simulated peak exceeds it fails as out of memory. No cache decisions
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections import deque
 
 import numpy as np
 
@@ -40,6 +44,7 @@ from diffbench.engines.base import (
     MemoryStats,
     StageTimes,
 )
+from diffbench.engines.cancel import Cancelled, checkpoint, current
 from diffbench.engines.config import EngineConfig
 from diffbench.engines.images import edit_steps
 from diffbench.engines.instrument.signals import RequestSignals
@@ -80,6 +85,7 @@ class SimEngine:
         self._info: EngineInfo | None = None
         self.launches = 0
         self._warm = False
+        self._bounds: deque[tuple[int, int, int]] = deque()  # (device ns, step, steps) of launched work
 
     def mark_warm(self) -> None:
         """Warmups are over: from now on a first call at a new shape counts as a recompile."""
@@ -193,6 +199,11 @@ class SimEngine:
         now = self.clock()
         start = max(now, self._device_free_ns)
         self._device_free_ns = start + int(round(work * 1e9))
+        at = start + int(round((enc + img) * 1e9))
+        self._bounds.append((at, 0, n_steps))
+        for i, s in enumerate(steps, 1):
+            at += int(round(s * 1e9))
+            self._bounds.append((at, i, n_steps))
         stages = StageTimes(
             text_encode_s=enc,
             image_encode_s=img,
@@ -228,13 +239,39 @@ class SimEngine:
         return np.stack(outs)
 
     def sync(self) -> None:
-        """Wait until every launched generation has completed."""
+        """Wait until every launched generation has completed.
+
+        Under a cancel token (:func:`diffbench.engines.cancel.cancellable`) the wait goes step boundary by
+        step boundary, each a :func:`~diffbench.engines.cancel.checkpoint`: once the token is cancelled the
+        device drops the rest of the launched work (it is free from that boundary on) and
+        :class:`~diffbench.engines.cancel.Cancelled` is raised.
+        """
+        if current() is not None:
+            self._sync_steps()
+        self._bounds.clear()
         if self.p.realtime:
             remaining = self._device_free_ns - time.perf_counter_ns()
             if remaining > 0:
                 time.sleep(remaining / 1e9)
         else:
             self._host_ns = max(self._host_ns, self._device_free_ns)
+
+    def _sync_steps(self) -> None:
+        while self._bounds:
+            at, step, steps = self._bounds[0]
+            if self.p.realtime:
+                wait = at - time.perf_counter_ns()
+                if wait > 0:
+                    time.sleep(wait / 1e9)
+            else:
+                self._host_ns = max(self._host_ns, at)
+            self._bounds.popleft()
+            try:
+                checkpoint(step, steps)
+            except Cancelled:
+                self._bounds.clear()
+                self._device_free_ns = self.clock()
+                raise
 
     def pending_s(self) -> float:
         """Seconds of queued device work not yet complete at the current clock (0 when idle)."""

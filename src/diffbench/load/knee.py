@@ -232,7 +232,7 @@ def _saturation_evidence(row: RateSummary) -> bool:
     reasons (errors other than ``rejected`` above 5 %: a broken server is not a saturated one)."""
     if not (row.unstable or row.saturated):
         return False
-    ended = row.n - row.outcomes.get("cancelled", 0)
+    ended = row.n - row.outcomes.get("cancelled", 0) - row.outcomes.get("abandoned", 0)
     broken = ended - row.n_ok - row.outcomes.get("rejected", 0)
     return not (ended and broken / ended > FAILED_WARN_FRACTION)
 
@@ -244,7 +244,7 @@ def _totals(rows: Sequence[RateSummary]) -> dict[str, object]:
             outcomes[k] = outcomes.get(k, 0) + v
     n = sum(r.n for r in rows)
     n_ok = sum(r.n_ok for r in rows)
-    ended = n - outcomes.get("cancelled", 0)
+    ended = n - outcomes.get("cancelled", 0) - outcomes.get("abandoned", 0)  # abandoned: given up on purpose
     return {"n": n, "n_ok": n_ok, "outcomes": outcomes,
             "failed_fraction": (ended - n_ok) / ended if ended else 0.0}
 

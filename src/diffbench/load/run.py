@@ -317,6 +317,10 @@ def run_load(o: LoadSpec, plan: LoadPlan, target: Target, *, executor: Any | Non
                                          f"x{target.poll_backoff:g} per poll, at most {target.poll_interval_s:g} s "
                                          "(each row states its poll granularity)")
         conditions["delete_abandoned"] = str(target.delete_abandoned).lower()
+    if target.abandon_after_s is not None:
+        conditions["abandon"] = (f"{target.abandon_fraction:.0%} of the requests are given up by their client "
+                                 f"{target.abandon_after_s:g} s after the send when not finished (images: connection "
+                                 "closed; videos: job deleted); outcome abandoned, neither ok nor failed")
     console.print(f"timeout {target.timeout_s:g} s per request (from the send); "
                   f"drain {cfg.drain_s:g} s after Ctrl-C")
     sink = JsonlSink(o.jsonl) if o.jsonl else None

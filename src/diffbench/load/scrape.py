@@ -12,11 +12,17 @@ row monitor). Between two boundaries, per row (:class:`ServerSide`):
 - request time: Δsum / Δcount of ``diffusion_request_duration_seconds`` (user traffic; arrival to response
   ready, measured by the server);
 - outcomes: Δ``diffusion_requests_total`` per ``outcome`` (user traffic): the same requests the client
-  counted, in the server's outcome names.
+  counted, in the server's outcome names;
+- abandoned work: Δ``diffusion_cancelled_seconds_total`` (all reasons: the device seconds spent on requests
+  whose answer nobody took, the GPU·s of the row's abandoned requests) and the mean time from a cancel to
+  the worker released, Δsum / Δcount of ``diffusion_cancel_release_seconds`` (None where the server
+  exports neither).
 
 The end boundary waits (up to :data:`SETTLE_S`) until the server has counted at least as many requests as
 the client got an HTTP answer for: a server counts a request after its answer is sent, so a scrape taken
-the instant the last answer arrives could miss it.
+the instant the last answer arrives could miss it. In a row with abandoned requests it also waits until
+the server runs nothing (``diffusion_requests_running`` 0): a cancelled generation's seconds are counted
+when its worker is released, up to one denoising step after the disconnect.
 
 Mismatch (:func:`mismatch_warning`): the client's mean latency (from intended arrival, ok requests) is
 the mean time outside the server plus the server's mean request time (both means over the same requests,
@@ -63,6 +69,14 @@ class ServerSide(BaseModel):
     service_mean_s: float | None = None
     stages_mean_s: dict[str, float] = {}
     outcomes: dict[str, int] = {}
+    cancelled_s: float | None = None
+    """Device seconds spent on generations nobody took an answer for (client gone, job deleted): the GPU·s
+    of the row's abandoned requests (None: the server does not export ``diffusion_cancelled_seconds_total``)."""
+    cancel_release_mean_s: float | None = None
+    """Mean seconds from the cancel of a running generation to its worker released (None: none was cancelled
+    while running, or not exported)."""
+    cancelled_running: int = 0
+    """Generations cancelled while running on the device (Δcount of ``diffusion_cancel_release_seconds``)."""
     n: int = 0
     """Requests the server counted in the row (sum of ``outcomes``)."""
     errors: list[str] = []
@@ -97,7 +111,11 @@ def server_side(begin: Scrape, end: Scrape, periodic: list[Scrape], url: str, er
     outs = {k[0]: round(v) for k, v in _delta(begin, end, "diffusion_requests_total", ("outcome",),
                                                traffic="user").items()}
     outs = {o: outs.get(o, 0) for o in OUTCOMES} | {o: v for o, v in outs.items() if o not in OUTCOMES}
+    wasted = _delta(begin, end, "diffusion_cancelled_seconds_total").get(())
+    release = _mean(begin, end, "diffusion_cancel_release_seconds").get(())
+    released = _delta(begin, end, "diffusion_cancel_release_seconds_count").get((), 0.0)
     return ServerSide(
+        cancelled_s=wasted, cancel_release_mean_s=release, cancelled_running=round(released),
         url=url, scrapes=len(periodic),
         queue_depth_mean=sum(depth) / len(depth) if depth else None, queue_depth_max=max(depth, default=None),
         running_mean=sum(running) / len(running) if running else None, running_max=max(running, default=None),
@@ -232,9 +250,10 @@ class MetricsScraper:
             self._current = _Window(label, s)
             self.windows.append(self._current)
 
-    def end_row(self, answered: int) -> None:
+    def end_row(self, answered: int, abandoned: int = 0) -> None:
         """Close the window: scrape until the server counted ``answered`` requests (the client's records
-        with an HTTP status) or :data:`SETTLE_S` passed, and compute its :class:`ServerSide`."""
+        with an HTTP status) and, when the row ``abandoned`` any, runs nothing, or :data:`SETTLE_S` passed,
+        and compute its :class:`ServerSide`."""
         with self._lock:
             w, self._current = self._current, None
         if w is None:
@@ -245,7 +264,9 @@ class MetricsScraper:
             if s is None:
                 w.errors.append(f"end: {err}")
                 return
-            if _user_requests(s) - _user_requests(w.begin) >= answered or time.monotonic() > deadline:
+            idle = not abandoned or not s.total("diffusion_requests_running")
+            counted = _user_requests(s) - _user_requests(w.begin) >= answered
+            if (counted and idle) or time.monotonic() > deadline:
                 break
             time.sleep(SETTLE_POLL_S)
         w.view = server_side(w.begin, s, w.periodic, self.url, w.errors)
@@ -262,23 +283,27 @@ class ScrapeMonitor:
         self.on_sent: Callable[[float], None] = getattr(inner, "on_sent", None) or _noop
         self._inner_record = getattr(inner, "on_record", None)
         self._answered = 0
+        self._abandoned = 0
 
     def begin(self, label: str, planned: int | None, window_s: float) -> None:
         self.scraper.begin_row(label)
         self._answered = 0
+        self._abandoned = 0
         if self.inner is not None:
             self.inner.begin(label, planned, window_s)  # type: ignore[attr-defined]
 
     def on_record(self, rec: RequestRecord) -> None:
         if rec.status is not None:
             self._answered += 1
+        if rec.outcome == "abandoned":
+            self._abandoned += 1
         if self._inner_record is not None:
             self._inner_record(rec)
 
     def end(self) -> None:
         if self.inner is not None:
             self.inner.end()  # type: ignore[attr-defined]
-        self.scraper.end_row(self._answered)
+        self.scraper.end_row(self._answered, self._abandoned)
 
 
 def _noop(_: float) -> None:

@@ -39,7 +39,7 @@ LOCAL_SCRAPE = "local"
 """``--scrape local``: the reference service the command starts without ``--url``."""
 
 _FLAG = {"json_out": "--json", "csv_out": "--csv"}
-_SECONDS = ("duration", "timeout", "slo", "poll_interval")
+_SECONDS = ("duration", "timeout", "slo", "poll_interval", "abandon_after")
 _SECONDS_ZERO_OK = ("drain", "think_time")
 _AT_LEAST_ONE = {"max_inflight": "", "max_concurrency": "", "num_requests": " requests",
                  "num_prompts": " requests", "workers": " load processes", "max_requests": ""}
@@ -89,6 +89,8 @@ class LoadSpec(VllmOptions):
     steps: int = 4
     frames: int | None = None
     delete_abandoned: bool = False
+    abandon_after: float | None = None
+    abandon_fraction: float = 1.0
     header: list[str] = []
     api_key: str | None = None
     insecure: bool = False
@@ -207,6 +209,13 @@ class LoadSpec(VllmOptions):
             raise _bound(f"must be >= 0 requests per shape, got {v}")
         return v
 
+    @field_validator("abandon_fraction")
+    @classmethod
+    def _fraction(cls, v: float) -> float:
+        if not (0 < v <= 1):
+            raise _bound(f"must be > 0 and <= 1 (the share of requests the client abandons), got {v:g}")
+        return v
+
     @field_validator("seed")
     @classmethod
     def _seed(cls, v: int) -> int:
@@ -238,6 +247,11 @@ class LoadSpec(VllmOptions):
         if self.mode == "closed" and max(self._users) > self.max_requests:
             raise UsageError(f"--users {max(self._users):,} is above --max-requests {self.max_requests:,} (each "
                              "user sends at least one request); use fewer users or raise --max-requests")
+        if self.abandon_fraction != 1.0 and self.abandon_after is None:
+            raise UsageError("--abandon-fraction applies with --abandon-after S (the clients that give up after S s)")
+        if self.abandon_after is not None and self.abandon_after >= self.timeout:
+            raise UsageError(f"--abandon-after {self.abandon_after:g} s is not before --timeout {self.timeout:g} s: "
+                             "no request would be abandoned; lower it or raise --timeout")
         if self.url is not None and not self.url.strip():
             raise UsageError("--url is empty; give the service's base URL (e.g. http://host:8000) or leave --url "
                              "out to start the reference service")
@@ -312,7 +326,8 @@ class LoadSpec(VllmOptions):
         return Target(base_url=base_url, dialect=self.dialect, timeout_s=self.timeout,  # type: ignore[arg-type]
                       headers=parse_headers(self.header), api_key=self.api_key, poll_interval_s=self.poll_interval,
                       delete_abandoned=self.delete_abandoned, verify_tls=not self.insecure,
-                      decode_payload=not self.no_decode)
+                      decode_payload=not self.no_decode, abandon_after_s=self.abandon_after,
+                      abandon_fraction=self.abandon_fraction)
 
     @property
     def inflight(self) -> tuple[str, int | None]:

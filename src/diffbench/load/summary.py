@@ -75,6 +75,7 @@ more stage)."""
 _OUTCOME_CODE = {name: i for i, name in enumerate(OUTCOMES)}
 _OK = _OUTCOME_CODE["ok"]
 _CANCELLED = _OUTCOME_CODE["cancelled"]
+_ABANDONED = _OUTCOME_CODE["abandoned"]  # given up on purpose (--abandon-after): neither ok nor a failure
 # Outcomes that mean the request was (or may have been) served, so its latency reflects the queue.
 _QUEUE_OUTCOMES = tuple(_OUTCOME_CODE[k] for k in ("ok", "timeout", "invalid_payload", "cancelled"))
 
@@ -387,7 +388,7 @@ def summarize_columns(
         n_good = int(np.count_nonzero(lat_arrival <= slo_s)) if slo_s is not None else n_ok
     good = n_good
     goodput = good / ok_window
-    ended = n - int(np.count_nonzero(codes == _CANCELLED))
+    ended = n - int(np.count_nonzero((codes == _CANCELLED) | (codes == _ABANDONED)))
     failed_fraction = (ended - n_ok) / ended if ended else 0.0
     achieved = ok_rate if mode == "closed" else sent_rate
 

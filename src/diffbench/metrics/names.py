@@ -67,6 +67,9 @@ OUTCOMES = ("ok", "rejected", "oom", "timeout", "error", "cancelled", "invalid",
 service stopped before the generation ran; ``invalid`` = 4xx for bad input; ``not_found`` = 404;
 ``unavailable`` = 503 before the engine is ready."""
 ERROR_OUTCOMES = ("oom", "timeout", "error")
+CANCEL_REASONS = ("disconnect", "deleted", "drain")
+"""``reason`` label values of the cancel series: the client disconnected (images API), its video job was
+deleted, or the server drained (stop signal, drain time over) while the generation ran."""
 TRAFFIC = ("user", "probe", "warmup")
 """``traffic`` label values: SLO series and alerts select ``traffic="user"``; a quality probe's requests are
 ``probe`` and never count as traffic; startup warmups are ``warmup``."""
@@ -111,6 +114,12 @@ METRICS: tuple[MetricSpec, ...] = (
                "memory)"),
     MetricSpec("diffusion_latency_slo_seconds", "gauge", "seconds", ("model",),
                "Latency SLO of the service (from the calibration file or --slo)"),
+    MetricSpec("diffusion_cancelled_seconds", "counter", "seconds", ("model", "reason"),
+               "Device seconds spent on generations whose answer nobody took (client gone, job deleted, "
+               "drain), from their start on the device to the worker released: the wasted work"),
+    MetricSpec("diffusion_cancel_release_seconds", "histogram", "seconds", ("model",),
+               "From the cancel of a running generation to its worker released (at most one denoise step when "
+               "the cancel lands in the denoising loop)", STEP_BUCKETS),
     # -- queue ----------------------------------------------------------------------------------------------
     MetricSpec("diffusion_queue_depth", "gauge", "requests", ("model",), "Requests waiting for the device"),
     MetricSpec("diffusion_requests_running", "gauge", "requests", ("model",), "Requests running on the device"),

@@ -311,11 +311,25 @@ def _ranks(L: _Layout) -> None:
           thresholds=[(None, "green"), (0.1, "red")])
 
 
+def _abandoned(L: _Layout) -> None:
+    L.row("Abandoned work")
+    wasted = "diffusion_cancelled_seconds_total"
+    L.add("timeseries", "Device time spent on cancelled generations",
+          "Share of device time spent on generations whose answer nobody took, by reason: disconnect (the "
+          "client went away), deleted (its video job was deleted), drain (the server stopped); each stops at "
+          "its next denoising step.", "percentunit",
+          [_target(f"sum by (reason) ({_rate(wasted, TM)})", "{{reason}}")], w=16)
+    L.add("timeseries", "Cancel to worker released",
+          "Mean time from the cancel of a running generation to its worker released: at most one denoise "
+          "step when the cancel lands in the denoising loop.", "s",
+          [_target(_mean("diffusion_cancel_release_seconds", TM, "model"), "mean {{model}}")])
+
+
 def build_dashboard() -> dict[str, Any]:
     """The dashboard model as plain dicts (Grafana classic JSON, ``schemaVersion`` 39)."""
     L = _Layout()
     for section in (_service_health, _latency_queue, _steps_stages, _cache, _memory, _quality, _compile,
-                    _ranks):
+                    _ranks, _abandoned):
         section(L)
     return {
         "uid": UID,

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-from diffbench.metrics.names import BY_NAME, OUTCOMES, TRAFFIC, MetricSpec
+from diffbench.metrics.names import BY_NAME, CANCEL_REASONS, OUTCOMES, TRAFFIC, MetricSpec
 from diffbench.metrics.shapes import ShapeAllowlist
 
 if TYPE_CHECKING:
@@ -213,6 +213,9 @@ class Exporter:
                 m["diffusion_cache_lookups"].labels(model, shape, cache)
                 m["diffusion_cache_hits"].labels(model, shape, cache)
         m["diffusion_queue_wait_seconds"].labels(model)
+        for reason in CANCEL_REASONS:
+            m["diffusion_cancelled_seconds"].labels(model, reason)
+        m["diffusion_cancel_release_seconds"].labels(model)
         for name in ("diffusion_queue_depth", "diffusion_requests_running", "diffusion_queue_estimated_wait_seconds"):
             m[name].labels(model).set_function(self._queue_reader(name))
         m["diffusion_compile_recompiles"].labels(model)
@@ -301,6 +304,21 @@ class Exporter:
             self.m["diffusion_request_duration_seconds"].labels(self.model, self._shape(shape), traffic).observe(
                 duration_s
             )
+
+    def observe_cancelled(self, *, reason: str, spent_s: float, release_s: float | None) -> None:
+        """One generation whose answer nobody took: ``spent_s`` device seconds (start on the device to the
+        worker released; 0 for one dropped while queued) on ``diffusion_cancelled_seconds_total{reason}``
+        and, when it was running at the cancel, ``release_s`` (cancel to release, seconds) in
+        ``diffusion_cancel_release_seconds``. Device time is physical: every traffic class counts.
+
+        Raises:
+            ValueError: a reason not in :data:`~diffbench.metrics.names.CANCEL_REASONS`.
+        """
+        if reason not in CANCEL_REASONS:
+            raise ValueError(f"cancel reason {reason!r}: one of {', '.join(CANCEL_REASONS)}")
+        self.m["diffusion_cancelled_seconds"].labels(self.model, reason).inc(max(0.0, spent_s))
+        if release_s is not None:
+            self.m["diffusion_cancel_release_seconds"].labels(self.model).observe(max(0.0, release_s))
 
     def observe_queue_wait(self, seconds: float, *, traffic: str = "user") -> None:
         """One observed wait (seconds) from admission to start on the device (user traffic only)."""

@@ -37,15 +37,22 @@ SERVER_COLUMNS: tuple[str, ...] = (
 )
 """``load --scrape``: the server's view of the row (empty cells without ``--scrape``)."""
 
+ABANDON_COLUMNS: tuple[str, ...] = (
+    "outcome_abandoned", "server_cancelled_running", "server_cancel_release_mean_s", "server_cancelled_s",
+)
+"""``load --abandon-after``: the requests given up by their client and, with ``--scrape``, the server's
+cancels of them (last, so the earlier columns keep their places)."""
+_OUTCOMES = tuple(k for k in OUTCOMES if k != "abandoned")
+
 _LATENCY = (("mean", "mean"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p999", "p999"), ("max", "max"))
 
 COLUMNS: tuple[str, ...] = (
     "mode", "users", "offered_rate", "offered", "schedule", "stopped_by", "duration_s", "n", "n_sent", "n_completed", "n_ok",
     "n_good", "scheduled_rate", "sent_rate", "ok_rate", "goodput", "completed_rate", "failed_fraction",
     *(f"latency_{k}_s" for k, _ in _LATENCY), "latency_from_send_p50_s", "latency_from_send_p99_s",
-    "lag_p50_s", "lag_p99_s", "lag_max_s", "client_queue_p99_s", *(f"outcome_{k}" for k in OUTCOMES),
+    "lag_p50_s", "lag_p99_s", "lag_max_s", "client_queue_p99_s", *(f"outcome_{k}" for k in _OUTCOMES),
     "knee", "unstable", "saturated", "warnings", "goodput_definition",
-    *SERVER_COLUMNS, "slo_requests", "slo_met", "slo_attainment",
+    *SERVER_COLUMNS, "slo_requests", "slo_met", "slo_attainment", *ABANDON_COLUMNS,
 )
 
 
@@ -77,7 +84,7 @@ def row_values(row: RateSummary, *, is_knee: bool) -> dict[str, object]:
         "client_queue_p99_s": row.client_queue_s.p99,
     })
     for k in OUTCOMES:
-        out[f"outcome_{k}"] = row.outcomes.get(k, 0)
+        out[f"outcome_{k}"] = row.outcomes.get(k, 0)  # abandoned included (its column is among the last)
     out.update({"knee": is_knee, "unstable": row.unstable, "saturated": row.saturated,
                 "warnings": len(row.warnings),
                 "goodput_definition": " ".join(c.text() for c in row.goodput_constraints)
@@ -93,6 +100,9 @@ def row_values(row: RateSummary, *, is_knee: bool) -> dict[str, object]:
     for k in SERVER_OUTCOMES:
         out[f"server_outcome_{k}"] = sv.outcomes.get(k, 0) if sv else None
     out.update({"slo_requests": row.slo_requests, "slo_met": row.slo_met, "slo_attainment": row.slo_attainment})
+    out["server_cancelled_running"] = sv.cancelled_running if sv else None
+    out["server_cancel_release_mean_s"] = sv.cancel_release_mean_s if sv else None
+    out["server_cancelled_s"] = sv.cancelled_s if sv else None
     return out
 
 

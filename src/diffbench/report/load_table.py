@@ -182,6 +182,27 @@ def work_table(result: LoadResult) -> Table | None:
     return table
 
 
+def abandon_table(result: LoadResult) -> Table | None:
+    """``load --abandon-after``: per row the requests the clients gave up on, and (with ``--scrape``) what
+    the server did with them: generations it cancelled while running, its mean time from the cancel to the
+    worker released, and the device seconds spent on them; None when no row abandoned a request."""
+    if not any(row.outcomes.get("abandoned", 0) for row in result.rates):
+        return None
+    table = Table(title="abandoned requests", title_justify="left", box=box.SIMPLE_HEAD,
+                  caption="abandoned: given up by the client (connection closed, or video job deleted), neither ok "
+                  "nor failed; server columns from --scrape: generations cancelled while running, mean cancel → "
+                  "worker released, device seconds spent on answers nobody took", caption_justify="left")
+    for name in ("load", "abandoned", "server cancelled", "release", "GPU·s on abandoned"):
+        table.add_column(name, justify="left" if name == "load" else "right", no_wrap=True)
+    for row in result.rates:
+        sv = row.server
+        gpu_s = "—" if sv is None or sv.cancelled_s is None else f"{sv.cancelled_s:.4g}"
+        table.add_row(_row_label(row), str(row.outcomes.get("abandoned", 0)),
+                      "—" if sv is None else str(sv.cancelled_running),
+                      fmt_seconds(sv.cancel_release_mean_s if sv else None), gpu_s)
+    return table
+
+
 def summary_line(result: LoadResult) -> str:
     """One line: requests, ok, failed fraction (called out above 5 %) and the capacity in ok/s."""
     from diffbench.load.summary import FAILED_WARN_FRACTION
@@ -231,6 +252,9 @@ def _print_sweep(result: LoadResult, console: Console, title: str | None) -> Non
     work = work_table(result)
     if work is not None:
         console.print(work)
+    abandoned = abandon_table(result)
+    if abandoned is not None:
+        console.print(abandoned)
     for row in result.rates:
         if row.server_stages_s:
             stages = " · ".join(f"{k} {fmt_seconds(v)}" for k, v in row.server_stages_s.items())
@@ -279,5 +303,5 @@ def print_profile(run: ProfileRun, console: Console) -> None:
                               "requests with an SLO met it)")
 
 
-__all__ = ["fmt_seconds", "offered_text", "per_shape_table", "print_profile", "print_sweep", "server_table",
-           "summary_line", "sweep_table", "work_table"]
+__all__ = ["abandon_table", "fmt_seconds", "offered_text", "per_shape_table", "print_profile", "print_sweep",
+           "server_table", "summary_line", "sweep_table", "work_table"]

@@ -19,7 +19,8 @@ JSON offset); a body that is not JSON has ``param: null``.
   keeps serving.
 - 503 (``unavailable``): the engine is not started yet or the service is shutting down.
 - 504 (``timeout``): the request did not finish within ``serve --request-timeout`` seconds of arrival.
-- 499 (``cancelled``, never seen by the client): the client disconnected before its answer; counted only.
+- 499 (``cancelled``, never seen by the client): the client disconnected before its answer, or its video
+  job was deleted while it ran (a running generation stops at its next denoising step); counted only.
 - 507 (``out_of_memory``): the device ran out of memory for this request ("out of memory at WxH, ...").
   The service keeps serving (the single-device contract: docs/reference/http-routes.md).
 """
@@ -80,8 +81,13 @@ class APIError(Exception):
 
 def from_generation_error(exc: BaseException) -> APIError:
     """Map a failed generation to its answer (see the module table)."""
+    from diffbench.engines.cancel import Cancelled
     from diffbench.server.worker import ShuttingDown
 
+    if isinstance(exc, Cancelled):  # nobody waits for it but a video job's status
+        if exc.reason == "drain":
+            return APIError(503, f"{exc}: the service stopped; retry on another instance", code="unavailable")
+        return APIError(CANCELLED_STATUS, str(exc), code="cancelled")
     if isinstance(exc, DeviceOutOfMemory):
         return APIError(OOM_STATUS, str(exc), code="out_of_memory")
     if isinstance(exc, ShapeError):

@@ -48,6 +48,17 @@ async def image_data(request: "Request", pngs: list[bytes], response_format: str
     return [ImageData(url=f"{base}{FILES_PREFIX}/{name}") for name in names]
 
 
+async def until_disconnect(request: "Request") -> None:
+    """Return when the client of ``request`` disconnects (its body already read).
+
+    Awaits the ASGI ``receive`` for ``http.disconnect``, as Starlette's streaming responses listen for
+    one: the server wakes it when the connection closes, so a generation is cancelled at once rather
+    than at the next poll. Any other message (none is expected once the body is read) is skipped.
+    """
+    while (await request.receive()).get("type") != "http.disconnect":
+        await asyncio.sleep(0.05)
+
+
 @dataclass
 class ImagesDone:
     """PNG images of one generation and the parameters used (``width``/``height`` pixels)."""
@@ -129,7 +140,10 @@ async def generate_pngs(
         raise
     shape = service.shape_of(gen)
     request.state.diffbench_shape = shape
-    done = await service.run(gen, traffic=traffic, arrival=arrival, disconnected=request.is_disconnected)
+    done = await service.run(
+        gen, traffic=traffic, arrival=arrival, disconnected=request.is_disconnected,
+        until_disconnect=lambda: until_disconnect(request),
+    )
     images = done.result.images
     if images is None:  # the worker already fails such requests; kept for the type checker
         raise APIError(500, "the engine returned no images", code="generation_failed")

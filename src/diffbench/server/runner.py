@@ -4,9 +4,11 @@ On the first SIGINT or SIGTERM uvicorn stops accepting connections and waits for
 :class:`DrainingServer` also starts the service's drain clock. After ``ServerConfig.drain_s`` seconds
 uvicorn cancels the requests still waiting: each answers 503 (``code: unavailable``) instead of a reset
 connection or a CancelledError traceback; queued requests and video jobs fail with 503; a generation still
-on the device is abandoned (generation is not interruptible) and the process exits through
-:func:`exit_now` (a normal interpreter exit would destroy torch's running C++ threads and abort with
-"terminate called without an active exception", exit 134). A second Ctrl-C exits at once, quietly, 130.
+on the device is cancelled at its next denoising step (:mod:`diffbench.engines.cancel`; the service log
+says at which step). Only one that reaches no step within ``CANCEL_GRACE_S`` is abandoned, and the process
+then exits through :func:`exit_now` (a normal interpreter exit would destroy torch's running C++ threads
+and abort with "terminate called without an active exception", exit 134). A second Ctrl-C exits at once,
+quietly, 130.
 """
 
 from __future__ import annotations
@@ -78,6 +80,22 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def service_log(level: str) -> None:
+    """Print the service's own log (``diffbench.server``: the step log of each cancelled generation) to
+    stderr at uvicorn's ``level`` (``trace`` counts as debug), as ``INFO: message``. Idempotent."""
+    import logging
+
+    log = logging.getLogger("diffbench.server")
+    name = "DEBUG" if level.lower() == "trace" else level.upper()
+    log.setLevel(name if isinstance(logging.getLevelName(name), int) else logging.INFO)
+    if not any(getattr(h, "diffbench_service", False) for h in log.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+        handler.diffbench_service = True  # type: ignore[attr-defined]
+        log.addHandler(handler)
+    log.propagate = False
+
+
 def make_server(
     app: FastAPI,
     *,
@@ -95,6 +113,7 @@ def make_server(
     import uvicorn
 
     service = app.state.service
+    service_log(log_level)
 
     class DrainingServer(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:

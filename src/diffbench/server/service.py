@@ -15,6 +15,7 @@ import numpy as np
 
 from diffbench.core.clock import process_start_unix
 from diffbench.engines.base import Engine, EngineInfo, GenerationRequest
+from diffbench.engines.cancel import Cancelled, CancelToken
 from diffbench.monitor.exporter import Exporter
 from diffbench.server.capabilities import ParameterUse
 from diffbench.server.config import ServerConfig
@@ -34,6 +35,9 @@ def gpu_label(device: str) -> str:
     return device
 
 _MIB = 2**20
+CANCEL_GRACE_S = 5.0
+"""Seconds :meth:`Service.stop` waits, after the drain time, for the generation it cancelled to reach its next
+denoising step (a long VAE decode may hold it longer: it is then abandoned to process exit)."""
 
 
 @dataclass
@@ -217,14 +221,19 @@ class Service:
         """Stop the worker (queued requests fail with 503) and release the engine.
 
         Waits for the running generation at most until the drain deadline (``config.drain_s`` after
-        :meth:`begin_drain`, or from now); a generation still running then is abandoned on its daemon
-        thread and the engine is left to process exit, so stopping never blocks past the drain time.
+        :meth:`begin_drain`, or from now); a generation still running then is cancelled at its next
+        denoising step (reason ``drain``: its wasted seconds are exported, the step log says where it
+        stopped). One that reaches no step boundary within :data:`CANCEL_GRACE_S` is abandoned on its
+        daemon thread and the engine is left to process exit.
         """
         if self._drain_deadline is None:
             self.begin_drain()
         assert self._drain_deadline is not None
         if self.worker is not None:
             self.worker.stop(timeout_s=max(0.0, self._drain_deadline - time.perf_counter()))
+            if self.worker.running:
+                self.worker.cancel_running("drain")
+                self.worker.join(CANCEL_GRACE_S)
             if self.worker.running:
                 return
         self.engine.stop()
@@ -301,31 +310,40 @@ class Service:
         traffic: str = "user",
         arrival: float | None = None,
         disconnected: Callable[[], Awaitable[bool]] | None = None,
+        until_disconnect: Callable[[], Awaitable[None]] | None = None,
     ) -> Done:
         """Admit, queue and wait for one generation. Raises APIError (429, 499, 503, 504, 507, 500).
 
         ``arrival`` (``perf_counter`` seconds) starts the ``request_timeout_s`` clock (default: now).
-        ``disconnected`` is polled while waiting: a client that went away gets its queued request dropped
-        (outcome ``cancelled``, 499). On timeout a queued request is dropped; a running one cannot be
+        A client that went away gets its queued request dropped, or its running generation cancelled at
+        the next denoising step (outcome ``cancelled``, 499; the device seconds it spent are exported as
+        wasted, reason ``disconnect``). ``until_disconnect`` returns when the client disconnects (awaited
+        beside the generation, so the cancel follows at once); ``disconnected`` is polled every 0.1 s
+        instead when it is not given. On timeout a queued request is dropped; a running one is not
         interrupted: it finishes on the device (its stage times are still exported) and its result is
         discarded. When the server cancels the waiting handler (shutdown after the drain time), the
-        queued request is dropped and the client gets a 503 instead of a reset connection.
+        queued request is dropped, a running one cancelled at its next step (reason ``drain``), and the
+        client gets a 503 instead of a reset connection.
         """
         _, worker = self.require_ready()
         start = time.perf_counter() if arrival is None else arrival
+        token = CancelToken()
         try:
-            fut = worker.submit(request, max_wait_s=self.config.max_wait_s, max_queue=self.config.max_queue)
+            fut = worker.submit(
+                request, max_wait_s=self.config.max_wait_s, max_queue=self.config.max_queue, token=token
+            )
         except Overloaded as exc:
             retry = exc.decision.retry_after_s or 1
             raise APIError(429, str(exc), code="overloaded", headers={"Retry-After": str(retry)}) from exc
         except ShuttingDown as exc:
             raise from_generation_error(exc) from exc
         wrapped = asyncio.wrap_future(fut)
+        watcher = asyncio.ensure_future(until_disconnect()) if until_disconnect is not None else None
         timeout = self.config.request_timeout_s
         try:
             while True:
                 left = None if timeout is None else start + timeout - time.perf_counter()
-                step = 0.1 if disconnected is not None else None
+                step = 0.1 if disconnected is not None and watcher is None else None
                 wait = left if step is None else (step if left is None else min(step, left))
                 if wait is not None and wait <= 0:
                     self._abandon(fut, request, traffic)
@@ -337,15 +355,20 @@ class Service:
                         "finishes on the device and is discarded)",
                         code="timeout",
                     )
-                done_set, _ = await asyncio.wait({wrapped}, timeout=wait)
-                if done_set:
+                waiting = {wrapped} if watcher is None else {wrapped, watcher}
+                done_set, _ = await asyncio.wait(waiting, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+                if wrapped in done_set:
                     break
-                if disconnected is not None and await disconnected():
-                    self._abandon(fut, request, traffic)
+                gone = watcher is not None and watcher in done_set
+                if gone or (watcher is None and disconnected is not None and await disconnected()):
+                    self._cancel(fut, token, request, traffic, "disconnect")
+                    wrapped.cancel()  # nobody reads its outcome here (the done callback exports it)
                     raise APIError(CANCELLED_STATUS, "the client disconnected before the answer", code="cancelled")
             done = wrapped.result()
         except asyncio.CancelledError:
-            fut.cancel()  # a queued request never reaches the device; a running one is abandoned
+            # a queued request never reaches the device; a running one stops at its next step
+            self._cancel(fut, token, request, traffic, "drain")
+            wrapped.cancel()
             raise APIError(
                 503,
                 "the service stopped (drain time over) before this generation finished; retry on another "
@@ -357,8 +380,43 @@ class Service:
         except Exception as exc:
             self._observe_failed(exc, request, traffic)
             raise from_generation_error(exc) from exc
+        finally:
+            if watcher is not None:
+                watcher.cancel()
         self.observe(done, request, traffic)
         return done
+
+    def _cancel(
+        self, fut: Future[Done], token: CancelToken, request: GenerationRequest, traffic: str, reason: str
+    ) -> None:
+        """Nobody takes this generation's answer: drop it while queued, else cancel it at its next step
+        and export the device seconds it spent when the worker releases it (:meth:`observe_cancelled`)."""
+        token.cancel(reason)
+        if fut.cancel():
+            return
+        fut.add_done_callback(lambda f: self.observe_cancelled(f, token, request, traffic))
+
+    def observe_cancelled(
+        self, fut: Future[Done], token: CancelToken, request: GenerationRequest, traffic: str
+    ) -> float | None:
+        """Export a finished generation whose answer nobody took (``token`` cancelled): the device seconds it
+        spent (stopped at a step, or run to the end when the cancel came after its last step: then its
+        stage times are exported too) and the time from the cancel to the release. Returns those seconds
+        (None when it failed otherwise, or was dropped while queued)."""
+        if fut.cancelled() or token.reason is None:
+            return None
+        exc = fut.exception()
+        if isinstance(exc, Cancelled):
+            spent = exc.service_s or 0.0
+        elif exc is None:
+            done = fut.result()
+            self.observe(done, request, traffic)
+            spent = done.service_s
+        else:
+            return None
+        if self.exporter is not None:
+            self.exporter.observe_cancelled(reason=token.reason, spent_s=spent, release_s=token.release_s())
+        return spent
 
     def _abandon(self, fut: Future[Done], request: GenerationRequest, traffic: str) -> None:
         """Drop a queued request; a running one finishes on the device and is observed then."""

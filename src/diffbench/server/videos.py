@@ -1,9 +1,10 @@
 """Async video jobs: ``POST /v1/videos``, ``GET /v1/videos[/{id}[/content]]``, ``DELETE /v1/videos/{id}``.
 
 Lifecycle: ``queued`` (admitted, waiting for the device) → ``in_progress`` (the worker picked it) →
-``completed`` or ``failed`` (with ``error.code`` ``out_of_memory`` or ``generation_failed``). ``DELETE``
-cancels a queued job before it reaches the device; a running job finishes on the device (generation is
-not interruptible) and its output is dropped. The deleted job is gone: later GETs answer 404.
+``completed`` or ``failed`` (with ``error.code`` ``out_of_memory`` or ``generation_failed``; ``unavailable``
+when the server drained while it ran). ``DELETE`` drops a queued job before it reaches the device and
+cancels a running one at its next denoising step (outcome ``cancelled``; the device seconds it spent are
+exported as wasted, reason ``deleted``). The deleted job is gone: later GETs answer 404.
 ``/content`` answers 404 (``not_ready``) until the job is ``completed`` (as SGLang does), then, per
 OpenAI's ``variant`` query parameter: ``video`` (default) the MP4 (H.264, encoded once on the first
 download, off the event loop); ``thumbnail`` the first frame as a WebP still (``image/webp``, as OpenAI's
@@ -32,6 +33,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from diffbench.engines.base import GenerationRequest
+from diffbench.engines.cancel import Cancelled, CancelToken
 from diffbench.server.http_errors import APIError, from_generation_error, validation_message
 from diffbench.server.schemas import (
     Adjustment,
@@ -62,6 +64,7 @@ _FILE_FIELDS = ("input_reference", "image_reference", "video_reference", "audio_
 class _Record:
     job: VideoJob
     future: Future[Done] | None = None
+    token: CancelToken | None = None
     frames: np.ndarray | None = None
     mp4: bytes | None = None
     stills: dict[str, bytes] | None = None
@@ -84,11 +87,11 @@ class VideoJobs:
                         break
                     del self._jobs[jid]
 
-    def attach(self, job_id: str, future: Future[Done]) -> None:
+    def attach(self, job_id: str, future: Future[Done], token: CancelToken | None = None) -> None:
         with self._lock:
             rec = self._jobs.get(job_id)
             if rec is not None:
-                rec.future = future
+                rec.future, rec.token = future, token
         future.add_done_callback(lambda f: self._finish(job_id, f))
 
     def _update(self, job_id: str, **changes: object) -> None:
@@ -153,7 +156,9 @@ class VideoJobs:
     def delete(self, job_id: str) -> VideoJob:
         rec = self.get(job_id)
         if rec.future is not None and not rec.future.done():
-            rec.future.cancel()  # succeeds while queued; a running job finishes and is dropped
+            if rec.token is not None:
+                rec.token.cancel("deleted")  # a running job stops at its next step
+            rec.future.cancel()  # succeeds while queued
         with self._lock:
             self._jobs.pop(job_id, None)
         status = rec.job.status if rec.job.status in _FINISHED else "cancelled"
@@ -299,12 +304,14 @@ def install_video_routes(app: "FastAPI", service: Service) -> None:
         )
         _, worker = service.require_ready()
         jobs.add(job)
+        token = CancelToken()
         try:
             fut = worker.submit(
                 gen,
                 max_wait_s=config.max_wait_s,
                 max_queue=config.max_queue,
                 on_start=lambda: jobs.started(job.id),
+                token=token,
             )
         except Exception as exc:
             jobs.delete(job.id)
@@ -316,8 +323,8 @@ def install_video_routes(app: "FastAPI", service: Service) -> None:
                     headers={"Retry-After": str(exc.decision.retry_after_s or 1)},
                 ) from exc
             raise from_generation_error(exc) from exc
-        fut.add_done_callback(lambda f: _count(service, f, gen, traffic, arrival))
-        jobs.attach(job.id, fut)
+        fut.add_done_callback(lambda f: _count(service, f, gen, traffic, arrival, token))
+        jobs.attach(job.id, fut, token)
         return jobs.get(job.id).job
 
     @app.get("/v1/videos", response_model=VideoList)
@@ -434,14 +441,28 @@ def _takes_frames(service: Service, probe: GenerationRequest) -> bool:
     return True
 
 
-def _count(service: Service, fut: Future[Done], gen: GenerationRequest, traffic: str, arrival: float) -> None:
+def _count(
+    service: Service,
+    fut: Future[Done],
+    gen: GenerationRequest,
+    traffic: str,
+    arrival: float,
+    token: CancelToken | None = None,
+) -> None:
     """Export a finished job: outcome (with the status an image request would get) and, when it completed,
-    its generation and its duration from creation to the result being ready."""
+    its generation and its duration from creation to the result being ready. A job deleted while it ran
+    (stopped at a step, or finished after the DELETE) counts as ``cancelled`` with its wasted device seconds;
+    one stopped by the drain as ``unavailable``."""
     if fut.cancelled():
         service.count("cancelled", 499, traffic=traffic)  # DELETE before the job reached the device
         return
     exc = fut.exception()
     shape = service.shape_of(gen)
+    if token is not None and token.reason is not None and (exc is None or isinstance(exc, Cancelled)):
+        service.observe_cancelled(fut, token, gen, traffic)
+        status = 503 if token.reason == "drain" else 499
+        service.count("unavailable" if status == 503 else "cancelled", status, shape=shape, traffic=traffic)
+        return
     if exc is None:
         service.observe(fut.result(), gen, traffic)
         service.count("ok", 200, shape=shape, duration_s=time.perf_counter() - arrival, traffic=traffic)

@@ -10,7 +10,9 @@ never the service, unlike an engine that dies with it and fails every later requ
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import logging
 import sys
 import threading
 import time
@@ -20,8 +22,12 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from diffbench.engines.base import Engine, GenerationRequest, GenerationResult
+from diffbench.engines.cancel import Cancelled, CancelToken, cancellable
 from diffbench.errors import DeviceOutOfMemory, GenerationError
 from diffbench.server.admission import Decision, ServiceTimeModel, decide, estimate_wait
+
+LOG = logging.getLogger("diffbench.server")
+"""The service's log: one line per generation stopped at a step (the step log of a cancel)."""
 
 
 class Overloaded(Exception):
@@ -52,6 +58,7 @@ class WorkItem:
     enqueued_ns: int
     on_start: Callable[[], None] | None = None
     started_ns: int | None = field(default=None)
+    token: CancelToken = field(default_factory=CancelToken)
 
 
 @dataclass
@@ -61,6 +68,7 @@ class Counters:
     oom: int = 0
     rejected: int = 0
     timed_out: int = 0  # answered 504: not finished within the request timeout (may still complete on device)
+    cancelled: int = 0  # running generations stopped at a step boundary (client gone, job deleted, drain)
 
 
 def size_text(request: GenerationRequest) -> str:
@@ -132,6 +140,18 @@ class DeviceWorker:
         if self._thread.is_alive():
             self._thread.join(timeout_s)
 
+    def cancel_running(self, reason: str) -> bool:
+        """Cancel the generation running now at its next step (``reason`` as in
+        :data:`~diffbench.engines.cancel.REASONS`); False when none runs or it was already cancelled."""
+        with self._cond:
+            item = self._running
+        return item is not None and item.token.cancel(reason)
+
+    def join(self, timeout_s: float) -> None:
+        """Wait at most ``timeout_s`` for the worker thread to end (after :meth:`stop`)."""
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
     @property
     def running(self) -> bool:
         """True while the worker thread is still inside a generation (e.g. after a timed-out stop)."""
@@ -165,8 +185,14 @@ class DeviceWorker:
         max_wait_s: float | None = None,
         max_queue: int | None = None,
         on_start: Callable[[], None] | None = None,
+        token: CancelToken | None = None,
     ) -> Future[Done]:
         """Admit and enqueue ``request``; returns a future resolving to :class:`Done`.
+
+        ``token``: cancels the generation at its next denoising step once it runs
+        (:mod:`diffbench.engines.cancel`); the future then fails with
+        :class:`~diffbench.engines.cancel.Cancelled` (its ``service_s`` filled). A queued request is
+        dropped with ``future.cancel()`` instead.
 
         Raises:
             Overloaded: admission control rejected it (estimate above ``max_wait_s`` or queue full).
@@ -180,7 +206,7 @@ class DeviceWorker:
                 self.counters.rejected += 1
                 raise Overloaded(decision)
             fut: Future[Done] = Future()
-            self._queue.append(WorkItem(request, fut, self._clock(), on_start))
+            self._queue.append(WorkItem(request, fut, self._clock(), on_start, token=token or CancelToken()))
             self._cond.notify()
             return fut
 
@@ -217,10 +243,14 @@ class DeviceWorker:
         if item.on_start is not None:
             item.on_start()
         try:
-            result = self.engine.generate(req)
-            self.engine.sync()
+            with cancellable(item.token):
+                result = self.engine.generate(req)
+                self.engine.sync()
             if result.images is None:
                 raise GenerationError(f"the engine returned no images for {size_text(req)}")
+        except Cancelled as exc:
+            self._cancelled(item, exc)
+            return
         except Exception as exc:
             oom = as_out_of_memory(exc, req)
             with self._cond:
@@ -233,7 +263,36 @@ class DeviceWorker:
         end = self._clock()
         started = item.started_ns or end
         service_s = (end - started) / 1e9
+        item.token.released_ns = time.perf_counter_ns()
         with self._cond:
             self.model.observe(req, service_s, result.stages)
             self.counters.completed += 1
         item.future.set_result(Done(result, (started - item.enqueued_ns) / 1e9, service_s))
+
+    def _cancelled(self, item: WorkItem, exc: Cancelled) -> None:
+        """A generation stopped at a step: wait for the device (work already launched), log where it
+        stopped, fail its future with ``exc`` (``service_s``: start on the device to release)."""
+        with contextlib.suppress(Exception):
+            self.engine.sync()
+        end = self._clock()
+        item.token.released_ns = time.perf_counter_ns()
+        exc.service_s = (end - (item.started_ns or end)) / 1e9
+        with self._cond:
+            self.counters.cancelled += 1
+        LOG.info("%s", step_log_line(item, exc))
+        item.future.set_exception(exc)
+
+
+def step_log_line(item: WorkItem, exc: Cancelled) -> str:
+    """The step log of a cancelled generation: where it stopped, the measured step time and how long the
+    worker took to be released after the cancel, e.g. ``cancelled (disconnect) 256x256, 8 steps, n=1 at step
+    3 of 8: step 0.0501 s, released 0.0312 s after the cancel, 0.171 s of device time spent``."""
+    token = item.token
+    step = token.step_s()
+    of = f" of {exc.steps}" if exc.steps is not None else ""
+    released = ""
+    if token.release_s() is not None:
+        released = f", released {token.release_s():.4f} s after the cancel"
+    step_text = f"step {step:.4g} s" if step is not None else "step time not measured"
+    return (f"cancelled ({exc.reason}) {size_text(item.request)} at step {exc.step}{of}: {step_text}{released}, "
+            f"{exc.service_s or 0.0:.4g} s of device time spent")

@@ -216,3 +216,28 @@ def test_fake_cuda_path_records_events_and_syncs_once(monkeypatch: pytest.Monkey
     inst.run({"num_inference_steps": 6}, 1)
     assert len(inst._events) == n_events  # the pool is reused
     inst.detach()
+
+
+def test_a_cancelled_token_stops_the_pipeline_at_the_next_scheduler_step() -> None:
+    from diffbench.engines.cancel import Cancelled, CancelToken, cancellable
+
+    token = CancelToken()
+    forwards = [0]
+
+    def count(_x: torch.Tensor) -> None:  # the 3rd forward cancels: the 3rd step still finishes
+        forwards[0] += 1
+        if forwards[0] == 3:
+            token.cancel("disconnect")
+
+    pipe = ToyPipe(ToyDenoiser(fn=count))
+    exporter = FakeExporter()
+    inst = attach(pipe, device="cpu", flops=False, exporter=exporter)
+    with cancellable(token), pytest.raises(Cancelled) as info:
+        inst.run({"num_inference_steps": 10}, 1)
+    assert info.value.step == 3 and forwards[0] == 3 and token.stopped_at == 3
+    assert len(token.steps_ns) == 4  # boundaries 0 (denoising starts), 1, 2, 3
+    assert exporter.calls[-1]["stages"] is None  # exported as a failed request
+    # the instrumentation is free again: the next request runs all its steps
+    _, st, _, _ = inst.run({"num_inference_steps": 5}, 1)
+    assert len(st.step_s) == 5
+    inst.detach()

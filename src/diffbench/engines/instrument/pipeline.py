@@ -21,7 +21,9 @@ Hooks (all removed by :meth:`Instrumentation.detach`):
    denoising; it counts forwards (``denoiser_calls``; CFG shows as 2 calls per step, or as a doubled batch
    when the pipeline batches CFG: ``last_denoiser_batch``);
 3. an instance attribute wrapping ``pipe.scheduler.step``: each return is a step boundary, so the caller
-   need not pass ``callback_on_step_end`` (``step_s`` has one entry per scheduler step);
+   need not pass ``callback_on_step_end`` (``step_s`` has one entry per scheduler step); the boundary (and
+   the denoiser's first call, step 0) is also a cancel checkpoint (:mod:`~diffbench.engines.cancel`): a
+   generation run under a cancelled token stops there with :class:`~diffbench.engines.cancel.Cancelled`;
 4. the cache counter (:mod:`~diffbench.engines.instrument.cache_counter`), the compile counter
    (:mod:`~diffbench.engines.instrument.compile_counter`) and the collective listener (:mod:`~diffbench.engines.instrument.ranks`).
 
@@ -51,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from diffbench.engines.base import MemoryStats, StageTimes
+from diffbench.engines.cancel import checkpoint
 from diffbench.engines.instrument import compile_counter, ranks
 from diffbench.engines.instrument.cache_counter import CacheCounter
 from diffbench.engines.instrument.memory import StageMemory
@@ -224,6 +227,7 @@ class Instrumentation:
                 r = self._active
                 if r is not None:
                     r.step_end.append(self._mark())
+                    checkpoint(len(r.step_end))  # where diffusers calls callback_on_step_end
                 return out
 
             step.__diffbench__ = True  # type: ignore[attr-defined]
@@ -239,6 +243,7 @@ class Instrumentation:
                 self._boundary(r, r.stage)
                 r.stage = "denoise"
                 r.den_start = self._mark()
+                checkpoint(0)
                 if self.measure_flops:
                     key = _tensor_key(args, kwargs)
                     if key not in self._fpf:

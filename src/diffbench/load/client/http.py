@@ -15,6 +15,13 @@ vllm-project/vllm-omni #5548. A video job whose deadline passes is *not* deleted
 ``delete_abandoned`` is set (a client deadline that DELETEs a running job aborts it on the server:
 vllm-project/vllm-omni#7246).
 
+Abandonment (``load --abandon-after S [--abandon-fraction F]``): a chosen share F of the requests is given
+up on purpose S seconds after the send when it has not finished: an image request's connection is closed
+(the server sees the client disconnect), a video job is DELETEd (always, whatever ``delete_abandoned``
+says). The attempt's outcome is ``abandoned`` and ``done_s`` the moment it was given up. Which requests:
+the k-th measured request a backend sends (the warm-up is never abandoned) is chosen when ``frac(k × φ) < F`` (φ the golden ratio's conjugate), a
+low-discrepancy sequence, so any run of requests holds the share F to within one request.
+
 Timestamps: ``first_byte_s`` when the response headers have arrived; ``done_s`` when the last body byte
 has arrived (``await resp.read()`` returned), before any parsing. Payload checks run afterwards in worker
 processes (:mod:`diffbench.load.client.checker`); the event loop parses only the small JSON of video job
@@ -67,6 +74,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 TERMINAL_FAILED = frozenset({"failed", "cancelled", "canceled", "error", "expired"})
 DELETE_TIMEOUT_S = 5.0
+GOLDEN = 0.6180339887498949
 CONNECT_TIMEOUT_S = 30.0
 READ_BUFSIZE = 4 * 2**20
 """Bytes the response reader buffers before it pauses the socket (aiohttp's ``read_bufsize``).
@@ -112,6 +120,8 @@ class Target(BaseModel):
     verify_tls: bool = True
     decode_payload: bool = True
     max_connections: int | None = Field(default=None, gt=0)
+    abandon_after_s: float | None = Field(default=None, gt=0)
+    abandon_fraction: float = Field(default=1.0, gt=0, le=1)
 
     @field_validator("base_url")
     @classmethod
@@ -203,6 +213,9 @@ class HttpBackend:
         self._videos_url = target.base_url + VIDEOS_PATH
         self.deleted_jobs: list[str] = []
         self.abandoned_jobs: list[str] = []
+        self._sent = 0
+        self.abandon_enabled = True
+        """False while the warm-up runs: ``--abandon-after`` applies to measured requests only."""
 
     @property
     def check_mode(self) -> str:
@@ -273,7 +286,29 @@ class HttpBackend:
         """The breakdown key of ``spec`` for this dialect (see :func:`~diffbench.load.client.dialects.shape_label`)."""
         return shape_label(spec, self.target.dialect)
 
+    def abandons(self, k: int) -> bool:
+        """Whether the ``k``-th request (0-based) is one the client gives up on (module docstring)."""
+        t = self.target
+        return t.abandon_after_s is not None and (k * GOLDEN) % 1.0 < t.abandon_fraction
+
     async def execute(self, spec: RequestSpec, attempt: Attempt, now: Now) -> None:
+        after = self.target.abandon_after_s if self.abandon_enabled else None
+        if after is not None:
+            k, self._sent = self._sent, self._sent + 1
+        if after is None or not self.abandons(k):
+            await self._execute(spec, attempt, now)
+            return
+        try:
+            await asyncio.wait_for(self._execute(spec, attempt, now), after)  # _execute raises no TimeoutError
+        except (TimeoutError, asyncio.TimeoutError):
+            attempt.done_s = now()
+            attempt.outcome, attempt.status, attempt.body = "abandoned", None, None
+            what = "video job" if spec.kind == "video" else "connection closed"
+            attempt.error = f"abandoned by the client after --abandon-after {after:g} s ({what})"
+            if attempt.job_id is not None:
+                await self._delete_job(self._client(), attempt)
+
+    async def _execute(self, spec: RequestSpec, attempt: Attempt, now: Now) -> None:
         body = self._video if spec.kind == "video" else self._image
         session = self._client()
         try:
@@ -418,11 +453,16 @@ class HttpBackend:
             self.abandoned_jobs.append(a.job_id)
             a.error = f"{a.error}; video job {a.job_id} left on the server (not deleted)"
             return
+        await self._delete_job(session, a, "--delete-abandoned, ")
+
+    async def _delete_job(self, session: aiohttp.ClientSession, a: Attempt, why: str = "") -> None:
+        """DELETE ``a``'s video job (best effort: a failure is written into ``a.error``, never raised)."""
+        assert a.job_id is not None
         try:
             code = await asyncio.wait_for(self._delete(session, f"{self._videos_url}/{a.job_id}"),
                                           DELETE_TIMEOUT_S)
             self.deleted_jobs.append(a.job_id)
-            a.error = f"{a.error}; video job {a.job_id} deleted (--delete-abandoned, HTTP {code})"
+            a.error = f"{a.error}; video job {a.job_id} deleted ({why}HTTP {code})"
         except Exception as exc:  # the delete is best effort; its failure is reported, not raised
             a.error = f"{a.error}; deleting video job {a.job_id} failed: {type(exc).__name__}"
 

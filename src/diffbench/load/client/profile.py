@@ -177,17 +177,8 @@ def _hooks(monitor: RowMonitor | None) -> dict[str, Callable[..., None]]:
     return {"on_record": monitor.on_record, "on_sent": monitor.on_sent}
 
 
-async def warmup(backend: Backend, planner: RequestPlanner, per_shape: int) -> WarmupReport:
-    """Send ``per_shape`` requests of every distinct shape, one at a time; nothing is recorded.
-
-    Raises:
-        WarmupFailed: every warm-up request failed with a connection error (refused, reset, TLS): nothing
-            is measured against a service that cannot be reached.
-    """
-    rep = WarmupReport()
-    if per_shape == 0:
-        return rep
-    seen: set[str] = set()
+async def _warm_shapes(backend: Backend, planner: RequestPlanner, per_shape: int, rep: WarmupReport,
+                       seen: set[str]) -> None:
     for shape in planner.workload.shapes:
         if shape.label() in seen:
             continue
@@ -205,6 +196,27 @@ async def warmup(backend: Backend, planner: RequestPlanner, per_shape: int) -> W
             rep.outcomes[a.outcome] = rep.outcomes.get(a.outcome, 0) + 1
             if a.error and a.error not in rep.errors and len(rep.errors) < 5:
                 rep.errors.append(a.error)
+
+
+async def warmup(backend: Backend, planner: RequestPlanner, per_shape: int) -> WarmupReport:
+    """Send ``per_shape`` requests of every distinct shape, one at a time; nothing is recorded.
+
+    Raises:
+        WarmupFailed: every warm-up request failed with a connection error (refused, reset, TLS): nothing
+            is measured against a service that cannot be reached.
+    """
+    rep = WarmupReport()
+    if per_shape == 0:
+        return rep
+    seen: set[str] = set()
+    abandoning = getattr(backend, "abandon_enabled", None)  # a warm-up request is never abandoned
+    if abandoning is not None:
+        backend.abandon_enabled = False  # type: ignore[attr-defined]
+    try:
+        await _warm_shapes(backend, planner, per_shape, rep, seen)
+    finally:
+        if abandoning is not None:
+            backend.abandon_enabled = abandoning  # type: ignore[attr-defined]
     if rep.outcomes.get("connection_error", 0) == rep.n:
         raise WarmupFailed(f"no warm-up request succeeded (connection_error {rep.n}): "
                            f"{rep.errors[0] if rep.errors else 'connection error'}; nothing was measured. "

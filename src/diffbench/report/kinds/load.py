@@ -179,6 +179,22 @@ def server_blocks(i: int, r: LoadedResult) -> list[Block]:
             headers=["users" if res.mode == "closed" else "offered (req/s)", *(f"{k} (ms)" for k in keys)],
             rows=[[row_label(row), *(ms(row.server_stages_s.get(k)) for k in keys)] for row in reported],
             caption="mean over the ok requests of each row of the stage times the server put in its responses"))
+    if any(row.outcomes.get("abandoned", 0) for row in res.rates):
+        rows = []
+        for row in res.rates:
+            sv = row.server
+            rows.append([row_label(row), str(row.outcomes.get("abandoned", 0)),
+                         "—" if sv is None else str(sv.cancelled_running),
+                         ms(sv.cancel_release_mean_s if sv else None),
+                         "—" if sv is None or sv.cancelled_s is None else f"{sv.cancelled_s:.4g}"])
+        blocks.append(Table(
+            id=f"load-abandon-{i}", title=f"{_source(r)}: abandoned requests",
+            headers=["users" if res.mode == "closed" else "offered (req/s)", "abandoned", "server cancelled",
+                     "release mean (ms)", "GPU·s on abandoned"], rows=rows,
+            caption="load --abandon-after: requests given up by their client (connection closed, or video job "
+                    "deleted), neither ok nor failed; from --scrape: the generations the server cancelled while "
+                    "they ran, its mean time from the cancel to the worker released, and the device seconds "
+                    "spent on answers nobody took (diffusion_cancelled_seconds_total); — where not scraped"))
     return blocks
 
 

@@ -33,7 +33,7 @@ Series = Sequence[tuple[str, LoadResult]]
 
 OUTCOME_COLORS = {
     "ok": "#2ca02c", "rejected": "#ff7f0e", "timeout": "#d62728", "http_error": "#9467bd",
-    "connection_error": "#8c564b", "invalid_payload": "#e377c2", "cancelled": "#7f7f7f",
+    "connection_error": "#8c564b", "invalid_payload": "#e377c2", "cancelled": "#7f7f7f", "abandoned": "#bcbd22",
 }
 SLO_COLOR = "#d62728"
 
