@@ -21,7 +21,7 @@ needs_promtool = pytest.mark.skipif(
     reason="promtool not found (Debian package `prometheus`: apt-get install prometheus; .ci/run installs it)",
 )
 ROWS = ["Service health", "Latency & queue", "Per-step and stages", "Cache", "Memory", "Quality probe",
-        "Compile", "Ranks", "Abandoned work"]
+        "Compile", "Start-up", "Ranks", "Abandoned work"]
 
 
 @pytest.fixture(scope="module")

@@ -298,6 +298,16 @@ def _compile(L: _Layout) -> None:
           thresholds=[(None, "green"), (1, "orange")])
 
 
+def _startup(L: _Layout) -> None:
+    L.row("Start-up")
+    st = "diffusion_startup_duration_seconds"
+    L.add("stat", "Start-up by phase",
+          "Each instance's last start: load (the engine's start: weights from disk to the device), warmup (its "
+          "--warmup requests: compile, autotuning) and ready (process start to serving): what an autoscaler "
+          "pays for a new replica.", "s",
+          [_target(f"max by (instance, phase) ({_m(st)}{{{TM}}})", "{{instance}} {{phase}}")], w=24)
+
+
 def _ranks(L: _Layout) -> None:
     L.row("Ranks")
     L.add("timeseries", "Per-rank step compute",
@@ -329,7 +339,7 @@ def build_dashboard() -> dict[str, Any]:
     """The dashboard model as plain dicts (Grafana classic JSON, ``schemaVersion`` 39)."""
     L = _Layout()
     for section in (_service_health, _latency_queue, _steps_stages, _cache, _memory, _quality, _compile,
-                    _ranks, _abandoned):
+                    _startup, _ranks, _abandoned):
         section(L)
     return {
         "uid": UID,
