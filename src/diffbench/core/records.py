@@ -60,6 +60,17 @@ class RequestRecord(BaseModel):
     """Video jobs: seconds from the send of the last status request that saw the job unfinished (or of the
     create request) to ``done_s``. The job finished inside that window, so ``done_s`` overstates its end by
     at most this much: the resolution bound of the latency. None: not a polled job."""
+    invalid_kind: str | None = None
+    """For an ``invalid_payload`` that failed an answer-sanity check, its named kind (``black_image``,
+    ``constant_image``, ``black_frame``, ``duplicate_across_seeds``); None otherwise (a format failure:
+    JSON, base64, decoding, size, count)."""
+    answer_hashes: list[str] | None = None
+    """Pixel hash of each answer image (hex BLAKE2b-128 of the decoded pixels), for an ok answer checked with
+    sanity on; None otherwise."""
+    request_key: str | None = None
+    """Hex digest of what decides the picture besides the shape: the prompt, the seed when the dialect sends
+    one, the edit inputs. Two answers with equal pixels and different keys are ``duplicate_across_seeds``
+    (set with ``answer_hashes``)."""
 
     @property
     def latency_from_arrival_s(self) -> float | None:

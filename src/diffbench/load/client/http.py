@@ -59,6 +59,7 @@ from diffbench.load.client.payload import (
     decode_body,
     parse_json,
 )
+from diffbench.load.client.sanity import request_key
 from diffbench.load.client.workload import RequestSpec
 
 if TYPE_CHECKING:
@@ -95,7 +96,8 @@ class Target(BaseModel):
     a whole fixed interval late (a 0.3 s job measured at 0.5 s with a fixed 0.25 s cadence); each record
     states its bound (``poll_granularity_s``, :class:`~diffbench.core.records.RequestRecord`). ``max_connections`` None = unbounded connection pool (an open loop must never queue on
     it); a number caps the open connections (requests then wait for one inside their deadline).
-    ``decode_payload`` False (``--no-decode``) checks the JSON shape and image count only.
+    ``decode_payload`` False (``--no-decode``) checks the JSON shape and image count only. ``sanity``
+    (with decoding) adds the pixel checks of :mod:`~diffbench.load.client.sanity` to every image answer.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -111,6 +113,7 @@ class Target(BaseModel):
     delete_abandoned: bool = False
     verify_tls: bool = True
     decode_payload: bool = True
+    sanity: bool = True
     max_connections: int | None = Field(default=None, gt=0)
 
     @field_validator("base_url")
@@ -209,7 +212,8 @@ class HttpBackend:
         """One line for the report's conditions: how image payloads were checked."""
         where = f"{self._check_workers} worker process{'es' if self._check_workers != 1 else ''}"
         if self.target.decode_payload:
-            return f"decoded in {where} (base64, PNG and size; never on the measuring event loop)"
+            checks = "base64, PNG, size" + (", black/constant pixels and pixel hashes" if self.target.sanity else "")
+            return f"decoded in {where} ({checks}; never on the measuring event loop)"
         return (f"not decoded (--no-decode): JSON shape and image count read on the event loop up to "
                 f"{NO_DECODE_INLINE_BYTES // 1024} KiB, in {where} above")
 
@@ -445,7 +449,8 @@ class HttpBackend:
         s = spec.shape
         try:
             if spec.kind != "video":
-                args = (body, s.width, s.height, s.n, self.target.decode_payload, encoding)
+                sanity = self.target.sanity and self.target.decode_payload
+                args = (body, s.width, s.height, s.n, self.target.decode_payload, encoding, sanity)
                 fn = check_chat if self.target.dialect == "vllm-omni-chat" else check_images
                 if not self.target.decode_payload and encoding is None and len(body) <= NO_DECODE_INLINE_BYTES:
                     verdict = fn(*args)  # JSON only, small: cheaper here than the hand-off
@@ -454,6 +459,10 @@ class HttpBackend:
                 else:
                     verdict = await self._checker.run(fn, *args, size=len(body))
                 attempt.stages_s, attempt.peak_memory_bytes = verdict.stages_s, verdict.peak_memory_bytes
+                if verdict.ok and verdict.hashes:
+                    attempt.answer_hashes = verdict.hashes
+                    sent_seed = spec.seed if sends_steps_and_frames(self.target.dialect) else None
+                    attempt.request_key = request_key(spec.prompt, sent_seed, spec.image, spec.mask)
             else:
                 frames = s.frames if sends_steps_and_frames(self.target.dialect) else None
                 if frames is not None and attempt.reported_frames not in (None, frames):
@@ -467,3 +476,4 @@ class HttpBackend:
             verdict = Verdict(False, f"payload check failed in the client: {type(exc).__name__}: {exc}"[:300])
         if not verdict.ok:
             attempt.outcome, attempt.error = "invalid_payload", verdict.error
+            attempt.invalid_kind = verdict.invalid_kind
