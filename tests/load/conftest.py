@@ -13,7 +13,8 @@ redirect to ``ok``), ``stall`` (never answers), ``noise`` / ``noisewrong`` (an i
 requested size /
 8 px wider: large bodies checked in the worker pool), ``mix`` (cycles through ``MIX_CYCLE``),
 ``mix60`` (cycles through ``MIX60_CYCLE``: 60 % failures), ``vid`` (video jobs finishing after ``video_s``), ``vidstuck`` (jobs that never finish), ``vidmp4`` (a real
-MP4 with the requested frame count, reported in the job), ``vidmp4short`` (one frame missing from the MP4)
+MP4 with the requested frame count, reported in the job; each job's clip is tinted apart), ``vidblack`` (as
+``vidmp4``, every frame black), ``vidmp4short`` (one frame missing from the MP4)
 and ``vidjobwrong`` (the job reports 4 frames more than requested).
 
 Answer pictures are not blank: each is a colour pattern drawn from a hash of the request body, so equal
@@ -51,11 +52,16 @@ MIX60_CYCLE = ("ok", "r429", "ok", "r500", "badjson", "ok", "r429", "badimg", "o
 MP4_BYTES = b"\x00\x00\x00\x18ftypmp42\x00\x00\x00\x00mp42isom" + b"\x00" * 64
 
 
-def _mp4(frames: int) -> bytes:
-    """A real H.264/MPEG-4 MP4 of ``frames`` black 64x48 frames (PyAV, via the reference encoder)."""
+def _mp4(frames: int, tint: int = 0, black: bool = False) -> bytes:
+    """A real H.264/MPEG-4 MP4 of ``frames`` 64x48 frames (PyAV, via the reference encoder): a gradient
+    whose blue channel is ``tint``, or all black."""
     from diffbench.server.mp4 import encode_mp4
 
-    return encode_mp4(np.zeros((frames, 48, 64, 3), dtype=np.uint8), 8)
+    if black:
+        return encode_mp4(np.zeros((frames, 48, 64, 3), dtype=np.uint8), 8)
+    y, x = np.mgrid[0:48, 0:64]
+    one = np.stack([x * 4, y * 5, np.full((48, 64), tint % 256)], axis=-1).astype(np.uint8)
+    return encode_mp4(np.repeat(one[None], frames, axis=0), 8)
 
 
 class FakeServer:
@@ -299,13 +305,15 @@ class FakeServer:
             if len(parts) == 4 and parts[3] == "content":
                 if not finished:
                     return await self._send(writer, 404, b'{"error":"not ready"}')
-                if mode in ("vidmp4", "vidmp4short"):  # a real MP4, with one frame missing for "short"
-                    return await self._send(writer, 200, _mp4(frames - (mode == "vidmp4short")), ctype="video/mp4")
+                if mode in ("vidmp4", "vidmp4short", "vidblack"):  # a real MP4, one frame missing for "short"
+                    clip = _mp4(frames - (mode == "vidmp4short"), tint=int(jid.split("_")[1]) * 37,
+                                black=mode == "vidblack")
+                    return await self._send(writer, 200, clip, ctype="video/mp4")
                 return await self._send(writer, 200, MP4_BYTES, ctype="video/mp4")
             self.polls += 1
             status = "completed" if finished else "in_progress"
             job = {"id": jid, "status": status, "stage_durations": {"denoise": 0.2}}
-            if mode.startswith("vidmp4") or mode == "vidjobwrong":
+            if mode.startswith("vidmp4") or mode in ("vidjobwrong", "vidblack"):
                 job["num_frames"] = frames + (4 if mode == "vidjobwrong" else 0)  # e.g. rounded to 4k+1
             return await self._send(writer, 200, json.dumps(job).encode())
         return await self._send(writer, 404, b'{"error":"no such route"}')

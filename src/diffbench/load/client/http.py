@@ -56,10 +56,11 @@ from diffbench.load.client.payload import (
     check_chat,
     check_images,
     check_video,
+    check_video_frames,
     decode_body,
     parse_json,
 )
-from diffbench.load.client.sanity import request_key
+from diffbench.load.client.sanity import av_available, request_key
 from diffbench.load.client.workload import RequestSpec
 
 if TYPE_CHECKING:
@@ -193,7 +194,8 @@ class HttpBackend:
     :data:`NO_DECODE_INLINE_BYTES` do (the JSON parse of a small body costs the loop less than the
     hand-off). Video downloads are checked on the loop: :func:`check_video` reads the MP4 box headers only
     (measured ~11 us for a 33-frame clip and for a 20 MB 81-frame one), cheaper than copying the file to a
-    worker.
+    worker; with sanity on and PyAV installed a clip that passes is then decoded in the workers
+    (:func:`~diffbench.load.client.payload.check_video_frames`: black frames, pixel hash).
     """
 
     def __init__(self, target: Target, *, check_workers: int | None = None) -> None:
@@ -206,6 +208,7 @@ class HttpBackend:
         self._videos_url = target.base_url + VIDEOS_PATH
         self.deleted_jobs: list[str] = []
         self.abandoned_jobs: list[str] = []
+        self._video_frames = target.sanity and target.decode_payload and av_available()
 
     @property
     def check_mode(self) -> str:
@@ -213,7 +216,11 @@ class HttpBackend:
         where = f"{self._check_workers} worker process{'es' if self._check_workers != 1 else ''}"
         if self.target.decode_payload:
             checks = "base64, PNG, size" + (", black/constant pixels and pixel hashes" if self.target.sanity else "")
-            return f"decoded in {where} ({checks}; never on the measuring event loop)"
+            video = ""
+            if self.target.sanity:
+                video = ("; video frames decoded there too (black frames, pixel hash)" if self._video_frames
+                         else "; video frames not checked (PyAV is not installed)")
+            return f"decoded in {where} ({checks}; never on the measuring event loop){video}"
         return (f"not decoded (--no-decode): JSON shape and image count read on the event loop up to "
                 f"{NO_DECODE_INLINE_BYTES // 1024} KiB, in {where} above")
 
@@ -470,6 +477,14 @@ class HttpBackend:
                                              f"{frames}")
                 else:
                     verdict = check_video(decode_body(body, encoding), frames)
+                if verdict.ok and self._video_frames:
+                    if self._checker is None:
+                        raise RuntimeError("HttpBackend.start() was not called")
+                    verdict = await self._checker.run(check_video_frames, body, encoding, size=len(body))
+                    if verdict.ok and verdict.hashes:
+                        attempt.answer_hashes = verdict.hashes
+                        attempt.request_key = request_key(spec.prompt, spec.seed if sends_steps_and_frames(
+                            self.target.dialect) else None)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a checker failure is counted, never dropped

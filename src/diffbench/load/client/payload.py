@@ -292,6 +292,19 @@ def mp4_frame_count(content: bytes) -> int | None:
     return total
 
 
+def check_video_frames(content: bytes, encoding: str | None = None) -> Verdict:
+    """The answer sanity of a downloaded video (after :func:`check_video` passed): its frames decoded with
+    PyAV, an all-black frame a ``black_frame``, and one pixel hash of the clip
+    (:func:`~diffbench.load.client.sanity.video_sanity`). For the checker processes: decoding a clip takes
+    tens to hundreds of ms."""
+    from diffbench.load.client.sanity import video_sanity
+
+    kind, why, digest = video_sanity(decode_body(content, encoding))
+    if kind is not None:
+        return Verdict(False, why, invalid_kind=kind)
+    return Verdict(True, hashes=[digest] if digest is not None else None)
+
+
 def check_video(content: bytes, frames: int | None = None) -> Verdict:
     """Check a downloaded video: non-empty, an MP4 (``ftyp`` box) header, and — when ``frames`` is given
     and the file's sample table tells — exactly ``frames`` video frames."""

@@ -3,7 +3,8 @@
 An answer that decodes at the requested size can still be no image at all. These checks name what is
 wrong; each failure is an ``invalid_payload`` of a named kind (:data:`KINDS`), never ok:
 
-- ``black_image`` / ``black_frame``: every channel of every pixel is at most :data:`BLACK_MAX_LEVEL`
+- ``black_image`` / ``black_frame`` (a video download, decoded with PyAV in the checker processes when
+  PyAV is installed; without it frames are not checked and the report's conditions say so): every channel of every pixel is at most :data:`BLACK_MAX_LEVEL`
   (8 of 255, about 3 % of the range: indistinguishable from black on a screen, and above the few levels of
   ringing a lossy codec adds to a black picture; H.264's limited-range black decodes to RGB 0).
 - ``constant_image``: the pixel standard deviation is below :data:`CONSTANT_STD_FLOOR` (2 8-bit levels) in
@@ -93,6 +94,43 @@ def image_kind(img: Image.Image, frame: bool = False) -> tuple[InvalidKind | Non
     return None, None
 
 
+def av_available() -> bool:
+    """Whether PyAV (``av``, the ``serve`` extra) is installed, so video frames can be decoded and checked
+    (looked up without importing it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("av") is not None
+
+
+def video_sanity(content: bytes) -> tuple[InvalidKind | None, str | None, str | None]:
+    """(kind, reason, pixel hash) of an MP4's video frames, decoded with PyAV (for the checker processes,
+    never the measuring loop): ``black_frame`` for the first all-black frame (:func:`image_kind`), and one
+    hash over every frame's RGB pixels. (None, None, None) when the file does not decode: the structural
+    check (:func:`~diffbench.load.client.payload.check_video`) has already judged the container.
+
+    Raises:
+        MissingDependencyError: PyAV is not installed.
+    """
+    from diffbench.errors import require
+
+    av = require("av", "serve")
+    import io
+
+    h = hashlib.blake2b(digest_size=HASH_BYTES)
+    try:
+        with av.open(io.BytesIO(content)) as container:  # type: ignore[attr-defined]
+            for i, frame in enumerate(container.decode(video=0)):
+                img = frame.to_image()
+                kind, why = image_kind(img, frame=True)
+                if kind is not None:
+                    return kind, f"frame {i}: {why}", None
+                h.update(f"{img.mode} {img.size[0]}x{img.size[1]}\n".encode())
+                h.update(img.tobytes())
+    except (av.error.FFmpegError, ValueError, IndexError):  # type: ignore[attr-defined]
+        return None, None, None
+    return None, None, h.hexdigest()
+
+
 def request_key(prompt: str, seed: int | None, *inputs: str | None) -> str:
     """Hex BLAKE2b-64 of what decides a picture besides its shape: ``prompt``, the ``seed`` sent (None:
     the dialect sends none) and edit ``inputs`` (file paths)."""
@@ -133,5 +171,5 @@ def mark_duplicates(records: Sequence[RequestRecord]) -> list[RequestRecord]:
     return out
 
 
-__all__ = ["BLACK_MAX_LEVEL", "CONSTANT_STD_FLOOR", "KINDS", "InvalidKind", "image_kind", "is_black", "mark_duplicates",
-           "max_std", "pixel_hash", "request_key"]
+__all__ = ["BLACK_MAX_LEVEL", "CONSTANT_STD_FLOOR", "KINDS", "InvalidKind", "av_available", "image_kind", "is_black", "mark_duplicates",
+           "max_std", "pixel_hash", "request_key", "video_sanity"]
