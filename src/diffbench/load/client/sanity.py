@@ -158,8 +158,10 @@ def mark_duplicates(records: Sequence[RequestRecord]) -> list[RequestRecord]:
     for idx in by_hash.values():
         if len(idx) < 2 or len({records[i].request_key for i in idx}) < 2:
             continue
-        for i in idx:
-            other = next(j for j in idx if records[j].request_key != records[i].request_key)
+        first = idx[0]
+        differs = next(j for j in idx if records[j].request_key != records[first].request_key)
+        for i in idx:  # linear: the partner is the group's first answer, or the first of another key
+            other = differs if records[i].request_key == records[first].request_key else first
             flagged.setdefault(i, records[other].id)
     if not flagged:
         return list(records)
