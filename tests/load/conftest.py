@@ -13,8 +13,14 @@ redirect to ``ok``), ``stall`` (never answers), ``noise`` / ``noisewrong`` (an i
 requested size /
 8 px wider: large bodies checked in the worker pool), ``mix`` (cycles through ``MIX_CYCLE``),
 ``mix60`` (cycles through ``MIX60_CYCLE``: 60 % failures), ``vid`` (video jobs finishing after ``video_s``), ``vidstuck`` (jobs that never finish), ``vidmp4`` (a real
-MP4 with the requested frame count, reported in the job), ``vidmp4short`` (one frame missing from the MP4)
+MP4 with the requested frame count, reported in the job; each job's clip is tinted apart), ``vidblack`` (as
+``vidmp4``, every frame black), ``vidmp4short`` (one frame missing from the MP4)
 and ``vidjobwrong`` (the job reports 4 frames more than requested).
+
+Answer pictures are not blank: each is a colour pattern drawn from a hash of the request body, so equal
+requests get equal pictures and different seeds or prompts different ones (the client's sanity checks pass).
+Sanity modes: ``const`` (a flat-colour picture), ``black`` (an all-black one), ``same`` (one patterned
+picture for every request, whatever its seed).
 
 On ``/v1/chat/completions`` (vLLM-Omni's diffusion chat form; the body is kept in ``chat_bodies``): ``ok``
 (a data-URL PNG of ``extra_body`` width x height per ``num_outputs_per_prompt``), ``chattext`` (200 with
@@ -46,11 +52,16 @@ MIX60_CYCLE = ("ok", "r429", "ok", "r500", "badjson", "ok", "r429", "badimg", "o
 MP4_BYTES = b"\x00\x00\x00\x18ftypmp42\x00\x00\x00\x00mp42isom" + b"\x00" * 64
 
 
-def _mp4(frames: int) -> bytes:
-    """A real H.264/MPEG-4 MP4 of ``frames`` black 64x48 frames (PyAV, via the reference encoder)."""
+def _mp4(frames: int, tint: int = 0, black: bool = False) -> bytes:
+    """A real H.264/MPEG-4 MP4 of ``frames`` 64x48 frames (PyAV, via the reference encoder): a gradient
+    whose blue channel is ``tint``, or all black."""
     from diffbench.server.mp4 import encode_mp4
 
-    return encode_mp4(np.zeros((frames, 48, 64, 3), dtype=np.uint8), 8)
+    if black:
+        return encode_mp4(np.zeros((frames, 48, 64, 3), dtype=np.uint8), 8)
+    y, x = np.mgrid[0:48, 0:64]
+    one = np.stack([x * 4, y * 5, np.full((48, 64), tint % 256)], axis=-1).astype(np.uint8)
+    return encode_mp4(np.repeat(one[None], frames, axis=0), 8)
 
 
 class FakeServer:
@@ -70,7 +81,7 @@ class FakeServer:
         self._jobs: dict[str, tuple[float | None, int, int]] = {}
         self._ids = itertools.count()
         self._mix = itertools.count()
-        self._png: dict[tuple[int, int, bool], str] = {}
+        self._png: dict[tuple[int, int, bool, str], str] = {}
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -117,19 +128,35 @@ class FakeServer:
         self._pause_at = (self.requests + after_requests, length_s)
 
     # -- HTTP ----------------------------------------------------------------------------------------
-    def _png_b64(self, w: int, h: int, noise: bool = False) -> str:
-        if (w, h, noise) not in self._png:
+    def _png_b64(self, w: int, h: int, noise: bool = False, key: str = "", look: str = "pattern") -> str:
+        """A PNG of ``w`` x ``h``: noise, or a pattern drawn from ``key`` (``look`` ``const``/``black``: a flat
+        colour / black instead)."""
+        if (w, h, noise, key + look) not in self._png:
+            import hashlib
+
             import numpy as np
             from PIL import Image
 
+            if len(self._png) > 512:
+                self._png.clear()
+            seed = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
             buf = io.BytesIO()
             if noise:  # incompressible: the PNG is ~3 bytes per pixel
-                pixels = np.random.default_rng(0).integers(0, 256, (h, w, 3), dtype=np.uint8)
+                pixels = np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
                 Image.fromarray(pixels, "RGB").save(buf, format="PNG", compress_level=1)
-            else:
+            elif look == "const":
                 Image.new("RGB", (w, h), (200, 30, 30)).save(buf, format="PNG")
-            self._png[(w, h, noise)] = base64.b64encode(buf.getvalue()).decode()
-        return self._png[(w, h, noise)]
+            elif look == "black":
+                Image.new("RGB", (w, h), (0, 0, 0)).save(buf, format="PNG")
+            else:  # a gradient with a key-dependent tint and a key-dependent 8x8 block of colour
+                rng = np.random.default_rng(seed)
+                y, x = np.mgrid[0:h, 0:w]
+                pixels = np.stack([x * 255 // max(w - 1, 1), y * 255 // max(h - 1, 1),
+                                   np.full((h, w), rng.integers(0, 256))], axis=-1).astype(np.uint8)
+                pixels[: min(8, h), : min(8, w)] = rng.integers(0, 256, 3, dtype=np.uint8)
+                Image.fromarray(pixels, "RGB").save(buf, format="PNG", compress_level=1)
+            self._png[(w, h, noise, key + look)] = base64.b64encode(buf.getvalue()).decode()
+        return self._png[(w, h, noise, key + look)]
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -212,11 +239,13 @@ class FakeServer:
         else:
             req = json.loads(body or b"{}")
         w, h = (int(x) for x in str(req.get("size", "64x64")).split("x"))
+        key = "" if mode == "same" else body.decode("latin-1")
+        look = mode if mode in ("const", "black") else "pattern"
         if mode == "badimg":
             b64 = base64.b64encode(b"this is not an image").decode()
         else:
             b64 = self._png_b64(w + (8 if mode in ("wrongsize", "noisewrong") else 0), h,
-                                noise=mode.startswith("noise"))
+                                noise=mode.startswith("noise"), key=key, look=look)
         if self.pause_window is not None:
             a, b = self.pause_window
             now = time.monotonic()
@@ -240,7 +269,8 @@ class FakeServer:
         w, h = int(extra.get("width", 64)), int(extra.get("height", 64))
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
-        url = "data:image/png;base64," + self._png_b64(w + (8 if mode == "chatwrong" else 0), h)
+        url = "data:image/png;base64," + self._png_b64(w + (8 if mode == "chatwrong" else 0), h,
+                                                       key=body.decode("latin-1"))
         if mode == "chaturl":
             url = "https://example.invalid/image.png"
         elif mode == "chatbad64":
@@ -275,13 +305,15 @@ class FakeServer:
             if len(parts) == 4 and parts[3] == "content":
                 if not finished:
                     return await self._send(writer, 404, b'{"error":"not ready"}')
-                if mode in ("vidmp4", "vidmp4short"):  # a real MP4, with one frame missing for "short"
-                    return await self._send(writer, 200, _mp4(frames - (mode == "vidmp4short")), ctype="video/mp4")
+                if mode in ("vidmp4", "vidmp4short", "vidblack"):  # a real MP4, one frame missing for "short"
+                    clip = _mp4(frames - (mode == "vidmp4short"), tint=int(jid.split("_")[1]) * 37,
+                                black=mode == "vidblack")
+                    return await self._send(writer, 200, clip, ctype="video/mp4")
                 return await self._send(writer, 200, MP4_BYTES, ctype="video/mp4")
             self.polls += 1
             status = "completed" if finished else "in_progress"
             job = {"id": jid, "status": status, "stage_durations": {"denoise": 0.2}}
-            if mode.startswith("vidmp4") or mode == "vidjobwrong":
+            if mode.startswith("vidmp4") or mode in ("vidjobwrong", "vidblack"):
                 job["num_frames"] = frames + (4 if mode == "vidjobwrong" else 0)  # e.g. rounded to 4k+1
             return await self._send(writer, 200, json.dumps(job).encode())
         return await self._send(writer, 404, b'{"error":"no such route"}')

@@ -69,6 +69,7 @@ def test_delete_abandoned_deletes_only_when_asked(fake):
     ("vidmp4", "ok", None),
     ("vidmp4short", "invalid_payload", "video has 4 frames, requested 5"),
     ("vidjobwrong", "invalid_payload", "video job reports 9 frames, requested 5"),
+    ("vidblack", "invalid_payload", "frame 0: black_frame: all black"),
 ])
 def test_video_with_another_frame_count_is_invalid_payload(fake, mode, outcome, error):
     pytest.importorskip("av")
@@ -77,6 +78,10 @@ def test_video_with_another_frame_count_is_invalid_payload(fake, mode, outcome, 
     assert [r.outcome for r in run.records] == [outcome, outcome]
     if error:
         assert all(error in r.error for r in run.records)
+    if mode == "vidblack":  # decoded in the checker processes: every frame of the fake's clip is black
+        assert {r.invalid_kind for r in run.records} == {"black_frame"}
+    if mode == "vidmp4":  # each job's clip is tinted apart: two pixel hashes
+        assert len({r.answer_hashes[0] for r in run.records}) == 2
 
 
 def test_openai_dialect_labels_do_not_claim_steps_or_frames(fake):

@@ -80,6 +80,18 @@ class RequestRecord(BaseModel):
     intended_unix_s: float | None = None
     """Wall clock (Unix epoch seconds, UTC) of the intended arrival: ``row_started_unix_s + intended_s``."""
 
+    invalid_kind: str | None = None
+    """For an ``invalid_payload`` that failed an answer-sanity check, its named kind (``black_image``,
+    ``constant_image``, ``black_frame``, ``duplicate_across_seeds``); None otherwise (a format failure:
+    JSON, base64, decoding, size, count)."""
+    answer_hashes: list[str] | None = None
+    """Pixel hash of each answer image (hex BLAKE2b-128 of the decoded pixels), for an ok answer checked with
+    sanity on; None otherwise."""
+    request_key: str | None = None
+    """Hex digest of what decides the picture besides the shape: the prompt, the seed when the dialect sends
+    one, the edit inputs. Two answers with equal pixels and different keys are ``duplicate_across_seeds``
+    (set with ``answer_hashes``)."""
+
     @property
     def work_mpx_steps(self) -> float | None:
         """Megapixel·steps asked for: ``width * height * (frames or 1) * steps * outputs / 1e6``; None when

@@ -180,6 +180,10 @@ class RateSummary(BaseModel):
     poll_granularity_s: float | None = None
     """Video jobs: the largest ``poll_granularity_s`` of the row's ok jobs (seconds): every latency of the
     row overstates its job's end by at most this much (adaptive polling). None: no polled job."""
+    invalid_kinds: dict[str, int] = {}
+    """``invalid_payload`` requests of the row by named sanity kind (``black_image``, ``constant_image``,
+    ``black_frame``, ``duplicate_across_seeds``; only kinds that occurred). The rest of
+    ``outcomes["invalid_payload"]`` failed the format checks (JSON, base64, decoding, size, count)."""
     server: ServerSide | None = None
     """The server's own view of the row, scraped from its ``/metrics`` (``load --scrape``; None without)."""
     hdr: HdrSummary | None = None
@@ -539,7 +543,10 @@ def summarize_rate(
     peak: int | None = None
     service: list[float] = []
     poll_gap: float | None = None
+    kinds: dict[str, int] = {}
     for r in records:
+        if r.outcome == "invalid_payload" and r.invalid_kind is not None:
+            kinds[r.invalid_kind] = kinds.get(r.invalid_kind, 0) + 1
         if r.outcome == "ok" and r.poll_granularity_s is not None:
             poll_gap = r.poll_granularity_s if poll_gap is None else max(poll_gap, r.poll_granularity_s)
         if r.status is not None:
@@ -567,6 +574,8 @@ def summarize_rate(
     update: dict[str, object] = {"first_error": first_error} if first_error else {}
     if poll_gap is not None:
         update["poll_granularity_s"] = poll_gap
+    if kinds:
+        update["invalid_kinds"] = dict(sorted(kinds.items()))
     if goodput:
         update["goodput_constraints"] = list(goodput)
         extra = gp.warnings(summary.n_ok) if gp else []

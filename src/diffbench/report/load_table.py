@@ -49,8 +49,14 @@ def offered_text(row: RateSummary) -> str:
 
 def _outcomes(row: RateSummary) -> str:
     parts = [f"ok {row.outcomes.get('ok', 0)}"]
-    parts += [f"{k} {v}" for k, v in row.outcomes.items() if k != "ok" and v]
+    parts += [f"{k} {v}" + (invalid_kinds_text(row) if k == "invalid_payload" else "")
+              for k, v in row.outcomes.items() if k != "ok" and v]
     return " · ".join(parts)
+
+
+def invalid_kinds_text(row: RateSummary) -> str:
+    """`` (black_image 3, duplicate_across_seeds 2)``: the row's invalid answers by sanity kind ("" when none)."""
+    return f" ({', '.join(f'{k} {v}' for k, v in row.invalid_kinds.items())})" if row.invalid_kinds else ""
 
 
 def _flags(row: RateSummary, is_knee: bool) -> Text:

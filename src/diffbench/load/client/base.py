@@ -42,6 +42,9 @@ class Attempt:
     job_id: str | None = None
     reported_frames: int | None = None
     poll_granularity_s: float | None = None
+    invalid_kind: str | None = None
+    answer_hashes: list[str] | None = None
+    request_key: str | None = None
 
     def to_record(self, *, id: int, rate: float | None, shape: str, intended_s: float,
                   client_queue_s: float, work: dict[str, int | None] | None = None) -> RequestRecord:
@@ -52,7 +55,8 @@ class Attempt:
             first_byte_s=self.first_byte_s, done_s=self.done_s, outcome=self.outcome, status=self.status,
             retry_after_s=self.retry_after_s, error=self.error, client_queue_s=client_queue_s,
             server_stages_s=self.stages_s, server_peak_memory_bytes=self.peak_memory_bytes,
-            poll_granularity_s=self.poll_granularity_s, **(work or {}),
+            poll_granularity_s=self.poll_granularity_s, invalid_kind=self.invalid_kind,
+            answer_hashes=self.answer_hashes, request_key=self.request_key, **(work or {}),
         )
 
 

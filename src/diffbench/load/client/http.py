@@ -63,9 +63,11 @@ from diffbench.load.client.payload import (
     check_chat,
     check_images,
     check_video,
+    check_video_frames,
     decode_body,
     parse_json,
 )
+from diffbench.load.client.sanity import av_available, request_key
 from diffbench.load.client.workload import RequestSpec
 
 if TYPE_CHECKING:
@@ -103,7 +105,8 @@ class Target(BaseModel):
     a whole fixed interval late (a 0.3 s job measured at 0.5 s with a fixed 0.25 s cadence); each record
     states its bound (``poll_granularity_s``, :class:`~diffbench.core.records.RequestRecord`). ``max_connections`` None = unbounded connection pool (an open loop must never queue on
     it); a number caps the open connections (requests then wait for one inside their deadline).
-    ``decode_payload`` False (``--no-decode``) checks the JSON shape and image count only.
+    ``decode_payload`` False (``--no-decode``) checks the JSON shape and image count only. ``sanity``
+    (with decoding) adds the pixel checks of :mod:`~diffbench.load.client.sanity` to every image answer.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -119,6 +122,7 @@ class Target(BaseModel):
     delete_abandoned: bool = False
     verify_tls: bool = True
     decode_payload: bool = True
+    sanity: bool = True
     max_connections: int | None = Field(default=None, gt=0)
     abandon_after_s: float | None = Field(default=None, gt=0)
     abandon_fraction: float = Field(default=1.0, gt=0, le=1)
@@ -200,7 +204,8 @@ class HttpBackend:
     :data:`NO_DECODE_INLINE_BYTES` do (the JSON parse of a small body costs the loop less than the
     hand-off). Video downloads are checked on the loop: :func:`check_video` reads the MP4 box headers only
     (measured ~11 us for a 33-frame clip and for a 20 MB 81-frame one), cheaper than copying the file to a
-    worker.
+    worker; with sanity on and PyAV installed a clip that passes is then decoded in the workers
+    (:func:`~diffbench.load.client.payload.check_video_frames`: black frames, pixel hash).
     """
 
     def __init__(self, target: Target, *, check_workers: int | None = None) -> None:
@@ -216,13 +221,19 @@ class HttpBackend:
         self._sent = 0
         self.abandon_enabled = True
         """False while the warm-up runs: ``--abandon-after`` applies to measured requests only."""
+        self._video_frames = target.sanity and target.decode_payload and av_available()
 
     @property
     def check_mode(self) -> str:
         """One line for the report's conditions: how image payloads were checked."""
         where = f"{self._check_workers} worker process{'es' if self._check_workers != 1 else ''}"
         if self.target.decode_payload:
-            return f"decoded in {where} (base64, PNG and size; never on the measuring event loop)"
+            checks = "base64, PNG, size" + (", black/constant pixels and pixel hashes" if self.target.sanity else "")
+            video = ""
+            if self.target.sanity:
+                video = ("; video frames decoded there too (black frames, pixel hash)" if self._video_frames
+                         else "; video frames not checked (PyAV is not installed)")
+            return f"decoded in {where} ({checks}; never on the measuring event loop){video}"
         return (f"not decoded (--no-decode): JSON shape and image count read on the event loop up to "
                 f"{NO_DECODE_INLINE_BYTES // 1024} KiB, in {where} above")
 
@@ -485,7 +496,8 @@ class HttpBackend:
         s = spec.shape
         try:
             if spec.kind != "video":
-                args = (body, s.width, s.height, s.n, self.target.decode_payload, encoding)
+                sanity = self.target.sanity and self.target.decode_payload
+                args = (body, s.width, s.height, s.n, self.target.decode_payload, encoding, sanity)
                 fn = check_chat if self.target.dialect == "vllm-omni-chat" else check_images
                 if not self.target.decode_payload and encoding is None and len(body) <= NO_DECODE_INLINE_BYTES:
                     verdict = fn(*args)  # JSON only, small: cheaper here than the hand-off
@@ -494,6 +506,10 @@ class HttpBackend:
                 else:
                     verdict = await self._checker.run(fn, *args, size=len(body))
                 attempt.stages_s, attempt.peak_memory_bytes = verdict.stages_s, verdict.peak_memory_bytes
+                if verdict.ok and verdict.hashes:
+                    attempt.answer_hashes = verdict.hashes
+                    sent_seed = spec.seed if sends_steps_and_frames(self.target.dialect) else None
+                    attempt.request_key = request_key(spec.prompt, sent_seed, spec.image, spec.mask)
             else:
                 frames = s.frames if sends_steps_and_frames(self.target.dialect) else None
                 if frames is not None and attempt.reported_frames not in (None, frames):
@@ -501,9 +517,18 @@ class HttpBackend:
                                              f"{frames}")
                 else:
                     verdict = check_video(decode_body(body, encoding), frames)
+                if verdict.ok and self._video_frames:
+                    if self._checker is None:
+                        raise RuntimeError("HttpBackend.start() was not called")
+                    verdict = await self._checker.run(check_video_frames, body, encoding, size=len(body))
+                    if verdict.ok and verdict.hashes:
+                        attempt.answer_hashes = verdict.hashes
+                        attempt.request_key = request_key(spec.prompt, spec.seed if sends_steps_and_frames(
+                            self.target.dialect) else None)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a checker failure is counted, never dropped
             verdict = Verdict(False, f"payload check failed in the client: {type(exc).__name__}: {exc}"[:300])
         if not verdict.ok:
             attempt.outcome, attempt.error = "invalid_payload", verdict.error
+            attempt.invalid_kind = verdict.invalid_kind

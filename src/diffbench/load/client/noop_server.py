@@ -9,10 +9,14 @@ It prints the port it listens on (one line on stdout), then answers every reques
 seconds (default 0: at once). The body is an images-API response (``{"created": 0, "data": [{"b64_json":
 ...}]}``) whose ``b64_json`` is a valid PNG:
 
-- ``--body-bytes 0`` (default, the *no-op* mode): an 8x8 PNG (body ~150 bytes);
+- ``--body-bytes 0`` (default, the *no-op* mode): an 8x8 gradient PNG (body ~150 bytes; not flat, so the
+  client's black/constant checks pass);
 - ``--body-bytes N``: an incompressible noise PNG (``compress_level=1``) of the square size
   :func:`image_size_for` returns, so the whole body is ~N bytes (the side is rounded down: a little under
   N, within 0.5 % from 1 MB up). A client whose payload check should pass requests that size.
+
+Every request gets the same picture: a row summary counts those answers as ``duplicate_across_seeds`` (the
+runners' records themselves stay ok; the benchmarks and fidelity tests read the records).
 
 The server is a raw :class:`asyncio.Protocol` on uvloop when installed: requests are framed by
 ``Content-Length`` (no chunked request bodies, no ``Expect: 100-continue``) and never parsed further, so it
@@ -66,7 +70,8 @@ def build_body(body_bytes: int = 0) -> bytes:
 
     w, h = image_size_for(body_bytes)
     if body_bytes == 0:
-        img = Image.new("RGB", (w, h), (10, 20, 30))
+        y, x = np.mgrid[0:h, 0:w]
+        img = Image.fromarray(np.stack([x * 32, y * 32, (x + y) * 16], axis=-1).astype(np.uint8), "RGB")
     else:
         img = Image.fromarray(np.random.default_rng(0).integers(0, 256, (h, w, 3), dtype=np.uint8), "RGB")
     buf = io.BytesIO()

@@ -7,6 +7,11 @@ is valid when it is non-empty, starts like an ISO-BMFF/MP4 file (an ``ftyp`` box
 requested number of frames (read from the MP4 sample table and from the job's ``num_frames``; the client
 does not decode video frames).
 
+With ``sanity`` on (the default when decoding), each decoded image also passes the pixel checks of
+:mod:`diffbench.load.client.sanity`: an all-black or constant image is an ``invalid_payload`` whose
+:attr:`Verdict.invalid_kind` names it, and every image's pixel hash comes back in :attr:`Verdict.hashes`
+(the row summary finds the same picture answered to different seeds).
+
 These functions are pure and CPU-bound. :class:`~diffbench.load.client.http.HttpBackend` runs
 :func:`check_images` in worker processes (:mod:`diffbench.load.client.checker`), never on the measuring
 event loop; :func:`check_video` walks the MP4 box headers only (no decoding, no copy: microseconds for the
@@ -39,6 +44,11 @@ class Verdict:
     job_status: str | None = None
     checked_pid: int | None = None
     """Process id of the process that ran the check (set by the checker's workers)."""
+    invalid_kind: str | None = None
+    """The named kind of a failed sanity check (:data:`diffbench.load.client.sanity.KINDS`), else None."""
+    hashes: list[str] | None = None
+    """Pixel hash of each answer image (:func:`~diffbench.load.client.sanity.pixel_hash`), in answer order;
+    None when the images were not decoded or sanity was off."""
 
 
 def decode_body(body: bytes, encoding: str | None) -> bytes:
@@ -84,13 +94,17 @@ def _json_answer(body: bytes, encoding: str | None) -> tuple[dict[str, object] |
     return parse_json(body)
 
 
-def _check_image(b64: object, width: int, height: int, what: str = "b64_json") -> str | None:
+def _check_image(b64: object, width: int, height: int, what: str = "b64_json",
+                 sanity: bool = False) -> tuple[str | None, str | None, str | None]:
+    """(reason, sanity kind, pixel hash) of one base64 image: reason None when it is a picture of the
+    requested size; kind and hash only with ``sanity``."""
     if not isinstance(b64, str) or not b64:
-        return "data[].b64_json missing or not a string (the server may not support response_format=b64_json)"
+        return ("data[].b64_json missing or not a string (the server may not support response_format=b64_json)",
+                None, None)
     try:
         raw = base64.b64decode(b64, validate=True)
     except (binascii.Error, ValueError) as exc:
-        return f"{what} is not valid base64: {exc}"
+        return f"{what} is not valid base64: {exc}", None, None
     require("PIL", "serve")
     from PIL import Image, UnidentifiedImageError
 
@@ -98,16 +112,21 @@ def _check_image(b64: object, width: int, height: int, what: str = "b64_json") -
         with Image.open(io.BytesIO(raw)) as img:
             img.load()
             size = img.size
+            if size != (width, height):
+                return f"image is {size[0]}x{size[1]}, requested {width}x{height} (WIDTHxHEIGHT)", None, None
+            if not sanity:
+                return None, None, None
+            from diffbench.load.client.sanity import image_kind, pixel_hash
+
+            kind, why = image_kind(img)
+            return why, kind, pixel_hash(img)
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
         text = re.sub(r"\s*<_io\.BytesIO object at 0x[0-9a-f]+>", "", str(exc))  # Pillow names its buffer
-        return f"image does not decode: {text[:120]}"
-    if size != (width, height):
-        return f"image is {size[0]}x{size[1]}, requested {width}x{height} (WIDTHxHEIGHT)"
-    return None
+        return f"image does not decode: {text[:120]}", None, None
 
 
 def check_images(body: bytes, width: int, height: int, n: int, decode: bool = True,
-                 encoding: str | None = None) -> Verdict:
+                 encoding: str | None = None, sanity: bool = False) -> Verdict:
     """Check an images-API response body.
 
     Args:
@@ -116,6 +135,7 @@ def check_images(body: bytes, width: int, height: int, n: int, decode: bool = Tr
         n: the requested number of images.
         decode: False skips base64/image decoding (JSON shape and server timings are still read).
         encoding: the response's ``Content-Encoding`` (None: identity).
+        sanity: with ``decode``, also the pixel checks and hashes of :mod:`diffbench.load.client.sanity`.
     """
     obj, err = _json_answer(body, encoding)
     if obj is None:
@@ -127,14 +147,17 @@ def check_images(body: bytes, width: int, height: int, n: int, decode: bool = Tr
         return Verdict(False, f"response has {what}", stages, peak)
     if len(data) != n:
         return Verdict(False, f"response holds {len(data)} images, requested n={n}", stages, peak)
+    hashes: list[str] | None = [] if decode and sanity else None
     if decode:
         for i, item in enumerate(data):
             if not isinstance(item, dict):
                 return Verdict(False, f"data[{i}] is not an object", stages, peak)
-            reason = _check_image(item.get("b64_json"), width, height)
+            reason, kind, digest = _check_image(item.get("b64_json"), width, height, sanity=sanity)
             if reason is not None:
-                return Verdict(False, f"data[{i}]: {reason}", stages, peak)
-    return Verdict(True, None, stages, peak)
+                return Verdict(False, f"data[{i}]: {reason}", stages, peak, invalid_kind=kind)
+            if hashes is not None and digest is not None:
+                hashes.append(digest)
+    return Verdict(True, None, stages, peak, hashes=hashes)
 
 
 def chat_timings(obj: dict[str, object]) -> tuple[dict[str, float], int | None]:
@@ -169,14 +192,15 @@ def _data_url_b64(url: object) -> tuple[str | None, str | None]:
 
 
 def check_chat(body: bytes, width: int, height: int, n: int, decode: bool = True,
-               encoding: str | None = None) -> Verdict:
+               encoding: str | None = None, sanity: bool = False) -> Verdict:
     """Check a chat-completions answer (``vllm-omni-chat``): the images are data URLs in
     ``choices[0].message.content[*].image_url.url``.
 
     Not ok: no ``choices``, an assistant message whose content is text (vLLM-Omni answers 200 with "Image
     generation completed but no images were produced." when the pipeline gave none), a number of image parts
     other than ``n``, a URL that is not an image data URL, base64 that does not decode, an image Pillow
-    cannot decode, or one of another size than ``width`` x ``height`` (pixels).
+    cannot decode, or one of another size than ``width`` x ``height`` (pixels); with ``sanity``, as
+    :func:`check_images`.
     """
     obj, err = _json_answer(body, encoding)
     if obj is None:
@@ -197,15 +221,19 @@ def check_chat(body: bytes, width: int, height: int, n: int, decode: bool = True
     if len(parts) != n:
         return Verdict(False, f"choices[0].message.content holds {len(parts)} image_url parts, requested n={n}",
                        stages, peak)
+    hashes: list[str] | None = [] if decode and sanity else None
     if decode:
         for i, part in enumerate(parts):
             iu = part.get("image_url")
             b64, reason = _data_url_b64(iu.get("url") if isinstance(iu, dict) else None)
+            kind = digest = None
             if reason is None:
-                reason = _check_image(b64, width, height, "the data URL's base64")
+                reason, kind, digest = _check_image(b64, width, height, "the data URL's base64", sanity=sanity)
             if reason is not None:
-                return Verdict(False, f"content[{i}]: {reason}", stages, peak)
-    return Verdict(True, None, stages, peak)
+                return Verdict(False, f"content[{i}]: {reason}", stages, peak, invalid_kind=kind)
+            if hashes is not None and digest is not None:
+                hashes.append(digest)
+    return Verdict(True, None, stages, peak, hashes=hashes)
 
 
 _CONTAINERS = frozenset({b"moov", b"trak", b"mdia", b"minf", b"stbl", b"moof", b"traf", b"edts", b"mvex"})
@@ -262,6 +290,19 @@ def mp4_frame_count(content: bytes) -> int | None:
     if samples is None and "fragments" not in found:
         return None
     return total
+
+
+def check_video_frames(content: bytes, encoding: str | None = None) -> Verdict:
+    """The answer sanity of a downloaded video (after :func:`check_video` passed): its frames decoded with
+    PyAV, an all-black frame a ``black_frame``, and one pixel hash of the clip
+    (:func:`~diffbench.load.client.sanity.video_sanity`). For the checker processes: decoding a clip takes
+    tens to hundreds of ms."""
+    from diffbench.load.client.sanity import video_sanity
+
+    kind, why, digest = video_sanity(decode_body(content, encoding))
+    if kind is not None:
+        return Verdict(False, why, invalid_kind=kind)
+    return Verdict(True, hashes=[digest] if digest is not None else None)
 
 
 def check_video(content: bytes, frames: int | None = None) -> Verdict:

@@ -40,6 +40,7 @@ from diffbench.load.client.base import Attempt, Backend
 from diffbench.load.client.control import JsonlSink, RunControl
 from diffbench.load.client.executor import InProcess, LoadExecutor
 from diffbench.load.client.runners import RunResult
+from diffbench.load.client.sanity import mark_duplicates
 from diffbench.load.client.slo import SloPolicy, base_unit_s, last_per_shape
 from diffbench.load.client.workload import RequestPlanner, RequestSpec, ShapeMix
 from diffbench.load.goodput import GoodputConstraint, latency_limit
@@ -246,12 +247,15 @@ def _summarize(run: RunResult, cfg: ProfileConfig, *, schedule: str | None = Non
                stopped_by: Literal["duration", "num_requests", "interrupted"] | None = None,
                slo: SloPolicy | None = None) -> RateSummary:
     """One row over the runner's window (the count stop's window is passed to the runner as its duration);
-    a burst (``schedule="burst"``) is counted over the time to its last event."""
+    a burst (``schedule="burst"``) is counted over the time to its last event. Answers that repeat a
+    picture across seeds or prompts are counted ``invalid_payload`` here, when the row is complete
+    (:func:`~diffbench.load.client.sanity.mark_duplicates`)."""
     duration = run.duration_s
+    records = mark_duplicates(run.records)
     if schedule == "burst":
-        last = [t for r in run.records for t in (r.sent_s, r.done_s) if t is not None]
+        last = [t for r in records for t in (r.sent_s, r.done_s) if t is not None]
         duration = max(max(last, default=0.0), 1e-9)
-    row = summarize_rate(run.records, offered_rate=run.offered_rate, duration_s=duration,
+    row = summarize_rate(records, offered_rate=run.offered_rate, duration_s=duration,
                          slo_s=cfg.knee_slo_s, mode=run.mode, users=run.users, goodput=cfg.goodput or None,
                          schedule=schedule)
     update: dict[str, object] = {"stopped_by": stopped_by} if stopped_by else {}
@@ -260,7 +264,7 @@ def _summarize(run: RunResult, cfg: ProfileConfig, *, schedule: str | None = Non
     if run.hdr is not None:
         update["hdr"] = run.hdr
     if slo is not None and slo.active:
-        defined, met, rate = slo.attainment(run.records)
+        defined, met, rate = slo.attainment(records)
         update.update(slo_requests=defined, slo_met=met, slo_attainment=rate)
     return row.model_copy(update=update) if update else row
 

@@ -59,6 +59,11 @@ def _source(r: LoadedResult) -> str:
     return f"{r.model.source}: {r.label}"
 
 
+def _kinds(row: RateSummary) -> str:
+    """`` (black_image 3, ...)``: the row's invalid answers by sanity kind ("" when none)."""
+    return f" ({', '.join(f'{k} {v}' for k, v in row.invalid_kinds.items())})" if row.invalid_kinds else ""
+
+
 def _flags(res: LoadResult, i: int, row: RateSummary) -> str:
     out = []
     if res.knee.index == i:
@@ -123,7 +128,8 @@ def rows_table(i: int, r: LoadedResult) -> Table:
                      num(row.goodput), num(row.completed_rate), f"{row.failed_fraction:.1%}",
                      ms(la.p50), ms(la.p90), ms(la.p99), ms(la.p999), ms(row.latency_from_send_s.p99),
                      ms(row.lag_s.p50), ms(row.lag_s.p99), ms(d.first_half_p50_s), ms(d.second_half_p50_s),
-                     *(str(row.outcomes.get(k, 0)) for k in kinds), _flags(res, j, row)])
+                     *(str(row.outcomes.get(k, 0)) + (_kinds(row) if k == "invalid_payload" else "")
+                       for k in kinds), _flags(res, j, row)])
     knee = knee_x(res)
     cap = (f"latency from intended arrival over ok requests, {METHOD}; rates over each row's window "
            "(ok/s counts successes only; goodput: ok within the SLO / --goodput); lag = sent − intended; halves "
