@@ -60,6 +60,14 @@ class RequestRecord(BaseModel):
     """Video jobs: seconds from the send of the last status request that saw the job unfinished (or of the
     create request) to ``done_s``. The job finished inside that window, so ``done_s`` overstates its end by
     at most this much: the resolution bound of the latency. None: not a polled job."""
+    reference: str | None = None
+    """``load --reference``: the label of the reference this request replayed (None: a workload request)."""
+    psnr_db: float | None = None
+    """Reference requests: PSNR (dB) of the answer against the reference, its worst image or frame;
+    identical answers are recorded as 200 dB (no finite uint8 PSNR of a real image reaches it). None:
+    not scored (not a reference request, or not ok)."""
+    ssim: float | None = None
+    """Reference requests: SSIM of the answer against the reference, its worst image or frame."""
 
     @property
     def latency_from_arrival_s(self) -> float | None:

@@ -55,6 +55,7 @@ from diffbench.core.stats import Summary, summarize
 from diffbench.load.goodput import GoodputConstraint, count_good
 from diffbench.load.merge import HdrSummary
 from diffbench.load.saturation import Saturation, check_saturation
+from diffbench.load.scored import QualityRow
 from diffbench.load.scrape import ServerSide
 
 SCHEMA_VERSION = 2
@@ -185,6 +186,9 @@ class RateSummary(BaseModel):
     """The HdrHistogram merge of the workers' ok requests, with its error bound (``load --ray``, and
     ``--workers`` runs of more than 100,000 planned requests; None otherwise). The other figures of the row
     come from the exact merge of the records."""
+    quality: QualityRow | None = None
+    """``load --reference``: the row's reference requests scored against the references (PSNR, SSIM, the
+    quality goodput over them; :mod:`diffbench.load.scored`). None without references."""
 
     @property
     def label(self) -> str:

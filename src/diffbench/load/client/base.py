@@ -42,6 +42,8 @@ class Attempt:
     job_id: str | None = None
     reported_frames: int | None = None
     poll_granularity_s: float | None = None
+    reference: str | None = None
+    quality: dict[str, float] | None = None
 
     def to_record(self, *, id: int, rate: float | None, shape: str, intended_s: float,
                   client_queue_s: float) -> RequestRecord:
@@ -51,7 +53,8 @@ class Attempt:
             first_byte_s=self.first_byte_s, done_s=self.done_s, outcome=self.outcome, status=self.status,
             retry_after_s=self.retry_after_s, error=self.error, client_queue_s=client_queue_s,
             server_stages_s=self.stages_s, server_peak_memory_bytes=self.peak_memory_bytes,
-            poll_granularity_s=self.poll_granularity_s,
+            poll_granularity_s=self.poll_granularity_s, reference=self.reference,
+            psnr_db=(self.quality or {}).get("psnr_db"), ssim=(self.quality or {}).get("ssim"),
         )
 
 

@@ -59,6 +59,7 @@ from diffbench.load.client.payload import (
     decode_body,
     parse_json,
 )
+from diffbench.load.client.scoring import score_images
 from diffbench.load.client.workload import RequestSpec
 
 if TYPE_CHECKING:
@@ -440,11 +441,21 @@ class HttpBackend:
     async def check(self, spec: RequestSpec, attempt: Attempt) -> None:
         body, attempt.body = attempt.body, None
         encoding, attempt.body_encoding = attempt.body_encoding, None
+        if spec.reference is not None:
+            attempt.reference = spec.reference.label
         if attempt.outcome != "ok" or body is None:
             return
         s = spec.shape
         try:
-            if spec.kind != "video":
+            if spec.reference is not None and spec.kind != "video":
+                if self._checker is None:
+                    raise RuntimeError("HttpBackend.start() was not called")
+                verdict = await self._checker.run(
+                    score_images, body, s.width, s.height, s.n, self.target.dialect == "vllm-omni-chat", encoding,
+                    spec.reference.files, size=len(body))
+                attempt.stages_s, attempt.peak_memory_bytes = verdict.stages_s, verdict.peak_memory_bytes
+                attempt.quality = verdict.quality
+            elif spec.kind != "video":
                 args = (body, s.width, s.height, s.n, self.target.decode_payload, encoding)
                 fn = check_chat if self.target.dialect == "vllm-omni-chat" else check_images
                 if not self.target.decode_payload and encoding is None and len(body) <= NO_DECODE_INLINE_BYTES:

@@ -39,6 +39,8 @@ class Verdict:
     job_status: str | None = None
     checked_pid: int | None = None
     """Process id of the process that ran the check (set by the checker's workers)."""
+    quality: dict[str, float] | None = None
+    """Scores against a reference (``psnr_db``, ``ssim``; :mod:`diffbench.load.client.scoring`)."""
 
 
 def decode_body(body: bytes, encoding: str | None) -> bytes:

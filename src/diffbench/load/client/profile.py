@@ -42,8 +42,9 @@ from diffbench.load.client.executor import InProcess, LoadExecutor
 from diffbench.load.client.runners import RunResult
 from diffbench.load.client.slo import SloPolicy, base_unit_s, last_per_shape
 from diffbench.load.client.workload import RequestPlanner, RequestSpec, ShapeMix
-from diffbench.load.goodput import GoodputConstraint, latency_limit
+from diffbench.load.goodput import GoodputConstraint, QualityFloor, latency_limit
 from diffbench.load.knee import Knee, LoadResult, analyze_sweep, merge_probe_capacity
+from diffbench.load.scored import quality_row
 from diffbench.load.stops import plan_arrivals
 from diffbench.load.summary import RateSummary, run_label, summarize_rate
 from diffbench.queueing.schedules import ScheduleSpec
@@ -110,6 +111,8 @@ class ProfileConfig(BaseModel):
     max_requests: int = Field(default=200_000, ge=1)
     num_requests: int | None = Field(default=None, ge=1)
     goodput: list[GoodputConstraint] = []
+    quality_floors: list[QualityFloor] = []
+    """``--goodput psnr:DB ssim:S``: the floors of the quality goodput over reference requests."""
     workers: int = Field(default=1, ge=1)
 
     @property
@@ -235,6 +238,9 @@ def _summarize(run: RunResult, cfg: ProfileConfig, *, schedule: str | None = Non
     update: dict[str, object] = {"stopped_by": stopped_by} if stopped_by else {}
     if run.hdr is not None:
         update["hdr"] = run.hdr
+    quality = quality_row(run.records, cfg.goodput, cfg.quality_floors)
+    if quality is not None:
+        update["quality"] = quality
     if slo is not None and slo.active:
         defined, met, rate = slo.attainment(run.records)
         update.update(slo_requests=defined, slo_met=met, slo_attainment=rate)
