@@ -152,3 +152,32 @@ def test_quality_goodput_and_row_recounted_from_records() -> None:
     assert row.psnr_worst_db == pytest.approx(float(scores.min()))
     assert row.fraction_under_gate == pytest.approx(float((scores < 30).sum() / scores.size))
     assert quality_row([_rec(0, psnr=None, latency=1, ref=False)]) is None
+
+
+@pytest.mark.parametrize("make", ["missing", "empty", "not_json"])
+def test_reference_that_is_not_a_manifest_is_an_error_naming_the_flag(tmp_path: Path, make: str,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from diffbench.cli.main import main
+
+    d = tmp_path / "refs"
+    if make != "missing":
+        d.mkdir()
+    if make == "not_json":
+        (d / "manifest.json").write_text("{not json")
+    code = main(["load", "--url", "http://127.0.0.1:9", "--reference", str(d), "--rates", "1", "--duration", "1"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert ("--reference" in err) if make != "not_json" else ("manifest.json" in err)
+
+
+def test_quality_line_prints_the_row_figures() -> None:
+    from diffbench.load.summary import summarize_rate
+    from diffbench.report.load_table import quality_line
+
+    cons, floors = parse_goodput_floors("latency:3 psnr:30")
+    recs = [_rec(i, psnr=p, latency=1.0) for i, p in enumerate([200.0, 35.0, 25.0, 31.0])]
+    row = summarize_rate(recs, offered_rate=1.0, duration_s=4.0, goodput=cons)
+    row = row.model_copy(update={"quality": quality_row(recs, cons, floors)})
+    line = quality_line(row)
+    assert "4 scored of 4" in line and "worst 25.00 dB" in line and "25% under 30 dB" in line
+    assert "quality goodput 3/4 = 75%" in line
