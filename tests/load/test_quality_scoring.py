@@ -181,3 +181,16 @@ def test_quality_line_prints_the_row_figures() -> None:
     line = quality_line(row)
     assert "4 scored of 4" in line and "worst 25.00 dB" in line and "25% under 30 dB" in line
     assert "quality goodput 3/4 = 75%" in line
+
+
+def test_chat_answers_are_scored_like_image_answers(tmp_path: Path) -> None:
+    rng = np.random.default_rng(9)
+    ref = rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)
+    ans = np.clip(ref.astype(np.int16) + rng.integers(-9, 10, ref.shape), 0, 255).astype(np.uint8)
+    path = tmp_path / "r.png"
+    path.write_bytes(_png(ref))
+    url = "data:image/png;base64," + base64.b64encode(_png(ans)).decode()
+    body = json.dumps({"choices": [{"message": {"content": [{"type": "image_url", "image_url": {"url": url}}]}}]})
+    v = score_images(body.encode(), 32, 32, 1, True, None, [str(path)])
+    assert v.ok and v.quality is not None
+    assert v.quality["psnr_db"] == pytest.approx(peak_signal_noise_ratio(ref, ans, data_range=255), abs=1e-9)
