@@ -10,6 +10,7 @@ Heavy imports (aiohttp, the service, Ray) happen inside the command.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -51,7 +52,8 @@ def register(app: typer.Typer) -> None:
                                          "for goodput and the knee (= --goodput latency:S)."),
         goodput: list[str] = typer.Option(_d("goodput"), "--goodput", help="Good-request constraints in seconds, "
                                           "'latency:10 queue_wait:2' (also ttfb, lag, latency_from_send, "
-                                          "stage.NAME); all must hold."),
+                                          "stage.NAME); all must hold. With --reference also quality floors "
+                                          "psnr:DB, ssim:S (a second goodput over the scored requests)."),
         max_inflight: int | None = typer.Option(_d("max_inflight"), "--max-inflight", help="Client in-flight cap; waiting "
                                                 "is reported as client queue time."),
         max_concurrency: int | None = typer.Option(_d("max_concurrency"), "--max-concurrency", help="Alias of --max-inflight "
@@ -115,6 +117,12 @@ def register(app: typer.Typer) -> None:
         gpu_hour_price: float | None = typer.Option(_d("gpu_hour_price"), "--gpu-hour-price", help="Price per GPU-hour "
                                                     "(any currency; needs --gpus): adds the cost per 1,000 ok outputs, "
                                                     "the GPUs paid for the whole window."),
+        reference: str | None = typer.Option(_d("reference"), "--reference", help="Directory of a bench --save-outputs "
+                                             "or probe --record-reference manifest: replay its requests and score "
+                                             "their answers (PSNR, SSIM) against it."),
+        quality_sample: float | None = typer.Option(_d("quality_sample"), "--quality-sample", help="Fraction in (0, 1] "
+                                                    "of the schedule that replays --reference (default 1: every "
+                                                    "request, the references in turn)."),
         # vllm bench serve's names (README, "vllm bench serve names"; diffbench.load.client.vllm_compat)
         base_url: str | None = typer.Option(_d("base_url"), "--base-url", help="Alias of --url (vllm bench serve)."),
         model: str | None = typer.Option(_d("model"), "--model", help="Model name sent in every request (all dialects; "
@@ -164,12 +172,18 @@ def run_command(given: dict[str, Any]) -> None:
 
         ray = check_address(spec.ray)
     spec, plan = prepare(spec)
+    fingerprint: dict[str, object] | None = None
+    if spec.reference is not None:
+        from diffbench.cli.load_reference import read_references
+
+        references, fingerprint = read_references(spec.reference)
+        plan = dataclasses.replace(plan, references=tuple(references))  # type: ignore[type-var]
     if ray is None:
         _check_workers(spec.workers)
     scraper = scraper_for(spec)
     console = make_console()
     if spec.url:
-        _run(spec, plan, spec.target(spec.url), console, ray=ray, local=False, scraper=scraper)
+        _run(spec, plan, spec.target(spec.url), console, ray=ray, local=False, scraper=scraper, fingerprint=fingerprint)
         return
     from diffbench.engines.registry import EngineConfig
     from diffbench.server.background import run_in_background
@@ -184,12 +198,20 @@ def run_command(given: dict[str, Any]) -> None:
         if spec.scrape_local:
             scraper = scraper_for(spec, base_url)
         _run(spec, plan, spec.target(base_url), console, ray=ray, local=True, scraper=scraper,
-             service_started=(started, ready))
+             service_started=(started, ready), fingerprint=fingerprint)
 
 
 def _run(spec: LoadSpec, plan: object, target: Target, console: Any, *, ray: str | None, local: bool,
-         scraper: object | None, service_started: tuple[float, float] | None = None) -> None:
-    """:func:`~diffbench.load.run.run_load` with this command's executor, renderer, CSV writer and alerts."""
+         scraper: object | None, service_started: tuple[float, float] | None = None,
+         fingerprint: dict[str, object] | None = None) -> None:
+    """:func:`~diffbench.load.run.run_load` with this command's executor, renderer, CSV writer and alerts;
+    with ``--reference``, the service's fingerprint is checked against ``fingerprint`` (the references') first."""
+    if spec.reference is not None:
+        from diffbench.cli.load_reference import check_service_fingerprint
+
+        warning = check_service_fingerprint(target.base_url, fingerprint, spec.reference)
+        if warning:
+            typer.secho(warning, fg="yellow", err=True)
     from diffbench.load.run import run_load
     from diffbench.report.load_csv import write_sweep_csv
     from diffbench.report.load_table import print_profile

@@ -92,6 +92,15 @@ class RequestRecord(BaseModel):
     one, the edit inputs. Two answers with equal pixels and different keys are ``duplicate_across_seeds``
     (set with ``answer_hashes``)."""
 
+    reference: str | None = None
+    """``load --reference``: the label of the reference this request replayed (None: a workload request)."""
+    psnr_db: float | None = None
+    """Reference requests: PSNR (dB) of the answer against the reference, its worst image or frame;
+    identical answers are recorded as 200 dB (no finite uint8 PSNR of a real image reaches it). None:
+    not scored (not a reference request, or not ok)."""
+    ssim: float | None = None
+    """Reference requests: SSIM of the answer against the reference, its worst image or frame."""
+
     @property
     def work_mpx_steps(self) -> float | None:
         """Megapixel·steps asked for: ``width * height * (frames or 1) * steps * outputs / 1e6``; None when

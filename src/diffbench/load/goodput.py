@@ -17,12 +17,19 @@ requests take seconds). The metrics, per request (:class:`~diffbench.core.record
 A constraint on a value a request does not have (no first byte, a stage the server did not report) makes
 that request *not good*, and the summary warns how many ok requests lacked it: a missing value is never
 silently good.
+
+Quality floors (``psnr:30``, ``ssim:0.9``; with ``load --reference DIR``) are the other kind of item:
+``value >= limit``, read from the score of a request replaying a reference (:class:`QualityFloor`,
+:func:`parse_goodput_floors`). They make a second goodput, over the *scored* requests only
+(:func:`count_quality_good`): good when ok, every time constraint holding and every floor holding. The
+latency-only goodput over all requests (:func:`count_good`) ignores them.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -72,7 +79,7 @@ def _canonical(name: str, item: str, option: str) -> str:
             "itl": "none (no tokens)"}.get(name)
     hint = f" (vLLM's {name}: here {vllm})" if vllm else ""
     raise UsageError(f"{option}: unknown constraint {item!r}{hint}; use {', '.join(METRICS)}, first_byte, e2el or "
-                     "stage.NAME (a server-reported stage, e.g. stage.denoise)")
+                     "stage.NAME (a server-reported stage, e.g. stage.denoise); with --reference also psnr or ssim")
 
 
 def parse_goodput(text: str | Sequence[str], option: str = "--goodput") -> list[GoodputConstraint]:
@@ -103,6 +110,60 @@ def parse_goodput(text: str | Sequence[str], option: str = "--goodput") -> list[
             raise UsageError(f"{option}: {canon} is given twice ({item!r}); give each constraint once")
         out.append(GoodputConstraint(name=canon, max_s=value))
     return out
+
+
+QUALITY_METRICS: tuple[str, ...] = ("psnr", "ssim")
+"""Quality floors of ``--goodput`` (``psnr:DB``, ``ssim:S``), on requests scored against ``--reference``."""
+
+
+class QualityFloor(BaseModel):
+    """One quality floor: the request's score ``name`` (``psnr`` in dB, ``ssim`` in [-1, 1]) ``>= min``.
+
+    A batch or a video is scored by its worst image or frame (lowest PSNR, lowest SSIM)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: Literal["psnr", "ssim"]
+    min: float
+
+    def text(self) -> str:
+        return f"{self.name}:{self.min:g}"
+
+
+def parse_goodput_floors(text: str | Sequence[str], option: str = "--goodput"
+                         ) -> tuple[list[GoodputConstraint], list[QualityFloor]]:
+    """Parse ``"latency:3 psnr:30 ssim:0.9"``: the time constraints (:func:`parse_goodput`) and the quality
+    floors (``psnr`` in dB > 0, ``ssim`` in (0, 1]).
+
+    Raises:
+        UsageError: what :func:`parse_goodput` refuses, a floor that is not a number in its range, or a
+            floor given twice (the message names ``option`` and the item).
+    """
+    items = (text if isinstance(text, str) else " ".join(text)).split()
+    floors: list[QualityFloor] = []
+    rest: list[str] = []
+    for item in items:
+        name, sep, raw = item.partition(":")
+        key = name.strip().lower()
+        if key not in QUALITY_METRICS:
+            rest.append(item)
+            continue
+        try:
+            value = float(raw) if sep else math.nan
+        except ValueError:
+            value = math.nan
+        unit = "dB" if key == "psnr" else "SSIM"
+        ok = math.isfinite(value) and (value > 0 if key == "psnr" else 0 < value <= 1)
+        if not ok:
+            bound = "a positive finite number of dB" if key == "psnr" else "an SSIM in (0, 1]"
+            raise UsageError(f"{option}: {item!r}: the floor must be {bound} (e.g. {key}:"
+                             f"{'30' if key == 'psnr' else '0.9'}; {unit})")
+        if any(f.name == key for f in floors):
+            raise UsageError(f"{option}: {key} is given twice ({item!r}); give each constraint once")
+        floors.append(QualityFloor(name=key, min=value))  # type: ignore[arg-type]
+    if not items:
+        parse_goodput(items, option)  # the empty-spec message
+    return (parse_goodput(rest, option) if rest else []), floors
 
 
 def with_slo(constraints: Sequence[GoodputConstraint], slo_s: float | None) -> list[GoodputConstraint]:
@@ -174,10 +235,57 @@ def count_good(records: Sequence[RequestRecord], constraints: Sequence[GoodputCo
     return GoodputCount(n_good=good, missing={k: v for k, v in missing.items() if v})
 
 
+class QualityGoodput(BaseModel):
+    """Result of :func:`count_quality_good`: of ``n`` scored requests, ``n_good`` were good; ``fraction``
+    = n_good / n and its two-sided 95% Clopper-Pearson interval ``ci_low``..``ci_high`` (None when n = 0)."""
+
+    n: int
+    n_good: int
+    fraction: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    floors: list[QualityFloor] = []
+
+
+def quality_value(rec: RequestRecord, name: str) -> float | None:
+    """The score ``name`` (``psnr`` dB or ``ssim``) of a record, None when it was not scored."""
+    return rec.psnr_db if name == "psnr" else rec.ssim
+
+
+def count_quality_good(records: Sequence[RequestRecord], constraints: Sequence[GoodputConstraint],
+                       floors: Sequence[QualityFloor], confidence: float = 0.95) -> QualityGoodput:
+    """Goodput over the requests that replay a reference (``rec.reference`` set), whatever their outcome:
+    good when ok, finished, every time constraint holding and every floor holding (an ok request without a
+    score — its check failed — is not good). The fraction's interval is Clopper-Pearson
+    (:func:`diffbench.quality.review_score.clopper_pearson`)."""
+    scored = [r for r in records if r.reference is not None]
+    good = 0
+    for rec in scored:
+        if rec.outcome != "ok" or rec.done_s is None:
+            continue
+        if constraints and not all((v := value_of(rec, c.name)) is not None and v <= c.max_s for c in constraints):
+            continue
+        if all((q := quality_value(rec, f.name)) is not None and q >= f.min for f in floors):
+            good += 1
+    if not scored:
+        return QualityGoodput(n=0, n_good=0, floors=list(floors))
+    from diffbench.quality.review_score import clopper_pearson
+
+    lo, hi = clopper_pearson(good, len(scored), confidence)
+    return QualityGoodput(n=len(scored), n_good=good, fraction=good / len(scored), ci_low=lo, ci_high=hi,
+                          floors=list(floors))
+
+
 __all__ = [
     "GoodputConstraint",
     "GoodputCount",
+    "QUALITY_METRICS",
+    "QualityFloor",
+    "QualityGoodput",
     "count_good",
+    "count_quality_good",
+    "parse_goodput_floors",
+    "quality_value",
     "describe",
     "latency_limit",
     "parse_goodput",

@@ -42,7 +42,13 @@ from diffbench.load.client.profile import (
 )
 from diffbench.load.client.slo import SloPolicy
 from diffbench.load.client.trace import Trace
-from diffbench.load.client.workload import RequestPlanner, RequestSpec, Workload, resolve_prompts
+from diffbench.load.client.workload import (
+    ReferenceRequest,
+    RequestPlanner,
+    RequestSpec,
+    Workload,
+    resolve_prompts,
+)
 from diffbench.load.goodput import describe, latency_limit
 from diffbench.load.knee import LoadResult, ServiceStart
 from diffbench.load.scrape import MetricsScraper
@@ -61,6 +67,8 @@ class LoadPlan:
     cfg: ProfileConfig
     workload: Workload
     trace: Trace | None
+    references: tuple[ReferenceRequest, ...] = ()
+    """``--reference DIR``: the fixed requests to replay and score (read by the CLI; empty without)."""
 
 
 def prepare(spec: LoadSpec) -> tuple[LoadSpec, LoadPlan]:
@@ -98,7 +106,7 @@ def prepare(spec: LoadSpec) -> tuple[LoadSpec, LoadPlan]:
                         think_time_s=spec.think_time, drain_s=spec.drain, warmup_per_shape=spec.warmup,
                         seed=spec.seed, max_requests=spec.max_requests, num_requests=spec.count[1],
                         goodput=spec.constraints, workers=spec.workers, gpus=spec.gpus,
-                        gpu_hour_price=spec.gpu_hour_price)
+                        gpu_hour_price=spec.gpu_hour_price, quality_floors=spec.quality_floors)
     return spec, LoadPlan(cfg=cfg, workload=wl, trace=trace)
 
 
@@ -268,7 +276,7 @@ def run_load(o: LoadSpec, plan: LoadPlan, target: Target, *, executor: Any | Non
     start_run_clock()  # the run's one wall-clock/monotonic pair: every row's and record's wall-clock time
     cfg, wl, trace = plan.cfg, plan.workload, plan.trace
     prompts, prompt_source = resolve_prompts(wl, o.prompts)
-    planner = RequestPlanner(wl, prompts, seed=o.seed)
+    planner = RequestPlanner(wl, prompts, seed=o.seed, references=plan.references, sample=o.quality_sample)
     conditions = _conditions(o, plan, target, prompts, prompt_source, local)
     replay = None
     slo = SloPolicy(scale=o.slo_scale, shapes={

@@ -25,7 +25,7 @@ from pydantic import ConfigDict, PrivateAttr, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from diffbench.errors import UsageError
-from diffbench.load.goodput import GoodputConstraint, parse_goodput, with_slo
+from diffbench.load.goodput import GoodputConstraint, QualityFloor, parse_goodput_floors, with_slo
 from diffbench.load.vllm_options import VllmOptions
 
 if TYPE_CHECKING:
@@ -109,6 +109,8 @@ class LoadSpec(VllmOptions):
     slo_scale: float | None = None
     gpus: int | None = None
     gpu_hour_price: float | None = None
+    reference: str | None = None
+    quality_sample: float | None = None
     # the vLLM-named options (base_url, model, backend, endpoint, save_result, result_dir, result_filename,
     # percentile_metrics, metric_percentiles) are the fields of the base class VllmOptions
 
@@ -117,6 +119,7 @@ class LoadSpec(VllmOptions):
     _rates: list[float] | None = PrivateAttr(default=None)
     _users: list[int] = PrivateAttr(default_factory=list)
     _constraints: list[GoodputConstraint] = PrivateAttr(default_factory=list)
+    _floors: list[QualityFloor] = PrivateAttr(default_factory=list)
 
     @classmethod
     def flag(cls, name: str) -> str:
@@ -216,6 +219,13 @@ class LoadSpec(VllmOptions):
             raise _bound(f"must be > 0 and <= 1 (the share of requests the client abandons), got {v:g}")
         return v
 
+    @field_validator("quality_sample")
+    @classmethod
+    def _quality_sample(cls, v: float | None) -> float | None:
+        if v is not None and not (math.isfinite(v) and 0 < v <= 1):
+            raise _bound(f"must be a fraction in (0, 1] of the schedule, got {v:g}")
+        return v
+
     @field_validator("seed")
     @classmethod
     def _seed(cls, v: int) -> int:
@@ -243,7 +253,14 @@ class LoadSpec(VllmOptions):
         from diffbench.load.client.http import parse_headers
 
         parse_headers(self.header)  # 'Name: value' each, checked before anything starts
-        self._constraints = with_slo(parse_goodput(self.goodput) if self.goodput else [], self.slo)
+        constraints, self._floors = parse_goodput_floors(self.goodput) if self.goodput else ([], [])
+        self._constraints = with_slo(constraints, self.slo)
+        if self.reference is None:
+            if self._floors:
+                raise UsageError(f"--goodput {self._floors[0].text()}: a quality floor needs --reference DIR (the "
+                                 "requests it scores replay that directory's references)")
+            if self.quality_sample is not None:
+                raise UsageError("--quality-sample applies to --reference DIR; give the reference directory too")
         if self.mode == "closed" and max(self._users) > self.max_requests:
             raise UsageError(f"--users {max(self._users):,} is above --max-requests {self.max_requests:,} (each "
                              "user sends at least one request); use fewer users or raise --max-requests")
@@ -353,6 +370,11 @@ class LoadSpec(VllmOptions):
     def constraints(self) -> list[GoodputConstraint]:
         """The goodput constraints, ``--slo`` included as ``latency``."""
         return self._constraints
+
+    @property
+    def quality_floors(self) -> list[QualityFloor]:
+        """The ``psnr:``/``ssim:`` floors of ``--goodput`` (scored against ``--reference``)."""
+        return self._floors
 
     @property
     def scrape_local(self) -> bool:

@@ -55,6 +55,7 @@ from diffbench.core.stats import Summary, summarize
 from diffbench.load.goodput import GoodputConstraint, count_good
 from diffbench.load.merge import HdrSummary
 from diffbench.load.saturation import Saturation, check_saturation
+from diffbench.load.scored import QualityRow
 from diffbench.load.scrape import ServerSide
 
 SCHEMA_VERSION = 2
@@ -209,6 +210,9 @@ class RateSummary(BaseModel):
     """``load --gpu-hour-price`` (per GPU-hour, currency-neutral)."""
     cost_per_1000: float | None = None
     """Cost of 1,000 ok outputs: ``gpu_hour_price x gpu_s_per_output x 1000 / 3600``."""
+    quality: QualityRow | None = None
+    """``load --reference``: the row's reference requests scored against the references (PSNR, SSIM, the
+    quality goodput over them; :mod:`diffbench.load.scored`). None without references."""
 
     @property
     def label(self) -> str:

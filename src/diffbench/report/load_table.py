@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from diffbench.core.console import make_console
+from diffbench.load.client.scoring import PSNR_IDENTICAL_DB
 from diffbench.load.knee import LoadResult
 from diffbench.load.summary import RateSummary
 
@@ -285,6 +286,29 @@ def _print_sweep(result: LoadResult, console: Console, title: str | None) -> Non
             console.print(f"  {_row_label(row)}: {w}", style="yellow")
 
 
+def _db(v: float | None) -> str:
+    return "n/a" if v is None else ("identical" if v >= PSNR_IDENTICAL_DB else f"{v:.2f} dB")
+
+
+def quality_line(row: RateSummary) -> str:
+    """``0.5 req/s: quality vs --reference: 6 scored of 6, PSNR p50 … p10 … worst …, 0% under 30 dB;
+    quality goodput 6/6 = 100% (95% CI 54-100%)`` (``row.quality`` must be set)."""
+    q = row.quality
+    assert q is not None
+    text = (f"{_row_label(row)}: quality vs --reference: "
+            f"{q.n_scored} scored of {q.n_reference}, PSNR p50 {_db(q.psnr_p50_db)}, p10 {_db(q.psnr_p10_db)}, "
+            f"worst {_db(q.psnr_worst_db)}")
+    if q.ssim_p50 is not None:
+        text += f", SSIM p50 {q.ssim_p50:.4f}"
+    if q.fraction_under_gate is not None:
+        text += f", {q.fraction_under_gate:.0%} under {q.gate_psnr_db:g} dB"
+    g = q.goodput
+    if g.fraction is not None and g.floors:
+        text += (f"; quality goodput {g.n_good}/{g.n} = {g.fraction:.0%} "
+                 f"(95% CI {g.ci_low:.0%}-{g.ci_high:.0%})")
+    return text
+
+
 def print_profile(run: ProfileRun, console: Console) -> None:
     """Print a ``diffbench load`` run: the warm-up counts and errors, the capacity probe (automatic rates),
     the rows (unless the probe measured no ok request), each row's HdrHistogram merge and SLO attainment."""
@@ -303,6 +327,8 @@ def print_profile(run: ProfileRun, console: Console) -> None:
                 label = f"{row.users} users" if row.mode == "closed" else f"{offered_text(row)} req/s"
                 console.print(f"{label}: HdrHistogram merge of the workers: {h.n} ok, latency from "
                               f"arrival p50 {h.p50 * 1e3:.3f} ms, p99 {h.p99 * 1e3:.3f} ms ({row.hdr.error})")
+            if row.quality is not None:
+                console.print(quality_line(row))
             if row.slo_requests is not None:
                 att = "n/a" if row.slo_attainment is None else f"{row.slo_attainment:.1%}"
                 console.print(f"{offered_text(row)}: SLO attainment {att} ({row.slo_met} of {row.slo_requests} "
@@ -310,4 +336,4 @@ def print_profile(run: ProfileRun, console: Console) -> None:
 
 
 __all__ = ["abandon_table", "fmt_seconds", "offered_text", "per_shape_table", "print_profile", "print_sweep",
-           "server_table", "summary_line", "sweep_table", "work_table"]
+           "quality_line", "server_table", "summary_line", "sweep_table", "work_table"]

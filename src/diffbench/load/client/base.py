@@ -45,6 +45,8 @@ class Attempt:
     invalid_kind: str | None = None
     answer_hashes: list[str] | None = None
     request_key: str | None = None
+    reference: str | None = None
+    quality: dict[str, float] | None = None
 
     def to_record(self, *, id: int, rate: float | None, shape: str, intended_s: float,
                   client_queue_s: float, work: dict[str, int | None] | None = None) -> RequestRecord:
@@ -56,7 +58,8 @@ class Attempt:
             retry_after_s=self.retry_after_s, error=self.error, client_queue_s=client_queue_s,
             server_stages_s=self.stages_s, server_peak_memory_bytes=self.peak_memory_bytes,
             poll_granularity_s=self.poll_granularity_s, invalid_kind=self.invalid_kind,
-            answer_hashes=self.answer_hashes, request_key=self.request_key, **(work or {}),
+            answer_hashes=self.answer_hashes, request_key=self.request_key, reference=self.reference,
+            psnr_db=(self.quality or {}).get("psnr_db"), ssim=(self.quality or {}).get("ssim"), **(work or {}),
         )
 
 

@@ -164,6 +164,7 @@ def _init_worker() -> None:
 def _warm(hold_s: float) -> int:
     """Import the checking code (and Pillow when installed) in a worker; return its pid."""
     import diffbench.load.client.payload  # noqa: F401
+    import diffbench.load.client.scoring  # noqa: F401  (reference scoring: numpy, the PSNR/SSIM kernels)
 
     with contextlib.suppress(ImportError):
         import PIL.Image

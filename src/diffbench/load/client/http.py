@@ -68,6 +68,7 @@ from diffbench.load.client.payload import (
     parse_json,
 )
 from diffbench.load.client.sanity import av_available, request_key
+from diffbench.load.client.scoring import score_images
 from diffbench.load.client.workload import RequestSpec
 
 if TYPE_CHECKING:
@@ -491,20 +492,30 @@ class HttpBackend:
     async def check(self, spec: RequestSpec, attempt: Attempt) -> None:
         body, attempt.body = attempt.body, None
         encoding, attempt.body_encoding = attempt.body_encoding, None
+        if spec.reference is not None:
+            attempt.reference = spec.reference.label
         if attempt.outcome != "ok" or body is None:
             return
         s = spec.shape
         try:
             if spec.kind != "video":
                 sanity = self.target.sanity and self.target.decode_payload
-                args = (body, s.width, s.height, s.n, self.target.decode_payload, encoding, sanity)
-                fn = check_chat if self.target.dialect == "vllm-omni-chat" else check_images
-                if not self.target.decode_payload and encoding is None and len(body) <= NO_DECODE_INLINE_BYTES:
-                    verdict = fn(*args)  # JSON only, small: cheaper here than the hand-off
-                elif self._checker is None:
-                    raise RuntimeError("HttpBackend.start() was not called")
+                if spec.reference is not None:  # a replayed reference: checked, sanity-checked and scored
+                    if self._checker is None:
+                        raise RuntimeError("HttpBackend.start() was not called")
+                    verdict = await self._checker.run(
+                        score_images, body, s.width, s.height, s.n, self.target.dialect == "vllm-omni-chat",
+                        encoding, spec.reference.files, sanity, size=len(body))
+                    attempt.quality = verdict.quality
                 else:
-                    verdict = await self._checker.run(fn, *args, size=len(body))
+                    args = (body, s.width, s.height, s.n, self.target.decode_payload, encoding, sanity)
+                    fn = check_chat if self.target.dialect == "vllm-omni-chat" else check_images
+                    if not self.target.decode_payload and encoding is None and len(body) <= NO_DECODE_INLINE_BYTES:
+                        verdict = fn(*args)  # JSON only, small: cheaper here than the hand-off
+                    elif self._checker is None:
+                        raise RuntimeError("HttpBackend.start() was not called")
+                    else:
+                        verdict = await self._checker.run(fn, *args, size=len(body))
                 attempt.stages_s, attempt.peak_memory_bytes = verdict.stages_s, verdict.peak_memory_bytes
                 if verdict.ok and verdict.hashes:
                     attempt.answer_hashes = verdict.hashes

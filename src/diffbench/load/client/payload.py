@@ -49,6 +49,8 @@ class Verdict:
     hashes: list[str] | None = None
     """Pixel hash of each answer image (:func:`~diffbench.load.client.sanity.pixel_hash`), in answer order;
     None when the images were not decoded or sanity was off."""
+    quality: dict[str, float] | None = None
+    """Scores against a reference (``psnr_db``, ``ssim``; :mod:`diffbench.load.client.scoring`)."""
 
 
 def decode_body(body: bytes, encoding: str | None) -> bytes:

@@ -43,8 +43,9 @@ from diffbench.load.client.runners import RunResult
 from diffbench.load.client.sanity import mark_duplicates
 from diffbench.load.client.slo import SloPolicy, base_unit_s, last_per_shape
 from diffbench.load.client.workload import RequestPlanner, RequestSpec, ShapeMix
-from diffbench.load.goodput import GoodputConstraint, latency_limit
+from diffbench.load.goodput import GoodputConstraint, QualityFloor, latency_limit
 from diffbench.load.knee import Knee, LoadResult, analyze_sweep, merge_probe_capacity
+from diffbench.load.scored import quality_row
 from diffbench.load.stops import plan_arrivals
 from diffbench.load.summary import RateSummary, run_label, summarize_rate
 from diffbench.load.workcost import work_cost_fields
@@ -113,6 +114,8 @@ class ProfileConfig(BaseModel):
     max_requests: int = Field(default=200_000, ge=1)
     num_requests: int | None = Field(default=None, ge=1)
     goodput: list[GoodputConstraint] = []
+    quality_floors: list[QualityFloor] = []
+    """``--goodput psnr:DB ssim:S``: the floors of the quality goodput over reference requests."""
     workers: int = Field(default=1, ge=1)
     gpus: int | None = Field(default=None, ge=1)
     """GPUs serving the load (per-GPU throughput and cost; :mod:`diffbench.load.workcost`)."""
@@ -263,6 +266,9 @@ def _summarize(run: RunResult, cfg: ProfileConfig, *, schedule: str | None = Non
                                    t0_ns=run.t0_ns))
     if run.hdr is not None:
         update["hdr"] = run.hdr
+    quality = quality_row(run.records, cfg.goodput, cfg.quality_floors)
+    if quality is not None:
+        update["quality"] = quality
     if slo is not None and slo.active:
         defined, met, rate = slo.attainment(records)
         update.update(slo_requests=defined, slo_met=met, slo_attainment=rate)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -273,6 +274,29 @@ def load_prompts(path: str | Path, option: str = "--prompts") -> list[str]:
     return read_prompts(path, option)
 
 
+class ReferenceRequest(BaseModel):
+    """A fixed request replayed from ``load --reference DIR`` (read by the CLI from a ``bench --save-outputs``
+    or ``probe --record-reference`` manifest) with the reference image of each batch index.
+
+    ``files``: absolute PNG paths, one per batch index (``n`` of them). ``steps`` None: the service's default.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    label: str
+    prompt: str
+    seed: int
+    width: int
+    height: int
+    steps: int | None
+    guidance: float | None = None
+    files: tuple[str, ...]
+
+    @property
+    def n(self) -> int:
+        return len(self.files)
+
+
 class RequestSpec(BaseModel):
     """What one request asks for (drawn from the workload by :func:`plan_requests`)."""
 
@@ -289,6 +313,8 @@ class RequestSpec(BaseModel):
     """kind edit: path of the input picture (read and cached by the backend)."""
     mask: str | None = None
     strength: float | None = None
+    reference: ReferenceRequest | None = None
+    """``load --reference``: the reference this request replays (its answer is scored against it)."""
 
 
 def resolve_prompts(workload: Workload, prompt_file: str | Path | None) -> tuple[list[str], str]:
@@ -307,9 +333,15 @@ class RequestPlanner:
 
     Shapes are drawn by weight, prompts cycle in order, request seeds are ``seed_base + index``.
     Every call to :meth:`next` returns a new spec with a consecutive index.
+
+    With ``references`` (``load --reference``), request ``i`` replays a reference when
+    ``floor((i + 1)·sample) > floor(i·sample)`` (``sample`` = ``--quality-sample`` F in (0, 1]; None: 1, every
+    request): a fraction F of the schedule, evenly spread, at the schedule's own arrival times; the
+    references are taken in turn. The workload's draws are not consumed by a reference request.
     """
 
-    def __init__(self, workload: Workload, prompts: Sequence[str], seed: int = 0) -> None:
+    def __init__(self, workload: Workload, prompts: Sequence[str], seed: int = 0,
+                 references: Sequence[ReferenceRequest] = (), sample: float | None = None) -> None:
         if not prompts:
             raise UsageError("no prompts to send; give --prompts FILE or prompts in the workload")
         self.workload = workload
@@ -320,6 +352,9 @@ class RequestPlanner:
         self._seed_base = int(seed) * 1_000_003
         self._i = 0
         self._inputs: tuple[tuple[str, ...], tuple[str, ...] | None] | None = None
+        self._refs = tuple(references)
+        self._sample = 1.0 if sample is None else float(sample)
+        self._n_refs = 0
         if workload.kind == "edit":
             self._inputs = edit_inputs(workload.images, workload.masks)
 
@@ -327,6 +362,13 @@ class RequestPlanner:
         """The next request spec."""
         i = self._i
         self._i += 1
+        if self._refs and math.floor((i + 1) * self._sample) > math.floor(i * self._sample):
+            ref = self._refs[self._n_refs % len(self._refs)]
+            self._n_refs += 1
+            shape = ShapeMix(width=ref.width, height=ref.height, steps=ref.steps or 1, n=ref.n,
+                             guidance=ref.guidance)
+            return RequestSpec(index=i, kind="image", prompt=ref.prompt, shape=shape, seed=ref.seed,
+                               model=self.workload.model, extra=self.workload.extra, reference=ref)
         k = int(self._rng.choice(len(self._p), p=self._p)) if len(self._p) > 1 else 0
         return RequestSpec(
             index=i,
