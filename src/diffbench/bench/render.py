@@ -103,6 +103,8 @@ def _shape_rows(s: ShapeResult) -> list[tuple[str, str]]:
     if s.throughput_videos_per_s is not None:
         rows.append(("throughput", f"{s.throughput_videos_per_s:.3g} videos/s per device"))
         rows.append(("video-seconds per second", _video_seconds(s)))
+    if s.energy is not None:
+        rows.append(("energy", s.energy.text("image" if s.frames is None else "video")))
     if s.repro:
         flag = "" if s.repro.reproducible in (None, True) else "  NOT REPRODUCIBLE"
         rows.append(
