@@ -20,6 +20,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from diffbench.engines.base import Engine, GenerationRequest, GenerationResult
+from diffbench.engines.instrument.energy import EnergyMeter, EnergyTally, Mark
 from diffbench.errors import DeviceOutOfMemory, GenerationError
 from diffbench.server.admission import Decision, ServiceTimeModel, decide, estimate_wait
 
@@ -94,7 +95,11 @@ def _release_device_memory() -> None:
 
 
 class DeviceWorker:
-    """FIFO queue + one thread calling the engine. Thread-safe :meth:`submit`."""
+    """FIFO queue + one thread calling the engine. Thread-safe :meth:`submit`.
+
+    ``energy``: a counter read just before each generation and just after its synchronization (ok or failed:
+    the device spent it either way); ``on_energy(joules)`` gets each reading, on the worker thread, before the
+    request's future resolves."""
 
     def __init__(
         self,
@@ -102,8 +107,12 @@ class DeviceWorker:
         *,
         clock: Callable[[], int] = time.perf_counter_ns,
         model: ServiceTimeModel | None = None,
+        energy: EnergyMeter | None = None,
+        on_energy: Callable[[float], None] | None = None,
     ) -> None:
         self.engine = engine
+        self.energy = EnergyTally(energy) if energy is not None else None
+        self._on_energy = on_energy
         self.model = model or ServiceTimeModel()
         self.counters = Counters()
         self._clock = clock
@@ -216,12 +225,14 @@ class DeviceWorker:
         req = item.request
         if item.on_start is not None:
             item.on_start()
+        mark = self.energy.begin() if self.energy is not None else None
         try:
             result = self.engine.generate(req)
             self.engine.sync()
             if result.images is None:
                 raise GenerationError(f"the engine returned no images for {size_text(req)}")
         except Exception as exc:
+            self._energy_of(mark)
             oom = as_out_of_memory(exc, req)
             with self._cond:
                 self.counters.failed += 1
@@ -230,6 +241,7 @@ class DeviceWorker:
                 _release_device_memory()
             item.future.set_exception(oom or exc)
             return
+        self._energy_of(mark)
         end = self._clock()
         started = item.started_ns or end
         service_s = (end - started) / 1e9
@@ -237,3 +249,11 @@ class DeviceWorker:
             self.model.observe(req, service_s, result.stages)
             self.counters.completed += 1
         item.future.set_result(Done(result, (started - item.enqueued_ns) / 1e9, service_s))
+
+    def _energy_of(self, mark: Mark | None) -> None:
+        """Close the energy window of the generation that began at ``mark`` and report its joules."""
+        if self.energy is None or mark is None:
+            return
+        got = self.energy.end(mark)
+        if isinstance(got, tuple) and self._on_energy is not None:
+            self._on_energy(got[0])
