@@ -281,6 +281,7 @@ def test_every_dashboard_rule_and_plan_metric_is_written_by_a_live_exporter(comm
                                        stages=StageBaselines(text_encode=0.5, denoise=0.5, vae_decode=0.25))}))
     exp.set_deployment(EngineInfo(engine="sim", engine_version="1", model="m"), "abcd")
     exp.set_startup({"load": 1.0, "warmup": 0.5, "ready": 2.0})  # as serve's start does
+    exp.enable_energy("0")  # the energy counter exists where the device's counter is readable
     exp.observe_generation(shape="64x64", stages=StageTimes(total_s=1.0), memory=MemoryStats(kind="cuda"),
                            signals=RequestSignals(device="0", device_total_bytes=1, flops=1.0))
     probe = ProbeMetrics("m", "p", interval_s=60.0, threshold_db=30.0)

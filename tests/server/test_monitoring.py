@@ -277,3 +277,49 @@ def test_a_service_without_warmups_exports_no_warmup_phase():
         smp = scrape(c)
     assert ("diffusion_startup_duration_seconds", frozenset({("model", "sim"), ("phase", "warmup")})) not in smp
     assert val(smp, "diffusion_startup_duration_seconds", model="sim", phase="load") >= 0
+
+
+class _JoulesPerGeneration:
+    """An energy meter whose counter rises by 7 J inside every generation of ``engine`` (nothing else)."""
+
+    source, scope = "fake", "test device"
+
+    def __init__(self, engine: SimEngine) -> None:
+        self.joules = 0.0
+        real = engine.generate
+
+        def generate(request):  # type: ignore[no-untyped-def]
+            self.joules += 7.0
+            return real(request)
+
+        engine.generate = generate  # type: ignore[method-assign]
+
+    def read(self) -> float:
+        return self.joules
+
+
+def test_energy_counter_adds_what_the_meter_read_around_each_generation():
+    from diffbench.server.app import create_app
+
+    cfg = sim_config(default_size="64x64", warmup_sizes=("64x64",), default_steps=3)
+    engine = SimEngine(EngineConfig(engine="sim", sim=sim_params()))
+    app = create_app(cfg, engine=engine)
+    meter = _JoulesPerGeneration(engine)
+    app.state.service.energy = meter
+    with TestClient(app) as c:
+        assert val(scrape(c), "diffusion_energy_joules_total", model="sim", gpu="sim") == 0  # warmups not counted
+        for prompt in ("a", "b", "c"):
+            assert c.post(IMG, json={"prompt": prompt, "size": "64x64"}).status_code == 200
+        smp = scrape(c)
+        assert app.state.service.energy_note == "energy: fake (test device) -> diffusion_energy_joules_total"
+    assert val(smp, "diffusion_energy_joules_total", model="sim", gpu="sim") == 3 * 7.0
+
+
+def test_without_a_readable_counter_there_is_no_energy_sample_and_the_reason_is_given():
+    with TestClient(_app(default_size="64x64", default_steps=3)) as c:
+        assert c.post(IMG, json={"prompt": "a", "size": "64x64"}).status_code == 200
+        text = c.get("/metrics").text
+        note = c.app.state.service.energy_note  # type: ignore[attr-defined]
+    assert "# TYPE diffusion_energy_joules_total counter" in text
+    assert not [line for line in text.splitlines() if line.startswith("diffusion_energy_joules_total")]
+    assert note == "energy: not available: the simulated engine does no device work"

@@ -11,6 +11,9 @@ For each distinct shape (height, width, frames, steps, batch) of the workload:
    synchronized before every clock read (:class:`~diffbench.core.clock.Timer`). After each run the
    protocol checks that no device work was still pending at the end-time read; pending work means the
    launch was timed, not the work, and the result is marked invalid.
+   Energy: a counter (NVML on a CUDA device, RAPL on the CPU; :mod:`diffbench.engines.instrument.energy`) is
+   read just before each timed run and just after its final synchronization, outside the clock reads; the shape
+   reports joules per output and average watts, or "not available" with the reason.
 3. **Reproducibility**: the first request is generated once more and compared with its first output
    (PSNR, dB); below 40 dB the shape is flagged "not reproducible".
 
@@ -30,6 +33,7 @@ from diffbench.bench.progress import RunEvent
 from diffbench.bench.result import (
     REPRO_THRESHOLD_DB,
     CacheDecisions,
+    EnergyResult,
     FailedRun,
     MemoryResult,
     Note,
@@ -45,6 +49,7 @@ from diffbench.core.psnr import psnr_uint8
 from diffbench.core.stats import percentile, percentile_warnings, summarize
 from diffbench.core.warmth import DEFAULT_WINDOW, is_warm
 from diffbench.engines.base import CLIENT_LATENCY, Engine, GenerationRequest, GenerationResult, RequestFailed
+from diffbench.engines.instrument.energy import EnergyMeter, EnergyTally, meter_for
 from diffbench.errors import GenerationError
 
 UNSYNC_TOLERANCE = 0.05  # pending work > 5 % of the measured time at the end read -> unsynchronized
@@ -151,6 +156,7 @@ class ShapeRun:
         self.cache: tuple[str, int, int] | None = None  # (name, lookups, hits) over the timed runs
         self.server: dict[str, list[float]] = {}  # server-reported stage -> seconds per timed run
         self.overhead: list[float] = []  # client latency - server service_time, per timed run
+        self.energy: EnergyTally | None = None  # the counter read around each timed run (None: not read)
 
     def add(self, e2e: float, res: GenerationResult, pending: float) -> None:
         self.result.samples_s.append(e2e)
@@ -257,6 +263,8 @@ class ShapeRun:
                 r.video_seconds_per_s = per_call * r.frames / r.fps
         work_cost(r, per_call, cfg)
         r.sync_pending_s = max(self.pending) if self.pending else 0.0
+        if self.energy is not None:
+            r.energy = energy_result(self.energy, r.batch)
         notes = list(r.warnings)
         if cfg.warmup == 0 and not cfg.warmup_auto:
             notes.append(
@@ -302,6 +310,20 @@ class ShapeRun:
         return r
 
 
+def energy_result(tally: EnergyTally, batch: int) -> EnergyResult:
+    """The :class:`EnergyResult` of a shape's timed runs: measured when every timed run's window was read
+    (``batch`` outputs per run), else ``not available`` with the first reason."""
+    if tally.unavailable is not None or tally.windows == 0:
+        reason = tally.unavailable.reason if tally.unavailable is not None else "no timed run finished"
+        return EnergyResult(status="not available", reason=reason, source=tally.meter.source)
+    outputs = tally.windows * batch
+    return EnergyResult(
+        status="measured", source=tally.meter.source, scope=tally.meter.scope, joules=tally.joules,
+        seconds=tally.seconds, runs=tally.windows, outputs=outputs, joules_per_output=tally.joules / outputs,
+        average_watts=tally.joules / tally.seconds if tally.seconds > 0 else None,
+    )
+
+
 def run_bench(
     engine: Engine,
     requests: Sequence[GenerationRequest],
@@ -311,6 +333,7 @@ def run_bench(
     on_output: OutputSink | None = None,
     on_progress: Progress | None = None,
     on_run: RunProgress | None = None,
+    energy: EnergyMeter | None = None,
 ) -> list[ShapeResult]:
     """Run the protocol over ``requests`` (any mix of shapes) and return one result per shape.
 
@@ -324,6 +347,9 @@ def run_bench(
         on_progress: called with the shapes so far after every timed run (for streaming the JSON).
         on_run: called with a :class:`~diffbench.bench.progress.RunEvent` after every warmup and timed run,
             after its clock reads (the live progress line; it must be cheap, it runs between runs).
+        energy: the energy counter read around each timed run, outside its clock reads; default
+            :func:`~diffbench.engines.instrument.energy.meter_for` the engine's device (NVML on CUDA, RAPL on
+            the CPU, none for a remote or simulated engine: the shape's ``energy`` then says why).
 
     Raises:
         ShapeError: a request the model cannot take (checked for all shapes before anything runs).
@@ -334,10 +360,12 @@ def run_bench(
     fps, fps_source = (config.fps, "--fps") if config.fps else (info.fps, info.fps_source)
     if timer is None:
         timer = Timer(sync=engine.sync if config.sync else no_sync, clock=engine.clock)
+    meter = energy if energy is not None else meter_for(info.engine, info.device)
     done: list[ShapeResult] = []
     groups = group_by_shape(requests)
     for index, group in enumerate(groups):
         run = ShapeRun(group[0])
+        run.energy = EnergyTally(meter)
         if run.result.frames is not None:
             run.result.fps, run.result.fps_source = fps, fps_source
         try:
@@ -495,9 +523,12 @@ def _run_shape(
     seen: set[tuple[str, int]] = set()
     for i in range(cfg.runs):
         req = group[i % len(group)]
+        mark = run.energy.begin() if run.energy is not None else None
         timed = timed_run(attempt, engine, timer, i, req)
         if timed is None:
             continue
+        if run.energy is not None and mark is not None:  # read after the run's final synchronization
+            run.energy.end(mark)
         e2e, res, pending = timed
         add_timed(run, e2e, res, pending)
         key = (req.prompt_id, req.seed)

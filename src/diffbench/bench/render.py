@@ -133,6 +133,8 @@ def _shape_rows(s: ShapeResult) -> list[tuple[str, str]]:
     if s.cost_per_1000 is not None and s.gpu_s_per_output is not None:
         rows.append(("cost", f"{s.cost_per_1000:.4g} per 1,000 outputs ({s.gpu_s_per_output:.3g} GPU·s per "
                              f"output at {s.gpu_hour_price:g} per GPU-hour)"))
+    if s.energy is not None:
+        rows.append(("energy", s.energy.text("image" if s.frames is None else "video")))
     if s.repro:
         flag = "" if s.repro.reproducible in (None, True) else "  NOT REPRODUCIBLE"
         rows.append(

@@ -7,9 +7,14 @@ describe ``primary_shape``, the first shape that ran; ``shapes`` holds every sha
 Throughput is per device and counts what the model produces: ``throughput_images_per_s`` for image
 models, ``throughput_videos_per_s`` and ``video_seconds_per_s`` (seconds of video generated per second
 of wall time: videos/s × frames ÷ fps, with the fps and its source stated) for video models.
+
+Energy (``shapes[].energy``, :class:`EnergyResult`): joules per output and average watts of the timed runs
+where a counter is readable, else ``"not available"`` with the reason.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import BaseModel
 
@@ -128,6 +133,36 @@ class ServerStage(BaseModel):
     n: int
 
 
+class EnergyResult(BaseModel):
+    """Energy of a shape's timed runs, read from a counter around each run
+    (:mod:`diffbench.engines.instrument.energy`): NVML on a CUDA device, RAPL package domains on the CPU.
+
+    ``status`` is ``"not available"`` when no counter could be read, and ``reason`` says why; no figure is
+    then given (never an estimate). ``joules`` and ``seconds`` sum the windows of the ``runs`` timed runs
+    that were measured (each window from just before the run to just after its synchronization);
+    ``joules_per_output`` = joules ÷ (runs × batch) (J per image or per video); ``average_watts`` = joules ÷
+    seconds. ``scope`` says what the counter covers (a whole GPU board or CPU package: other processes on it
+    count too)."""
+
+    status: Literal["measured", "not available"]
+    reason: str | None = None
+    source: str | None = None
+    scope: str | None = None
+    joules: float | None = None
+    seconds: float | None = None
+    runs: int = 0
+    outputs: int = 0
+    joules_per_output: float | None = None
+    average_watts: float | None = None
+
+    def text(self, unit: str = "output") -> str:
+        """One line for the console: ``12.3 J/image · 245 W average (nvml: GPU …)`` or ``not available: …``."""
+        if self.status != "measured" or self.joules_per_output is None:
+            return f"not available: {self.reason}"
+        watts = f" · {self.average_watts:.3g} W average" if self.average_watts is not None else ""
+        return f"{self.joules_per_output:.4g} J/{unit}{watts} over {self.runs} runs ({self.source}: {self.scope})"
+
+
 class ShapeResult(BaseModel):
     """Everything measured at one shape (height, width, frames, steps, batch). ``cache`` holds the step-cache
     decisions when a cache is enabled and exposes them (``bench --cache``), else None.
@@ -183,6 +218,8 @@ class ShapeResult(BaseModel):
     failed_runs: list[FailedRun] = []
     server_stages_s: dict[str, ServerStage] = {}
     client_overhead_s: float | None = None
+    energy: EnergyResult | None = None
+    """Energy of the timed runs (None when the run did not read a counter, e.g. a Ray bench)."""
     warnings: list[Note] = []
 
 

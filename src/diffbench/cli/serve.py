@@ -302,6 +302,7 @@ def register(app: typer.Typer) -> None:
             f"diffbench serve: {info.engine} engine, model {info.model} on {info.device}, "
             f"http://{host}:{port} (Ctrl-C stops it within --drain {drain:g} s)"
         )
+        typer.echo(f"diffbench serve: {service.energy_note}", err=True)
         if service.calibration_differences:
             typer.secho(
                 f"warning: --calibration {calibration}: measured on another deployment (differs in "

@@ -439,7 +439,11 @@ def run_load(o: LoadSpec, plan: LoadPlan, target: Target, *, executor: Any | Non
     if scraper is not None:
         from diffbench.load.scrape_rows import attach_profile
 
-        profile = attach_profile(profile, scraper)
+        per_request: dict[str, int | None] = {}
+        for mix in wl.shapes:  # images per request by shape label; None where two entries disagree
+            label = mix.label()
+            per_request[label] = mix.n if per_request.get(label, mix.n) == mix.n else None
+        profile = attach_profile(profile, scraper, per_request)
     if service_started is not None:
         profile = profile.model_copy(update={"result": profile.result.model_copy(
             update={"service_start": service_start(service_started, profile.warmup.first_ok_perf_s)})})

@@ -16,7 +16,14 @@ row monitor). Between two boundaries, per row (:class:`ServerSide`):
 - abandoned work: Δ``diffusion_cancelled_seconds_total`` (all reasons: the device seconds spent on requests
   whose answer nobody took, the GPU·s of the row's abandoned requests) and the mean time from a cancel to
   the worker released, Δsum / Δcount of ``diffusion_cancel_release_seconds`` (None where the server
-  exports neither).
+  exports neither);
+- energy: Δ of the server's energy counter over the row, from the first of: ``diffusion_energy_joules_total``
+  (diffbench's ``serve``: the energy its device used during generations, joules), or DCGM's
+  ``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`` where the scraped text carries it (dcgm-exporter's default counter,
+  "Total energy consumption since boot (in mJ)",
+  https://github.com/NVIDIA/dcgm-exporter/blob/main/etc/default-counters.csv: millijoules, the whole GPU,
+  idle time and other processes included), summed over GPUs; the row then reports joules per ok output
+  (:func:`~diffbench.load.scrape_rows.attach`). Neither exported: ``energy_source`` says "not available".
 
 The end boundary waits (up to :data:`SETTLE_S`) until the server has counted at least as many requests as
 the client got an HTTP answer for: a server counts a request after its answer is sent, so a scrape taken
@@ -46,6 +53,14 @@ from diffbench.errors import UsageError
 from diffbench.metrics.names import OUTCOMES, STAGES
 from diffbench.metrics.scrape import Scrape, fetch_metrics, metrics_url
 
+ENERGY_COUNTERS: tuple[tuple[str, float], ...] = (
+    ("diffusion_energy_joules_total", 1.0),
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 1e-3),  # mJ (dcgm-exporter etc/default-counters.csv)
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_total", 1e-3),  # the same counter as a text parser may name it
+)
+"""Energy counters a scrape is read for, in order of preference, with the factor to joules."""
+NO_ENERGY = ("not available: the scraped endpoint exports neither diffusion_energy_joules_total (diffbench serve "
+             "where the device's counter is readable) nor DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
 SETTLE_S = 2.0
 SETTLE_POLL_S = 0.02
 MISMATCH_SHARE = 0.25
@@ -79,6 +94,13 @@ class ServerSide(BaseModel):
     """Generations cancelled while running on the device (Δcount of ``diffusion_cancel_release_seconds``)."""
     n: int = 0
     """Requests the server counted in the row (sum of ``outcomes``)."""
+    energy_j: float | None = None
+    """Joules the server's energy counter rose by over the row (None: no counter exported)."""
+    energy_source: str | None = None
+    """The counter ``energy_j`` comes from (:data:`ENERGY_COUNTERS`), or ``"not available: …"``."""
+    energy_per_ok_output_j: float | None = None
+    """``energy_j`` ÷ the outputs of the row's ok requests (images or videos; set by
+    :func:`~diffbench.load.scrape_rows.attach`); None without energy or without an ok request."""
     errors: list[str] = []
     """Scrapes that failed during the row (at most a few texts)."""
 
@@ -98,6 +120,16 @@ def _user_requests(s: Scrape) -> float:
     return s.total("diffusion_requests_total", traffic="user") or 0.0
 
 
+def energy_delta(begin: Scrape, end: Scrape) -> tuple[float | None, str]:
+    """``(joules, counter name)`` the first counter of :data:`ENERGY_COUNTERS` both scrapes carry rose by
+    between them (summed over its series: GPUs, hosts), or ``(None, "not available: …")``."""
+    for name, to_joules in ENERGY_COUNTERS:
+        if begin.has(name) and end.has(name):
+            dcgm = name.startswith("DCGM_")  # named as dcgm-exporter writes it, whatever the parser appended
+            return sum(_delta(begin, end, name).values()) * to_joules, name.removesuffix("_total") if dcgm else name
+    return None, NO_ENERGY
+
+
 def server_side(begin: Scrape, end: Scrape, periodic: list[Scrape], url: str, errors: list[str]) -> ServerSide:
     """The :class:`ServerSide` of a row from its boundary scrapes and the periodic ones in between."""
     def gauge(name: str) -> list[float]:
@@ -114,6 +146,7 @@ def server_side(begin: Scrape, end: Scrape, periodic: list[Scrape], url: str, er
     wasted = _delta(begin, end, "diffusion_cancelled_seconds_total").get(())
     release = _mean(begin, end, "diffusion_cancel_release_seconds").get(())
     released = _delta(begin, end, "diffusion_cancel_release_seconds_count").get((), 0.0)
+    energy_j, energy_source = energy_delta(begin, end)
     return ServerSide(
         cancelled_s=wasted, cancel_release_mean_s=release, cancelled_running=round(released),
         url=url, scrapes=len(periodic),
@@ -121,6 +154,7 @@ def server_side(begin: Scrape, end: Scrape, periodic: list[Scrape], url: str, er
         running_mean=sum(running) / len(running) if running else None, running_max=max(running, default=None),
         queue_wait_mean_s=qw, request_mean_s=req, service_mean_s=sum(stages.values()) if stages else None,
         stages_mean_s=stages, outcomes=outs, n=sum(outs.values()), errors=errors[:MAX_ERRORS],
+        energy_j=energy_j, energy_source=energy_source,
     )
 
 
@@ -310,4 +344,5 @@ def _noop(_: float) -> None:
     pass
 
 
-__all__ = ["MetricsScraper", "ScrapeMonitor", "ServerSide", "coverage_warning", "mismatch_warning", "server_side"]
+__all__ = ["ENERGY_COUNTERS", "MetricsScraper", "ScrapeMonitor", "ServerSide", "coverage_warning", "energy_delta",
+           "mismatch_warning", "server_side"]

@@ -159,6 +159,10 @@ METRICS: tuple[MetricSpec, ...] = (
                "Per-rank compute time of one denoise step, before its first collective", STEP_BUCKETS),
     MetricSpec("diffusion_model_flops", "counter", "flop", ("model", "gpu"),
                "Model FLOPs executed (ledger count per request), for MFU"),
+    # -- energy ---------------------------------------------------------------------------------------------
+    MetricSpec("diffusion_energy_joules", "counter", "joules", ("model", "gpu"),
+               "Energy the device used during generations, read from its counter around each one (NVML on a "
+               "GPU, RAPL packages on a CPU); no sample where no counter is readable"),
     # -- quality probe --------------------------------------------------------------------------------------
     MetricSpec("diffusion_quality_psnr_decibels", "gauge", "decibels", ("model", "probe"),
                "PSNR of the last probe answer against its reference (worst frame for video)"),

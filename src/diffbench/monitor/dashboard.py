@@ -223,6 +223,10 @@ def _steps_stages(L: _Layout) -> None:
     L.add("timeseries", "Model FLOP/s", "Model FLOPs executed per second (ledger count), per device; MFU = "
           "this / the device's dense peak.", "flops",
           [_target(f"sum by (gpu) ({_rate('diffusion_model_flops_total', TM)})", "{{gpu}}")], w=6)
+    L.add("timeseries", "Generation power", "Energy the devices used during generations per second of wall "
+          "time (rate of the energy counter read around each generation: NVML on a GPU, RAPL on a CPU); empty "
+          "where no counter is readable.", "watt",
+          [_target(f"sum by (gpu) ({_rate('diffusion_energy_joules_total', TM)})", "{{gpu}}")], w=6)
 
 
 def _cache(L: _Layout) -> None:

@@ -390,6 +390,16 @@ class Exporter:
                 for t in times:
                     h.observe(t)
 
+    def enable_energy(self, gpu: str) -> None:
+        """Create ``diffusion_energy_joules_total{gpu}`` at 0: the service reads an energy counter on ``gpu``
+        (without this call the family has no sample: no counter is readable, and no 0 pretends otherwise)."""
+        self.m["diffusion_energy_joules"].labels(self.model, gpu)
+
+    def observe_energy(self, gpu: str, joules: float) -> None:
+        """Add one generation's energy (joules, read from the device's counter) to
+        ``diffusion_energy_joules_total{gpu}``; a negative reading (a counter reset) adds nothing."""
+        self.m["diffusion_energy_joules"].labels(self.model, gpu).inc(max(0.0, float(joules)))
+
     def observe_probe(
         self, *, probe: str, psnr_db: float | None, ssim: float | None, timestamp_s: float, interval_s: float,
         ok: bool = True,

@@ -135,14 +135,21 @@ def server_table(result: LoadResult) -> Table | None:
                   caption="queue depth: mean/max of the scrapes inside the row; times: mean from histogram "
                   "sum/count deltas over the row; outcomes: diffusion_requests_total deltas (user traffic)",
                   caption_justify="left")
+    sources = list(dict.fromkeys(row.server.energy_source for row in result.rates
+                                 if row.server is not None and row.server.energy_j is not None))
+    energy = ["J/ok output"] if sources else []  # the column appears only where a counter was scraped
+    if sources:
+        table.caption = f"{table.caption}; J/ok output: Δ{' / Δ'.join(str(s) for s in sources)} over the row ÷ ok outputs"
     for name in ("load", "client p50", "q depth", "q wait", "request", "service", "text_encode", "denoise",
-                 "vae_decode", "outcomes", "scrapes"):
+                 "vae_decode", *energy, "outcomes", "scrapes"):
         table.add_column(name, justify="left" if name in ("load", "outcomes") else "right", no_wrap=True)
     for row in result.rates:
         sv = row.server
         if sv is None:
-            table.add_row(_row_label(row), *(["—"] * 10))
+            table.add_row(_row_label(row), *(["—"] * (10 + len(energy))))
             continue
+        joules = [] if not energy else ["—" if sv.energy_per_ok_output_j is None
+                                        else f"{sv.energy_per_ok_output_j:.4g}"]
         depth = ("—" if sv.queue_depth_mean is None else
                  f"{sv.queue_depth_mean:.3g}/{sv.queue_depth_max:.3g}")
         outs = " · ".join(f"{k} {v}" for k, v in sv.outcomes.items() if v) or "none"
@@ -150,7 +157,7 @@ def server_table(result: LoadResult) -> Table | None:
                       fmt_seconds(sv.queue_wait_mean_s), fmt_seconds(sv.request_mean_s),
                       fmt_seconds(sv.service_mean_s),
                       *(fmt_seconds(sv.stages_mean_s.get(st)) for st in ("text_encode", "denoise", "vae_decode")),
-                      outs, str(sv.scrapes) + (f" ({len(sv.errors)} failed)" if sv.errors else ""))
+                      *joules, outs, str(sv.scrapes) + (f" ({len(sv.errors)} failed)" if sv.errors else ""))
     return table
 
 

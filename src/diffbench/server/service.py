@@ -16,6 +16,7 @@ import numpy as np
 from diffbench.core.clock import process_start_unix
 from diffbench.engines.base import Engine, EngineInfo, GenerationRequest
 from diffbench.engines.cancel import Cancelled, CancelToken
+from diffbench.engines.instrument.energy import EnergyMeter, Unavailable, meter_for
 from diffbench.monitor.exporter import Exporter
 from diffbench.server.capabilities import ParameterUse
 from diffbench.server.config import ServerConfig
@@ -54,6 +55,8 @@ class Service:
     fingerprint_id: str = ""
     calibration_differences: list[str] = field(default_factory=list)
     engine_started: bool = False
+    energy: EnergyMeter | None = None
+    """The device's energy counter (made by :meth:`prepare`; its reads may be ``Unavailable``)."""
     started_unix: int = field(default_factory=lambda: int(time.time()))
     _rng: np.random.Generator = field(init=False)
     _rng_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -84,6 +87,17 @@ class Service:
         self.use = parameter_use(self.engine)
         check_startup(self.config, self.engine, self.default_steps, self.default_frames())
         self._fingerprint()
+        if self.energy is None:
+            self.energy = meter_for(self.info.engine, self.info.device)
+
+    @property
+    def energy_note(self) -> str:
+        """``energy: <source> (<scope>)`` or ``energy: not available: <reason>`` (the serve startup line)."""
+        got = self.energy.read() if self.energy is not None else Unavailable("the engine is not started")
+        if isinstance(got, Unavailable):
+            return f"energy: {got}"
+        assert self.energy is not None
+        return f"energy: {self.energy.source} ({self.energy.scope}) -> diffusion_energy_joules_total"
 
     def _fingerprint(self) -> None:
         """The running deployment's fingerprint, and how a loaded calibration's differs from it."""
@@ -111,8 +125,14 @@ class Service:
                 mark()
         cal = self.config.calibration
         model = ServiceTimeModel(baseline=calibrated_baseline(cal) if cal is not None else None)
-        self.worker = DeviceWorker(self.engine, model=model)
         self.exporter = self._make_exporter()
+        measured = self.energy is not None and not isinstance(self.energy.read(), Unavailable)
+        gpu = gpu_label(self.info.device) if self.info is not None else "cpu"
+        if measured:
+            self.exporter.enable_energy(gpu)
+        exporter = self.exporter
+        self.worker = DeviceWorker(self.engine, model=model, energy=self.energy if measured else None,
+                                   on_energy=lambda joules: exporter.observe_energy(gpu, joules))
         self.exporter.set_queue_source(self.worker.snapshot)
         self.worker.start()
         started = process_start_unix()

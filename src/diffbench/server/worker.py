@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from diffbench.engines.base import Engine, GenerationRequest, GenerationResult
 from diffbench.engines.cancel import Cancelled, CancelToken, cancellable
+from diffbench.engines.instrument.energy import EnergyMeter, EnergyTally, Mark
 from diffbench.errors import DeviceOutOfMemory, GenerationError
 from diffbench.server.admission import Decision, ServiceTimeModel, decide, estimate_wait
 
@@ -102,7 +103,11 @@ def _release_device_memory() -> None:
 
 
 class DeviceWorker:
-    """FIFO queue + one thread calling the engine. Thread-safe :meth:`submit`."""
+    """FIFO queue + one thread calling the engine. Thread-safe :meth:`submit`.
+
+    ``energy``: a counter read just before each generation and just after its synchronization (ok or failed:
+    the device spent it either way); ``on_energy(joules)`` gets each reading, on the worker thread, before the
+    request's future resolves."""
 
     def __init__(
         self,
@@ -110,8 +115,12 @@ class DeviceWorker:
         *,
         clock: Callable[[], int] = time.perf_counter_ns,
         model: ServiceTimeModel | None = None,
+        energy: EnergyMeter | None = None,
+        on_energy: Callable[[float], None] | None = None,
     ) -> None:
         self.engine = engine
+        self.energy = EnergyTally(energy) if energy is not None else None
+        self._on_energy = on_energy
         self.model = model or ServiceTimeModel()
         self.counters = Counters()
         self._clock = clock
@@ -242,6 +251,7 @@ class DeviceWorker:
         req = item.request
         if item.on_start is not None:
             item.on_start()
+        mark = self.energy.begin() if self.energy is not None else None
         try:
             with cancellable(item.token):
                 result = self.engine.generate(req)
@@ -249,9 +259,10 @@ class DeviceWorker:
             if result.images is None:
                 raise GenerationError(f"the engine returned no images for {size_text(req)}")
         except Cancelled as exc:
-            self._cancelled(item, exc)
+            self._cancelled(item, exc, mark)
             return
         except Exception as exc:
+            self._energy_of(mark)
             oom = as_out_of_memory(exc, req)
             with self._cond:
                 self.counters.failed += 1
@@ -260,6 +271,7 @@ class DeviceWorker:
                 _release_device_memory()
             item.future.set_exception(oom or exc)
             return
+        self._energy_of(mark)
         end = self._clock()
         started = item.started_ns or end
         service_s = (end - started) / 1e9
@@ -269,11 +281,13 @@ class DeviceWorker:
             self.counters.completed += 1
         item.future.set_result(Done(result, (started - item.enqueued_ns) / 1e9, service_s))
 
-    def _cancelled(self, item: WorkItem, exc: Cancelled) -> None:
-        """A generation stopped at a step: wait for the device (work already launched), log where it
-        stopped, fail its future with ``exc`` (``service_s``: start on the device to release)."""
+    def _cancelled(self, item: WorkItem, exc: Cancelled, mark: Mark | None = None) -> None:
+        """A generation stopped at a step: wait for the device (work already launched), close its energy
+        window (the joules it used are counted like any other's), log where it stopped, fail its future with
+        ``exc`` (``service_s``: start on the device to release)."""
         with contextlib.suppress(Exception):
             self.engine.sync()
+        self._energy_of(mark)
         end = self._clock()
         item.token.released_ns = time.perf_counter_ns()
         exc.service_s = (end - (item.started_ns or end)) / 1e9
@@ -281,6 +295,14 @@ class DeviceWorker:
             self.counters.cancelled += 1
         LOG.info("%s", step_log_line(item, exc))
         item.future.set_exception(exc)
+
+    def _energy_of(self, mark: Mark | None) -> None:
+        """Close the energy window of the generation that began at ``mark`` and report its joules."""
+        if self.energy is None or mark is None:
+            return
+        got = self.energy.end(mark)
+        if isinstance(got, tuple) and self._on_energy is not None:
+            self._on_energy(got[0])
 
 
 def step_log_line(item: WorkItem, exc: Cancelled) -> str:
