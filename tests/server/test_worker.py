@@ -81,3 +81,33 @@ def test_torch_oom_maps_to_device_out_of_memory():
     assert isinstance(mapped, DeviceOutOfMemory)
     assert str(mapped).startswith("out of memory at 1024x768, 28 steps, n=2: CUDA out of memory.")
     assert as_out_of_memory(ValueError("bad value"), req) is None
+
+
+def test_a_cancelled_generation_counts_the_energy_it_used():
+    """The joules a cancelled generation used are reported like a finished one's (they were spent)."""
+    from concurrent.futures import Future
+
+    from diffbench.engines.cancel import Cancelled
+    from diffbench.engines.registry import EngineConfig
+    from diffbench.engines.sim import SimEngine
+    from diffbench.server.worker import DeviceWorker, WorkItem
+
+    class Meter:
+        source, scope = "fake", "test device"
+        joules = 0.0
+
+        def read(self) -> float:
+            return self.joules
+
+    meter, reported = Meter(), []
+    worker = DeviceWorker(SimEngine(EngineConfig(engine="sim", sim=sim_params())), energy=meter,
+                          on_energy=reported.append)
+    item = WorkItem(request=GenerationRequest(prompt="a", width=64, height=64, steps=4), future=Future(),
+                    enqueued_ns=time.perf_counter_ns(), started_ns=time.perf_counter_ns())
+    assert worker.energy is not None
+    mark = worker.energy.begin()
+    meter.joules = 12.5  # the device used 12.5 J before the cancel landed
+    worker._cancelled(item, Cancelled("disconnect", 2, 4), mark)
+    assert reported == [12.5]
+    with pytest.raises(Cancelled):
+        item.future.result(timeout=1)
