@@ -43,7 +43,7 @@ from diffbench.load.client.dialects import IMAGES_PATH, image_body
 from diffbench.load.client.noop_server import ServerProcess
 from diffbench.queueing.schedules import constant, poisson
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # 8 MB answers on 2 busy cores
 
 BODY_BYTES = 8_000_000
 RATE, SECONDS, PAIRS, SEED = 20.0, 1.0, 4, 7
