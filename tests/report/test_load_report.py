@@ -353,3 +353,33 @@ def test_work_and_cost_columns_when_the_rows_have_them(tmp_path: Path, sim_json:
     assert [float(r[3]) for r in table.rows] == [1.5 * (k + 1) for k in range(len(data["rates"]))]
     assert all(r[5] == "2" and float(r[7]) == 2.0 for r in table.rows)
     assert "1.8 per GPU-hour" in (table.caption or "")
+
+
+def test_quality_and_energy_tables_when_the_rows_have_them(tmp_path: Path, sim_json: Path) -> None:
+    ids = _by_id(_doc(sim_json))
+    assert "load-quality-0" not in ids and "load-energy-0" not in ids  # a simulation has neither
+    data = json.loads(sim_json.read_text())
+    rows = data["rates"]
+    for k, row in enumerate(rows):
+        row["n_good"] = row["n"] - k  # the latency-only goodput over every request of the row
+        row["quality"] = {"n_reference": 10, "n_scored": 10 - k, "psnr_p50_db": 48.0 - k, "psnr_p10_db": 44.5 - k,
+                          "psnr_worst_db": 41.25 - k, "ssim_p50": 0.99, "ssim_worst": 0.95, "gate_psnr_db": 45.0,
+                          "fraction_under_gate": 0.1 * k,
+                          "goodput": {"n": 10 - k, "n_good": 8 - k, "fraction": (8 - k) / (10 - k),
+                                      "ci_low": 0.4, "ci_high": 0.97}}
+        row["server"] = {"url": "http://x/metrics", "scrapes": 3, "energy_j": 100.0 * (k + 1),
+                         "energy_source": "diffusion_energy_joules_total", "energy_per_ok_output_j": 2.5 * (k + 1)}
+    path = tmp_path / "with-quality.json"
+    path.write_text(json.dumps(data))
+    ids = _by_id(_doc(path))
+    quality, energy = ids["load-quality-0"], ids["load-energy-0"]
+    assert isinstance(quality, Table) and isinstance(energy, Table)
+    for k, (row, cells) in enumerate(zip(rows, quality.rows, strict=True)):
+        assert cells[1] == f"{10 - k}/10"
+        assert [float(c) for c in cells[2:5]] == [48.0 - k, 44.5 - k, 41.25 - k]
+        assert cells[7] == f"{0.1 * k:.1%} < 45 dB"
+        assert cells[8] == f"{8 - k}/{10 - k} = {(8 - k) / (10 - k):.1%} (40.0%–97.0%)"
+        assert cells[9] == f"{row['n'] - k}/{row['n']} = {(row['n'] - k) / row['n']:.1%}"
+    assert [float(c[1]) for c in energy.rows] == [100.0 * (k + 1) for k in range(len(rows))]
+    assert [float(c[2]) for c in energy.rows] == [2.5 * (k + 1) for k in range(len(rows))]
+    assert {c[3] for c in energy.rows} == {"diffusion_energy_joules_total"}

@@ -237,6 +237,66 @@ def work_cost_table(i: int, r: LoadedResult) -> Table | None:
                  caption=cap)
 
 
+def quality_table(i: int, r: LoadedResult) -> Table | None:
+    """``load --reference``: each row's reference requests scored against the references (PSNR in dB and
+    SSIM: median, 10th percentile, worst; the share under the ``psnr:`` gate) and the goodput with the quality
+    floors over the scored requests (with its 95 % Clopper-Pearson interval) beside the latency-only goodput
+    over all requests; None when no row replayed a reference."""
+    res: LoadResult = r.model
+    if not any(row.quality is not None for row in res.rates):
+        return None
+
+    def db(v: float | None) -> str:
+        return "—" if v is None else f"{v:.2f}"
+
+    rows = []
+    for row in res.rates:
+        q = row.quality
+        if q is None:
+            rows.append([row_label(row)] + ["—"] * 9)
+            continue
+        g = q.goodput
+        good = "—" if g.fraction is None else (f"{g.n_good}/{g.n} = {g.fraction:.1%}"
+                                               + (f" ({g.ci_low:.1%}–{g.ci_high:.1%})"
+                                                  if g.ci_low is not None and g.ci_high is not None else ""))
+        latency = "—" if row.n_good is None or not row.n else f"{row.n_good}/{row.n} = {row.n_good / row.n:.1%}"
+        rows.append([row_label(row), f"{q.n_scored}/{q.n_reference}", db(q.psnr_p50_db), db(q.psnr_p10_db),
+                     db(q.psnr_worst_db), "—" if q.ssim_p50 is None else f"{q.ssim_p50:.4f}",
+                     "—" if q.ssim_worst is None else f"{q.ssim_worst:.4f}",
+                     "—" if q.fraction_under_gate is None else f"{q.fraction_under_gate:.1%} < {q.gate_psnr_db:g} dB",
+                     good, latency])
+    return Table(id=f"load-quality-{i}", title=f"{_source(r)}: quality under load",
+                 headers=["users" if res.mode == "closed" else "offered (req/s)", "scored / sent", "PSNR p50 (dB)",
+                          "PSNR p10 (dB)", "PSNR worst (dB)", "SSIM p50", "SSIM worst", "under the gate",
+                          "goodput with quality (scored)", "latency goodput (all)"], rows=rows,
+                 caption="load --reference: the answers to the replayed reference requests scored against the "
+                         "references (worst image of a batch; an identical answer is recorded as 200 dB); "
+                         "goodput with quality: scored requests that were ok, within every --goodput time "
+                         "constraint and at or above every quality floor (95 % Clopper-Pearson interval); "
+                         "latency goodput: every request of the row against the time constraints alone")
+
+
+def energy_table(i: int, r: LoadedResult) -> Table | None:
+    """``load --scrape``: each row's energy from the server's counter (joules over the row and per ok output,
+    with the counter it came from); None when no row read a counter."""
+    res: LoadResult = r.model
+    if not any(row.server is not None and row.server.energy_j is not None for row in res.rates):
+        return None
+    rows = []
+    for row in res.rates:
+        sv = row.server
+        rows.append([row_label(row), "—" if sv is None or sv.energy_j is None else num(sv.energy_j),
+                     "—" if sv is None or sv.energy_per_ok_output_j is None else num(sv.energy_per_ok_output_j),
+                     "—" if sv is None else str(sv.energy_source or "—")])
+    return Table(id=f"load-energy-{i}", title=f"{_source(r)}: energy",
+                 headers=["users" if res.mode == "closed" else "offered (req/s)", "energy (J)", "J per ok output",
+                          "counter"], rows=rows,
+                 caption="the increase of the server's energy counter over each row (load --scrape): "
+                         "diffusion_energy_joules_total (diffbench serve: its generations) or DCGM's "
+                         "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION (mJ, the whole GPU, idle time included); "
+                         "— where the server exported neither")
+
+
 def row_warnings_table(i: int, r: LoadedResult) -> Table | None:
     lines = [[row_label(row), w] for row in r.model.rates for w in row.warnings]
     if not lines:
@@ -339,9 +399,9 @@ def build(results: list[LoadedResult], opts: ReportOptions) -> list[Section]:
     for i, r in enumerate(results):
         if r.model.rates:
             tables.append(rows_table(i, r))
-            work = work_cost_table(i, r)
-            if work is not None:
-                tables.append(work)
+            for extra_table in (work_cost_table(i, r), quality_table(i, r), energy_table(i, r)):
+                if extra_table is not None:
+                    tables.append(extra_table)
             extra = row_warnings_table(i, r)
             if extra is not None:
                 tables.append(extra)
