@@ -264,6 +264,9 @@ def test_csv_values_equal_the_json_result(fake, tmp_path):
             assert float(line[f"lag_{name}_s"]) == row["lag_s"][name]
         for k, v in row["outcomes"].items():
             assert int(line[f"outcome_{k}"]) == v
+        for key in ("started_unix_s", "mpx_steps_per_s"):  # the work columns, as the JSON has them
+            assert float(line[key]) == row[key], key
+        assert int(line["ok_outputs"]) == row["ok_outputs"]
         assert line["goodput_definition"] == "latency:5" and line["schedule"] == "constant"
         assert line["stopped_by"] == row["stopped_by"] == "duration"
     assert [line["knee"] == "true" for line in rows] == [res["knee"]["index"] == i for i in range(2)]

@@ -14,7 +14,9 @@ flags ``knee``, ``unstable``, ``saturated``; ``warnings`` (their count) and ``go
 ``--scrape``, the server's view (:data:`SERVER_COLUMNS`: scrapes, queue depth mean/max, running mean/max,
 queue wait / request / service / stage means in seconds, ``server_n`` and one ``server_outcome_<kind>``
 per server outcome), empty cells without it; with per-request SLOs (``load --trace`` ``slo_s`` column,
-``--slo-scale``), ``slo_requests``, ``slo_met`` and ``slo_attainment`` (empty without).
+``--slo-scale``), ``slo_requests``, ``slo_met`` and ``slo_attainment`` (empty without); then, each group
+empty where the run did not measure it, :data:`ABANDON_COLUMNS`, :data:`WORK_COLUMNS`,
+:data:`QUALITY_COLUMNS` and :data:`ENERGY_COLUMNS`.
 """
 
 from __future__ import annotations
@@ -42,6 +44,21 @@ ABANDON_COLUMNS: tuple[str, ...] = (
 )
 """``load --abandon-after``: the requests given up by their client and, with ``--scrape``, the server's
 cancels of them (last, so the earlier columns keep their places)."""
+WORK_COLUMNS: tuple[str, ...] = (
+    "started_unix_s", "ok_outputs", "mpx_steps_per_s", "gpus", "mpx_steps_per_s_per_gpu", "gpu_s_per_output",
+    "gpu_hour_price", "cost_per_1000",
+)
+"""The row's start (Unix seconds, UTC), its work-normalized throughput and, with ``--gpus`` /
+``--gpu-hour-price``, its GPU time and cost per 1,000 ok outputs (:mod:`diffbench.load.workcost`)."""
+QUALITY_COLUMNS: tuple[str, ...] = (
+    "quality_n_reference", "quality_n_scored", "psnr_p50_db", "psnr_p10_db", "psnr_worst_db", "ssim_p50",
+    "ssim_worst", "psnr_gate_db", "fraction_under_gate", "quality_n_good", "quality_goodput_fraction",
+    "quality_goodput_ci_low", "quality_goodput_ci_high",
+)
+"""``load --reference``: the row's scored reference requests (:mod:`diffbench.load.scored`); identical
+answers count as 200 dB."""
+ENERGY_COLUMNS: tuple[str, ...] = ("server_energy_j", "server_energy_per_ok_output_j", "server_energy_source")
+"""``load --scrape``: the server's energy counter over the row (joules) and per ok output."""
 _OUTCOMES = tuple(k for k in OUTCOMES if k != "abandoned")
 
 _LATENCY = (("mean", "mean"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p999", "p999"), ("max", "max"))
@@ -53,7 +70,9 @@ COLUMNS: tuple[str, ...] = (
     "lag_p50_s", "lag_p99_s", "lag_max_s", "client_queue_p99_s", *(f"outcome_{k}" for k in _OUTCOMES),
     "knee", "unstable", "saturated", "warnings", "goodput_definition",
     *SERVER_COLUMNS, "slo_requests", "slo_met", "slo_attainment", *ABANDON_COLUMNS,
+    *WORK_COLUMNS, *QUALITY_COLUMNS, *ENERGY_COLUMNS,
 )
+"""Every column; each group added later goes last, so the earlier columns keep their places."""
 
 
 def _cell(v: object) -> str:
@@ -103,6 +122,22 @@ def row_values(row: RateSummary, *, is_knee: bool) -> dict[str, object]:
     out["server_cancelled_running"] = sv.cancelled_running if sv else None
     out["server_cancel_release_mean_s"] = sv.cancel_release_mean_s if sv else None
     out["server_cancelled_s"] = sv.cancelled_s if sv else None
+    for col in WORK_COLUMNS:
+        out[col] = getattr(row, col)
+    q = row.quality
+    out.update({
+        "quality_n_reference": q.n_reference if q else None, "quality_n_scored": q.n_scored if q else None,
+        "psnr_p50_db": q.psnr_p50_db if q else None, "psnr_p10_db": q.psnr_p10_db if q else None,
+        "psnr_worst_db": q.psnr_worst_db if q else None, "ssim_p50": q.ssim_p50 if q else None,
+        "ssim_worst": q.ssim_worst if q else None, "psnr_gate_db": q.gate_psnr_db if q else None,
+        "fraction_under_gate": q.fraction_under_gate if q else None,
+        "quality_n_good": q.goodput.n_good if q else None, "quality_goodput_fraction": q.goodput.fraction if q else None,
+        "quality_goodput_ci_low": q.goodput.ci_low if q else None,
+        "quality_goodput_ci_high": q.goodput.ci_high if q else None,
+    })
+    out["server_energy_j"] = sv.energy_j if sv else None
+    out["server_energy_per_ok_output_j"] = sv.energy_per_ok_output_j if sv else None
+    out["server_energy_source"] = sv.energy_source if sv else None
     return out
 
 
@@ -127,4 +162,5 @@ def write_sweep_csv(path: str | Path, result: LoadResult) -> None:
     write_text_atomic(path, sweep_csv(result), newline="")
 
 
-__all__ = ["COLUMNS", "row_values", "sweep_csv", "write_sweep_csv"]
+__all__ = ["ABANDON_COLUMNS", "COLUMNS", "ENERGY_COLUMNS", "QUALITY_COLUMNS", "WORK_COLUMNS", "row_values", "sweep_csv",
+           "write_sweep_csv"]
