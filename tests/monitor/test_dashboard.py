@@ -21,7 +21,7 @@ needs_promtool = pytest.mark.skipif(
     reason="promtool not found (Debian package `prometheus`: apt-get install prometheus; .ci/run installs it)",
 )
 ROWS = ["Service health", "Latency & queue", "Per-step and stages", "Cache", "Memory", "Quality probe",
-        "Compile", "Start-up", "Ranks", "Abandoned work"]
+        "Compile", "Start-up", "Ranks", "Abandoned work", "LoRA adapters"]
 
 
 @pytest.fixture(scope="module")
@@ -282,6 +282,7 @@ def test_every_dashboard_rule_and_plan_metric_is_written_by_a_live_exporter(comm
     exp.set_deployment(EngineInfo(engine="sim", engine_version="1", model="m"), "abcd")
     exp.set_startup({"load": 1.0, "warmup": 0.5, "ready": 2.0})  # as serve's start does
     exp.enable_energy("0")  # the energy counter exists where the device's counter is readable
+    exp.enable_adapters(["a"])  # as serve --lora does
     exp.observe_generation(shape="64x64", stages=StageTimes(total_s=1.0), memory=MemoryStats(kind="cuda"),
                            signals=RequestSignals(device="0", device_total_bytes=1, flops=1.0))
     probe = ProbeMetrics("m", "p", interval_s=60.0, threshold_db=30.0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import socket
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -209,6 +210,11 @@ CLI_ROWS = [
     (["--engine", "sim", "--max-input-mb", "nan"], 2, ["--max-input-mb nan", "finite number of MiB"]),
     (["--engine", "sim", "--max-input-mb", "0"], 2, ["--max-input-mb 0.0", "at least 1 byte"]),
     (["--engine", "sim", "--max-input-mb", "-3"], 2, ["--max-input-mb -3.0", "finite number of MiB"]),
+    # LoRA adapters are declared at start, each a directory with LoRA weights
+    (["--engine", "sim", "--lora", "style"], 2, ["--lora 'style'", "NAME=DIR"]),
+    (["--engine", "sim", "--lora", "s=/nonexistent/lora"], 2, ["--lora s=/nonexistent/lora", "no such directory"]),
+    (["--engine", "sim", "--lora", f"s={Path(__file__).parent}"], 2, ["--lora s=", "no LoRA weights in it",
+                                                                       "pytorch_lora_weights.safetensors"]),
 ]
 
 

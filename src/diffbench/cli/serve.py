@@ -54,13 +54,15 @@ def serve_engine_config(
     compile_: bool = False,
     vae_tiling: bool = False,
     memory_budget: str | None = None,
+    lora: list[str] | None = None,
 ) -> EngineConfig:
     """The engine ``serve`` runs, from its flags, checked before anything is loaded (device availability,
     the attention backend and where a quantization can run are checked when the engine starts).
 
     Raises:
         UsageError: an unknown engine, a bad ``--cache`` spec, an unknown ``--quantization`` or ``--offload``, a
-            pipeline option on the sim engine, or a bad ``--memory-budget``.
+            pipeline option on the sim engine, a bad ``--memory-budget``, or a ``--lora`` that is not
+            ``NAME=DIR`` with a LoRA directory (:func:`~diffbench.engines.adapters.parse_adapters`).
     """
     from diffbench.engines.config import EngineConfig
     from diffbench.errors import UsageError
@@ -76,6 +78,9 @@ def serve_engine_config(
                                  "--engine diffusers")
     pipeline_knobs(engine, quantization, fuse_projections, offload)
     budget = parse_bytes(memory_budget) if memory_budget is not None else None
+    from diffbench.engines.adapters import parse_adapters
+
+    adapters = parse_adapters(lora or [])
     return EngineConfig(
         engine=engine,  # type: ignore[arg-type]
         model=model,
@@ -90,6 +95,7 @@ def serve_engine_config(
         compile=compile_,
         vae_tiling=vae_tiling,
         memory_budget_bytes=budget,
+        adapters=adapters,
     )
 
 
@@ -110,6 +116,9 @@ def register(app: typer.Typer) -> None:
         offload: str = typer.Option("none", help=OFFLOAD_HELP),
         quantization: str = typer.Option("none", help=QUANTIZATION_HELP),
         fuse_projections: bool = typer.Option(False, "--fuse-projections", help=FUSE_PROJECTIONS_HELP),
+        lora: list[str] = typer.Option(
+            [], "--lora", help="A LoRA adapter loaded at start, NAME=DIR (repeat for more): a request activates "
+            "it with the images API's lora field ({\"name\": NAME, \"scale\": 1.0}); swaps are timed and exported."),
         max_wait: float | None = typer.Option(
             None,
             "--max-wait",
@@ -239,7 +248,7 @@ def register(app: typer.Typer) -> None:
         engine_config = serve_engine_config(
             engine=engine, model=model, device=device, dtype=dtype, sim=sim, attention_backend=attention_backend,
             offload=offload, quantization=quantization, fuse_projections=fuse_projections, cache=cache,
-            compile_=compile_, vae_tiling=vae_tiling, memory_budget=memory_budget,
+            compile_=compile_, vae_tiling=vae_tiling, memory_budget=memory_budget, lora=lora,
         )
         allowlist = parse_shapes(shapes) if shapes is not None else ()
         cal = read_calibration(calibration) if calibration is not None else None

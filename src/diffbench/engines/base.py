@@ -53,6 +53,10 @@ class GenerationRequest(BaseModel):
     image: bytes | None = Field(default=None, repr=False)
     mask: bytes | None = Field(default=None, repr=False)
     strength: float = Field(default=0.6, gt=0, le=1)
+    adapter: str | None = None
+    """The LoRA adapter to activate for this request (one the engine loaded at start), None: the base model."""
+    adapter_scale: float = Field(default=1.0, ge=0, le=4)
+    """The adapter's scale (diffusers ``set_adapters`` weight)."""
 
     @property
     def is_edit(self) -> bool:
@@ -68,9 +72,12 @@ class GenerationRequest(BaseModel):
     def warmup_key(self) -> tuple[object, ...]:
         """:attr:`shape_key` plus the edit flag, the mask flag and the strength: what a warmup must cover
         when edits and text-to-image share a workload (an edit runs another pipeline, and its strength sets
-        how many steps run). Equal to ``shape_key + (False, False, None)`` for text-to-image."""
+        how many steps run), and the adapter and its scale when one is active (switching LoRA weights can
+        recompile a compiled denoiser). Equal to ``shape_key + (False, False, None)`` for text-to-image without
+        an adapter."""
         edit = self.is_edit
-        return (*self.shape_key, edit, edit and self.mask is not None, self.strength if edit else None)
+        key = (*self.shape_key, edit, edit and self.mask is not None, self.strength if edit else None)
+        return key if self.adapter is None else (*key, self.adapter, self.adapter_scale)
 
     def shape_label(self) -> str:
         """Human label, e.g. ``256x256 s8 b1`` or ``832x480 f33 s30 b1``: WIDTHxHEIGHT, as ``--size``,

@@ -97,6 +97,11 @@ class EngineConfig(BaseModel):
         description="fuse the QKV projections of the attention layers (fuse_qkv_projections; same output up to "
         "float rounding); see diffbench.engines.fusion",
     )
+    adapters: dict[str, str] = Field(
+        default_factory=dict,
+        description="LoRA adapters loaded at start, name -> directory (serve --lora NAME=DIR); a request "
+        "activates one by name (GenerationRequest.adapter); see diffbench.engines.adapters",
+    )
     sim: SimParams = SimParams()
     http: HttpParams | None = Field(default=None, description="the service of the http engine; None otherwise")
     cache: str | None = Field(

@@ -177,6 +177,7 @@ class DiffusersEngine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self.pipe: Any = None
+        self._adapter: tuple[str, float] | None = None  # the active LoRA adapter and scale
         self.timer: Any = None
         self.instrumentation: Any = None  # diffbench.engines.instrument.pipeline.Instrumentation after start()
         self._info: EngineInfo | None = None
@@ -286,6 +287,8 @@ class DiffusersEngine:
             from diffbench.engines.quantize import apply_quantization
 
             apply_quantization(pipe, cfg.quantization, cfg.device, cfg.dtype)
+        if cfg.adapters:  # LoRA adapters: loaded once, none active until a request names one
+            self._load_adapters(pipe)
         cache_desc = "none"
         if cfg.cache:
             cache_desc = _enable_cache(pipe, cfg.cache, cfg.model)
@@ -358,12 +361,56 @@ class DiffusersEngine:
         """Check the shape against the pipeline's constraints (before or after :meth:`start`).
 
         Raises:
-            ShapeError: see :func:`check_request`.
+            ShapeError: see :func:`check_request`; an adapter the engine did not load.
         """
         info = self._info or self.peek_info()
         if info is None:
             raise UsageError("engine not started")
         check_request(info.pipeline_class or "", request)
+        from diffbench.engines.adapters import check_adapter
+
+        check_adapter(self.config.adapters, request.adapter)
+
+    def _load_adapters(self, pipe: Any) -> None:
+        """``load_lora_weights`` of every declared adapter (:mod:`diffbench.engines.adapters`), then none active.
+
+        Raises:
+            UsageError: adapters with quantized or fused projections (the LoRA layers would wrap the replaced
+                linears), or an adapter diffusers cannot load into this pipeline (named).
+        """
+        cfg = self.config
+        if cfg.quantization != "none" or cfg.fuse_projections:
+            raise UsageError("--lora with --quantization or --fuse-projections is not supported: the LoRA layers "
+                             "wrap the linear layers those replace")
+        if not hasattr(pipe, "load_lora_weights"):
+            raise UsageError(f"--lora: {type(pipe).__name__} has no LoRA loader in diffusers")
+        for name, path in cfg.adapters.items():
+            try:
+                pipe.load_lora_weights(path, adapter_name=name)
+            except Exception as exc:
+                raise UsageError(f"--lora {name}={path}: diffusers cannot load it into {type(pipe).__name__} "
+                                 f"({type(exc).__name__}: {str(exc)[:200]})") from exc
+        pipe.disable_lora()
+        self._adapter = None
+
+    def _activate(self, request: GenerationRequest) -> float:
+        """Make ``request``'s adapter (and scale) the active one; the seconds the swap took (synchronized),
+        0.0 when it was already active."""
+        wanted = (request.adapter, request.adapter_scale) if request.adapter is not None else None
+        if wanted == self._adapter:
+            return 0.0
+        import time
+
+        self.sync()
+        t0 = time.perf_counter()
+        if wanted is None:
+            self.pipe.disable_lora()
+        else:
+            self.pipe.enable_lora()
+            self.pipe.set_adapters([wanted[0]], [wanted[1]])
+        self.sync()
+        self._adapter = wanted
+        return time.perf_counter() - t0
 
     def pipeline_kwargs(self, request: GenerationRequest) -> dict[str, Any]:
         """The keyword arguments passed to the pipeline for ``request`` (generator per image)."""
@@ -465,6 +512,10 @@ class DiffusersEngine:
 
         torch = self._torch
         plan_steps(steps_run(self.info().pipeline_class or "", request))
+        swap_s = 0.0
+        if self.config.adapters or request.adapter is not None:
+            self.validate(request)  # an adapter that is not loaded: ShapeError
+            swap_s = self._activate(request)
         pipe = None
         if request.is_edit:
             self.validate(request)
@@ -497,6 +548,8 @@ class DiffusersEngine:
         arr = np.asarray(arr)
         images = (np.clip(arr, 0.0, 1.0) * 255.0).round().astype(np.uint8)
         extra = {"denoiser_batch": float(self.instrumentation.last_denoiser_batch)}
+        if self.config.adapters:
+            extra["adapter_swap_s"] = swap_s
         return GenerationResult(images=images, stages=stages, memory=memory, extra=extra, signals=signals)
 
     def _oom(self, message: str) -> DeviceOutOfMemory:

@@ -37,6 +37,7 @@ from collections import deque
 import numpy as np
 
 from diffbench import __version__
+from diffbench.engines.adapters import SIM_SWAP_S, check_adapter
 from diffbench.engines.base import (
     EngineInfo,
     GenerationRequest,
@@ -56,6 +57,8 @@ SIM_FPS = 16.0  # playback rate of simulated videos (requests with frames), as W
 
 def _request_seed(req: GenerationRequest, index: int) -> int:
     h = hashlib.sha256(f"{req.prompt}\x00{req.seed}\x00{index}".encode())
+    if req.adapter is not None:  # a LoRA adapter changes the picture (and only then is it hashed)
+        h.update(f"\x00lora\x00{req.adapter}\x00{req.adapter_scale!r}".encode())
     if req.is_edit:
         h.update(b"\x00edit" + (req.image or b"") + b"\x00" + (req.mask or b"") + f"\x00{req.strength!r}".encode())
     return int.from_bytes(h.digest()[:8], "little")
@@ -85,6 +88,7 @@ class SimEngine:
         self._info: EngineInfo | None = None
         self.launches = 0
         self._warm = False
+        self._adapter: tuple[str, float] | None = None  # the active LoRA adapter and scale
         self._bounds: deque[tuple[int, int, int]] = deque()  # (device ns, step, steps) of launched work
 
     def mark_warm(self) -> None:
@@ -132,8 +136,9 @@ class SimEngine:
         whose strength leaves no step (``int(steps × strength) = 0``) is not.
 
         Raises:
-            ShapeError: an edit with ``int(steps × strength) < 1``.
+            ShapeError: an edit with ``int(steps × strength) < 1``; an adapter the engine did not load.
         """
+        check_adapter(self.config.adapters, request.adapter)
         if request.is_edit and edit_steps(request.steps, request.strength, EDIT_RULE) < 1:
             raise ShapeError(
                 f"strength {request.strength:g} x {request.steps} steps leaves 0 denoising steps (the simulated "
@@ -176,6 +181,11 @@ class SimEngine:
                                      peak_stage="vae_decode")
             err.signals = RequestSignals(device="sim", device_total_bytes=budget)
             raise err
+        swap_s = 0.0
+        active = (request.adapter, request.adapter_scale) if request.adapter is not None else None
+        if active != self._adapter:  # an adapter swap: host time before the launch
+            self._host_advance(SIM_SWAP_S)
+            swap_s, self._adapter = SIM_SWAP_S, active
         key = request.warmup_key
         recompiles = 0
         compile_s = 0.0
@@ -221,7 +231,9 @@ class SimEngine:
             peak_stage="vae_decode",
         )
         signals = RequestSignals(recompiles=recompiles, device="sim", device_total_bytes=budget)
-        return GenerationResult(images=self._images(request), stages=stages, memory=memory, signals=signals)
+        extra = {"adapter_swap_s": swap_s} if self.config.adapters else {}
+        return GenerationResult(images=self._images(request), stages=stages, memory=memory, signals=signals,
+                                extra=extra)
 
     def _images(self, request: GenerationRequest) -> np.ndarray:
         """Deterministic uint8 images from (prompt, seed): a random 16×16 tile per image, tiled."""

@@ -160,6 +160,10 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("diffusion_model_flops", "counter", "flop", ("model", "gpu"),
                "Model FLOPs executed (ledger count per request), for MFU"),
     # -- energy ---------------------------------------------------------------------------------------------
+    MetricSpec("diffusion_adapter_swaps", "counter", "swaps", ("model", "adapter"),
+               "Switches of the active LoRA adapter, by the adapter switched to (none: the base model)"),
+    MetricSpec("diffusion_adapter_swap_duration_seconds", "histogram", "seconds", ("model",),
+               "Time to switch the active LoRA adapter before a request", STAGE_BUCKETS),
     MetricSpec("diffusion_energy_joules", "counter", "joules", ("model", "gpu"),
                "Energy the device used during generations, read from its counter around each one (NVML on a "
                "GPU, RAPL packages on a CPU); no sample where no counter is readable"),

@@ -325,6 +325,18 @@ def _ranks(L: _Layout) -> None:
           thresholds=[(None, "green"), (0.1, "red")])
 
 
+def _adapters(L: _Layout) -> None:
+    L.row("LoRA adapters")
+    swaps = "diffusion_adapter_swaps_total"
+    L.add("timeseries", "Adapter swaps per second",
+          "Switches of the active LoRA adapter by the adapter switched to (none: the base model); a mix that "
+          "alternates adapters pays a swap per switch (serve --lora).", "ops",
+          [_target(f"sum by (adapter) ({_rate(swaps, TM)})", "{{adapter}}")], w=16)
+    L.add("timeseries", "Adapter swap time",
+          "Mean time to switch the active adapter before a request (set_adapters / disable_lora, synchronized).",
+          "s", [_target(_mean("diffusion_adapter_swap_duration_seconds", TM, "model"), "mean {{model}}")])
+
+
 def _abandoned(L: _Layout) -> None:
     L.row("Abandoned work")
     wasted = "diffusion_cancelled_seconds_total"
@@ -343,7 +355,7 @@ def build_dashboard() -> dict[str, Any]:
     """The dashboard model as plain dicts (Grafana classic JSON, ``schemaVersion`` 39)."""
     L = _Layout()
     for section in (_service_health, _latency_queue, _steps_stages, _cache, _memory, _quality, _compile,
-                    _startup, _ranks, _abandoned):
+                    _startup, _ranks, _abandoned, _adapters):
         section(L)
     return {
         "uid": UID,

@@ -390,6 +390,20 @@ class Exporter:
                 for t in times:
                     h.observe(t)
 
+    def enable_adapters(self, names: list[str] | tuple[str, ...]) -> None:
+        """Create ``diffusion_adapter_swaps_total{adapter}`` at 0 for each loaded LoRA adapter and ``none``,
+        and the swap-time histogram (a service without adapters exports no sample of either)."""
+        for name in (*names, "none"):
+            self.m["diffusion_adapter_swaps"].labels(self.model, name)
+        self.m["diffusion_adapter_swap_duration_seconds"].labels(self.model)
+
+    def observe_adapter(self, adapter: str | None, swap_s: float) -> None:
+        """One request on a service with adapters: a swap (``swap_s`` > 0) to ``adapter`` (None: the base
+        model) is counted and its duration observed; a request whose adapter was already active adds nothing."""
+        if swap_s > 0:
+            self.m["diffusion_adapter_swaps"].labels(self.model, adapter or "none").inc()
+            self.m["diffusion_adapter_swap_duration_seconds"].labels(self.model).observe(swap_s)
+
     def enable_energy(self, gpu: str) -> None:
         """Create ``diffusion_energy_joules_total{gpu}`` at 0: the service reads an energy counter on ``gpu``
         (without this call the family has no sample: no counter is readable, and no 0 pretends otherwise)."""

@@ -30,7 +30,7 @@ from diffbench.server.schemas import (
     ignored_parameters,
 )
 from diffbench.server.service import Service, timing_headers
-from diffbench.server.validation import refuse_stream
+from diffbench.server.validation import refuse_stream, resolve_lora
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -142,10 +142,12 @@ def create_app(
         arrival = time.perf_counter()
         refuse_stream(body.stream)
         model = service.check_model(body.model)
+        adapter, adapter_scale = resolve_lora(body.lora, service.config.engine.adapters)
         out = await generate_pngs(
             service, request, arrival=arrival, size=body.size, width=body.width, height=body.height,
             steps=body.num_inference_steps, seed=body.seed, prompt=body.prompt,
             negative_prompt=body.negative_prompt, guidance=body.guidance_scale, n=body.n, model=model,
+            adapter=adapter, adapter_scale=adapter_scale,
         )
         response.headers.update(timing_headers(out.stats))
         return ImageResponse(

@@ -89,11 +89,14 @@ async def generate_pngs(
     image: bytes | None = None,
     mask: bytes | None = None,
     strength: float | None = None,
+    adapter: str | None = None,
+    adapter_scale: float = 1.0,
 ) -> ImagesDone:
     """Validate, queue and run one image generation, then PNG-encode its images off the event loop.
 
     Shared by ``POST /v1/images/generations``, ``POST /v1/images/edits`` and ``POST /v1/chat/completions``;
-    ``image``/``mask``/``strength`` make it an edit (image-to-image, see :mod:`diffbench.server.edits`). Leaves the exported
+    ``image``/``mask``/``strength`` make it an edit (image-to-image, see :mod:`diffbench.server.edits`);
+    ``adapter``/``adapter_scale`` the LoRA adapter to activate (:func:`~diffbench.server.validation.resolve_lora`). Leaves the exported
     shape label and the arrival-to-answer duration in ``request.state`` (counted by ``CountOutcomes``).
 
     Raises:
@@ -126,6 +129,8 @@ async def generate_pngs(
             image=image,
             mask=mask,
             strength=strength,
+            adapter=adapter,
+            adapter_scale=adapter_scale,
         )
     except APIError as exc:
         if exc.param == "num_frames" and service.info is not None and service.info.is_video:
@@ -144,6 +149,9 @@ async def generate_pngs(
         gen, traffic=traffic, arrival=arrival, disconnected=request.is_disconnected,
         until_disconnect=lambda: until_disconnect(request),
     )
+    swap = done.result.extra.get("adapter_swap_s")
+    if service.exporter is not None and swap is not None:
+        service.exporter.observe_adapter(gen.adapter, swap)
     images = done.result.images
     if images is None:  # the worker already fails such requests; kept for the type checker
         raise APIError(500, "the engine returned no images", code="generation_failed")

@@ -52,6 +52,19 @@ def _non_blank(value: str) -> str:
     return value
 
 
+class LoraRequest(BaseModel):
+    """The ``lora`` field of an images request (vLLM-Omni's request field, its examples/online_serving
+    LoRA README): ``name`` of an adapter the service loaded at start (``serve --lora NAME=DIR``; default: the
+    stem of ``local_path``), ``local_path`` (optional here: when given it must be that adapter's directory —
+    the service never loads a directory a request names), ``scale`` (0-4, default 1), ``int_id`` (accepted,
+    not used)."""
+
+    name: str | None = None
+    local_path: str | None = None
+    scale: float = Field(default=1.0, ge=0, le=4, allow_inf_nan=False)
+    int_id: int | None = None
+
+
 class ImageGenerationRequest(BaseModel):
     """``POST /v1/images/generations`` body.
 
@@ -78,6 +91,7 @@ class ImageGenerationRequest(BaseModel):
     negative_prompt: str | None = None
     quality: str | None = None
     user: str | None = None
+    lora: LoraRequest | None = None
 
     _prompt = field_validator("prompt")(_non_blank)
 
@@ -123,12 +137,16 @@ class StageDurations(BaseModel):
     vae_decode: float
     other: float
     queue_wait: float
+    adapter_swap: float | None = None
+    """Seconds spent switching the active LoRA adapter before this request (0.0: it was active already);
+    present only on a service that loaded adapters (``serve --lora``)."""
 
     @model_serializer(mode="wrap")
     def _drop_absent_stage(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
         out: dict[str, object] = handler(self)
-        if out.get("image_encode") is None:
-            out.pop("image_encode", None)
+        for key in ("image_encode", "adapter_swap"):
+            if out.get(key) is None:
+                out.pop(key, None)
         return out
 
 

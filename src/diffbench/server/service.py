@@ -139,6 +139,8 @@ class Service:
         if started is not None:
             self.startup_s["ready"] = max(0.0, time.time() - started)
         self.exporter.set_startup(self.startup_s)
+        if self.config.engine.adapters:
+            self.exporter.enable_adapters(tuple(self.config.engine.adapters))
 
     def _make_exporter(self) -> Exporter:
         from diffbench.server.validation import shape_allowlist
@@ -488,6 +490,7 @@ def generation_stats(done: Done, edit: bool = False) -> GenerationStats:
             vae_decode=st.vae_decode_s if st else 0.0,
             other=st.other_s if st else 0.0,
             queue_wait=done.queue_wait_s,
+            adapter_swap=done.result.extra.get("adapter_swap_s"),
         ),
         service_time_s=done.service_s,
         inference_time_s=done.service_s,

@@ -253,6 +253,8 @@ def build_request(
     image: bytes | None = None,
     mask: bytes | None = None,
     strength: float | None = None,
+    adapter: str | None = None,
+    adapter_scale: float = 1.0,
 ) -> GenerationRequest:
     """Validate against ``limits`` and ``engine.validate``; returns the engine request.
 
@@ -289,13 +291,46 @@ def build_request(
         seed=seed,
         image=image,
         mask=mask,
+        adapter=adapter,
+        adapter_scale=adapter_scale,
         **({} if strength is None else {"strength": strength}),
     )
     try:
         engine.validate(request)
     except ShapeError as exc:
+        if adapter is not None and "LoRA adapter" in str(exc):
+            raise APIError(400, f"lora: {exc}", param="lora", code="invalid_lora") from exc
         raise engine_shape_error(exc, size_param) from exc
     return request
+
+
+def resolve_lora(lora: object, adapters: dict[str, str]) -> tuple[str | None, float]:
+    """The adapter name and scale a request's ``lora`` field (:class:`~diffbench.server.schemas.LoraRequest`,
+    or None) asks for, checked against the ``adapters`` the service loaded (name -> directory).
+
+    Raises:
+        APIError: 400 (``param`` ``lora``) for a field that names no adapter, a ``local_path`` that is not the
+            named adapter's directory, or an adapter the service did not load.
+    """
+    from pathlib import Path
+
+    if lora is None:
+        return None, 1.0
+    name, path, scale = getattr(lora, "name", None), getattr(lora, "local_path", None), getattr(lora, "scale", 1.0)
+    if name is None and path is None:
+        raise APIError(400, "lora: give the name of a loaded adapter (or its local_path)", param="lora",
+                       code="invalid_lora")
+    if name is None:
+        name = Path(path).name  # type: ignore[arg-type]
+    loaded = ", ".join(sorted(adapters)) or "none (serve --lora NAME=DIR loads one)"
+    if name not in adapters:
+        raise APIError(400, f"lora: adapter {name!r} is not loaded; loaded: {loaded}", param="lora",
+                       code="invalid_lora")
+    if path is not None and Path(path).expanduser().resolve() != Path(adapters[name]):
+        raise APIError(400, f"lora: local_path {path!r} is not the directory adapter {name!r} was loaded from; "
+                       "this service loads adapters at start only (serve --lora NAME=DIR)", param="lora",
+                       code="invalid_lora")
+    return name, float(scale)
 
 
 def nearest_valid_frames(
