@@ -64,8 +64,9 @@ def test_the_sim_service_switches_adapters_per_request() -> None:
 
 @pytest.mark.slow  # makes two adapters with PEFT and serves tiny-flux
 def test_tiny_flux_service_switches_real_adapters(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from diffbench.engines.adapters import parse_adapters
     from tests.lora_adapters import make_adapters
+
+    from diffbench.engines.adapters import parse_adapters
 
     made = make_adapters(tmp_path)
     cfg = ServerConfig(engine=EngineConfig(engine="diffusers", model="tiny-flux",
