@@ -297,6 +297,13 @@ def run_load(o: LoadSpec, plan: LoadPlan, target: Target, *, executor: Any | Non
     if o.slo_scale is not None and o.warmup == 1:
         console.print("[yellow]--slo-scale fits its base time on the warm-up; with --warmup 1 the one warm-up "
                       "request of a shape may include compilation (SLOs too loose): --warmup 2 avoids it[/yellow]")
+    adapters = sorted({s.adapter for s in wl.shapes if s.adapter is not None})
+    if adapters:
+        if target.dialect != "vllm-omni":
+            raise UsageError(f"--workload: LoRA adapters ({', '.join(adapters)}) are sent in vLLM-Omni's images API "
+                             f"field lora; use --dialect vllm-omni (--dialect {target.dialect} has no such field)")
+        conditions["adapters"] = (f"{', '.join(adapters)} (the images API's lora field; rows break down by adapter, "
+                                  "swaps counted from the answers' adapter_swap stage)")
     if not sends_steps_and_frames(target.dialect):
         conditions["not_sent"] = ("steps, frames, seed, guidance" + (", strength" if wl.kind == "edit" else "")
                                   + " (openai dialect: the server's defaults apply)")

@@ -182,6 +182,9 @@ class RateSummary(BaseModel):
     """Video jobs: the largest ``poll_granularity_s`` of the row's ok jobs (seconds): every latency of the
     row overstates its job's end by at most this much (adaptive polling). None: no polled job."""
     invalid_kinds: dict[str, int] = {}
+    adapter_swaps: int | None = None
+    """Ok requests before which the server switched the active LoRA adapter (its answer reported an
+    ``adapter_swap`` stage > 0; ``serve --lora``); None when no answer reported the stage."""
     """``invalid_payload`` requests of the row by named sanity kind (``black_image``, ``constant_image``,
     ``black_frame``, ``duplicate_across_seeds``; only kinds that occurred). The rest of
     ``outcomes["invalid_payload"]`` failed the format checks (JSON, base64, decoding, size, count)."""
@@ -580,6 +583,10 @@ def summarize_rate(
         update["poll_granularity_s"] = poll_gap
     if kinds:
         update["invalid_kinds"] = dict(sorted(kinds.items()))
+    swaps = [r.server_stages_s["adapter_swap"] for r in records
+             if r.outcome == "ok" and "adapter_swap" in r.server_stages_s]
+    if swaps:
+        update["adapter_swaps"] = sum(1 for v in swaps if v > 0)
     if goodput:
         update["goodput_constraints"] = list(goodput)
         extra = gp.warnings(summary.n_ok) if gp else []

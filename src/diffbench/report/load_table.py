@@ -273,6 +273,9 @@ def _print_sweep(result: LoadResult, console: Console, title: str | None) -> Non
         if row.server_stages_s:
             stages = " · ".join(f"{k} {fmt_seconds(v)}" for k, v in row.server_stages_s.items())
             console.print(f"{_row_label(row)}: server stages (mean) {stages}", style="dim")
+        if row.adapter_swaps is not None:
+            console.print(f"{_row_label(row)}: LoRA adapter swaps before {row.adapter_swaps} of {row.n_ok} ok requests "
+                          "(latency by adapter: the per-shape table)")
         if row.poll_granularity_s is not None:
             console.print(f"{_row_label(row)}: video jobs polled adaptively: each latency is at most "
                           f"{row.poll_granularity_s * 1e3:.1f} ms after its job ended (poll granularity)",

@@ -59,7 +59,9 @@ JsonScalar = str | int | float | bool
 
 
 def image_body(spec: RequestSpec, dialect: Dialect) -> dict[str, JsonScalar]:
-    """JSON body of ``POST /v1/images/generations`` for one request."""
+    """JSON body of ``POST /v1/images/generations`` for one request; a shape with a LoRA ``adapter`` adds
+    vLLM-Omni's ``lora`` field ``{"name": ..., "scale": ...}`` (the vllm-omni dialect only: the run refuses
+    adapters with another one)."""
     s = spec.shape
     body: dict[str, JsonScalar] = {
         "prompt": spec.prompt,
@@ -76,6 +78,8 @@ def image_body(spec: RequestSpec, dialect: Dialect) -> dict[str, JsonScalar]:
             body["guidance_scale"] = s.guidance
         if s.negative_prompt is not None:
             body["negative_prompt"] = s.negative_prompt
+        if s.adapter is not None:
+            body["lora"] = {"name": s.adapter, "scale": s.adapter_scale}  # type: ignore[assignment]
     body.update(spec.extra)
     return body
 

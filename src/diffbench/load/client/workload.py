@@ -10,6 +10,13 @@ field is an error that names the field. Example::
       - {size: 512x384, steps: 4, weight: 1, guidance: 3.5, negative_prompt: "blurry"}
     prompts: ["a lighthouse at dusk"]   # or prompt_file: prompts.txt (one prompt per line)
 
+A LoRA mix (``serve --lora NAME=DIR`` on the service; the ``vllm-omni`` dialect sends ``lora``)::
+
+    shapes:
+      - {size: 512x512, steps: 8, weight: 2}                      # the base model
+      - {size: 512x512, steps: 8, weight: 1, adapter: style}      # {"lora": {"name": "style", "scale": 1.0}}
+      - {size: 512x512, steps: 8, weight: 1, adapter: style, adapter_scale: 0.5}
+
 Sizes follow the OpenAI convention ``"WIDTHxHEIGHT"``.
 
 Edits (image-to-image, ``POST /v1/images/edits`` or a chat ``image_url`` part)::
@@ -78,6 +85,10 @@ class ShapeMix(BaseModel):
     negative_prompt: str | None = None
     n: int = Field(default=1, gt=0, le=10, description="images per request")
     weight: float = Field(default=1.0, gt=0)
+    adapter: str | None = Field(default=None, min_length=1, max_length=64,
+                                description="LoRA adapter the service loaded (serve --lora NAME=DIR), sent as "
+                                            "the images API's lora field (kind image, vllm-omni dialect)")
+    adapter_scale: float = Field(default=1.0, ge=0, le=4, allow_inf_nan=False, description="the adapter's scale")
 
     @model_validator(mode="before")
     @classmethod
@@ -97,9 +108,13 @@ class ShapeMix(BaseModel):
         return f"{self.width}x{self.height}"
 
     def label(self) -> str:
-        """Breakdown key, e.g. ``512x384 s8`` or ``832x480 f33 s30`` (width x height)."""
+        """Breakdown key, e.g. ``512x384 s8``, ``832x480 f33 s30`` (width x height) or, with a LoRA
+        adapter, ``512x384 s8 lora=style`` (``lora=style@0.5`` at another scale): rows break down by adapter."""
         f = f" f{self.frames}" if self.frames else ""
-        return f"{self.width}x{self.height}{f} s{self.steps}"
+        lora = ""
+        if self.adapter is not None:
+            lora = f" lora={self.adapter}" + ("" if self.adapter_scale == 1.0 else f"@{self.adapter_scale:g}")
+        return f"{self.width}x{self.height}{f} s{self.steps}{lora}"
 
 
 class Workload(BaseModel):
@@ -137,6 +152,11 @@ class Workload(BaseModel):
                     raise ValueError(
                         f"shapes[{i}]: a video workload needs frames on every shape (servers default to 1)"
                     )
+        if self.kind != "image":
+            for i, s in enumerate(self.shapes):
+                if s.adapter is not None:
+                    raise ValueError(f"shapes[{i}]: adapter (LoRA) is sent with the images API's lora field; "
+                                     "only a kind image workload takes it")
         if self.prompts is not None and not [p for p in self.prompts if p.strip()]:
             raise ValueError("prompts is empty; give at least one prompt or drop the field")
         return self
