@@ -257,18 +257,9 @@ def _print_sweep(result: LoadResult, console: Console, title: str | None) -> Non
     if result.conditions:
         console.print(" · ".join(f"{k} {v}" for k, v in result.conditions.items()), style="dim")
     console.print(sweep_table(result, title))
-    shapes = per_shape_table(result)
-    if shapes is not None:
-        console.print(shapes)
-    server = server_table(result)
-    if server is not None:
-        console.print(server)
-    work = work_table(result)
-    if work is not None:
-        console.print(work)
-    abandoned = abandon_table(result)
-    if abandoned is not None:
-        console.print(abandoned)
+    for table in (per_shape_table(result), server_table(result), work_table(result), abandon_table(result)):
+        if table is not None:  # each only when the run has what it shows
+            console.print(table)
     for row in result.rates:
         if row.server_stages_s:
             stages = " · ".join(f"{k} {fmt_seconds(v)}" for k, v in row.server_stages_s.items())
