@@ -79,7 +79,9 @@ def _cli(tmp_path: Path, progress: str, *extra: str) -> subprocess.CompletedProc
 
 
 def _without_load_note(text: str) -> str:
-    """The stdout minus the machine_busy paragraph (it quotes the load average, which moves between runs)."""
+    """The stdout minus the machine_busy paragraph (it quotes the load average, which moves between runs) and
+    the cold-start line (it times the process's start on the wall clock)."""
+    text = re.sub(r"^cold start \(not in stats\): .*$", "", text, flags=re.M)
     return re.sub(r"warning  the machine was busy.*?(?=^warning|\Z)", "", text, flags=re.S | re.M)
 
 
