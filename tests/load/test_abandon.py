@@ -73,6 +73,9 @@ def test_abandoned_requests_are_cancelled_by_the_server_and_their_gpu_seconds_co
     assert "abandoned requests" in capsys.readouterr().out
     header, line = csv.read_text().splitlines()[:2]
     cells = dict(zip(header.split(","), line.split(","), strict=True))
-    assert header.split(",")[-4:] == ["outcome_abandoned", "server_cancelled_running", "server_cancel_release_mean_s",
-                                      "server_cancelled_s"]
+    cols = header.split(",")
+    start = cols.index("outcome_abandoned")  # the abandon block, after every column that came before it
+    assert cols[start:start + 4] == ["outcome_abandoned", "server_cancelled_running",
+                                     "server_cancel_release_mean_s", "server_cancelled_s"]
+    assert cols.index("slo_attainment") < start
     assert int(cells["outcome_abandoned"]) == len(abandoned) and float(cells["server_cancelled_s"]) == sv["cancelled_s"]
