@@ -194,3 +194,17 @@ def test_chat_answers_are_scored_like_image_answers(tmp_path: Path) -> None:
     v = score_images(body.encode(), 32, 32, 1, True, None, [str(path)])
     assert v.ok and v.quality is not None
     assert v.quality["psnr_db"] == pytest.approx(peak_signal_noise_ratio(ref, ans, data_range=255), abs=1e-9)
+
+
+def test_an_answer_below_the_ssim_window_is_scored_by_psnr_alone(tmp_path: Path) -> None:
+    """An 8x8 answer (the no-op server's) is ok and carries its PSNR; SSIM, undefined below the 11-px window,
+    is None rather than failing the request."""
+    rng = np.random.default_rng(9)
+    ref = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
+    answer = np.clip(ref.astype(np.int16) + rng.integers(-9, 10, ref.shape), 0, 255).astype(np.uint8)
+    path = tmp_path / "r.png"
+    path.write_bytes(_png(ref))
+    v = score_images(_body(answer), 8, 8, 1, False, None, [str(path)])
+    assert v.ok and v.quality is not None
+    assert v.quality["psnr_db"] == pytest.approx(peak_signal_noise_ratio(ref, answer, data_range=255), abs=1e-9)
+    assert v.quality["ssim"] is None

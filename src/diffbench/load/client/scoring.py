@@ -8,7 +8,9 @@ it with the reference PNG of the same batch index:
 
 - PSNR with the project's one implementation (:func:`diffbench.core.psnr.psnr_of`, R = 255); identical
   images (PSNR = +inf) are recorded as :data:`PSNR_IDENTICAL_DB`;
-- SSIM with :func:`diffbench.quality.kernels.ssim` (Gaussian window, scikit-image's defaults).
+- SSIM with :func:`diffbench.quality.kernels.ssim` (Gaussian window, scikit-image's defaults). SSIM is
+  undefined for an image narrower or shorter than the window (:data:`SSIM_MIN_SIDE`, 11 px): such an answer
+  is scored by PSNR alone (``ssim`` None), never failed for it — its PSNR is as valid as any other.
 
 A batch is scored by its worst image (lowest PSNR, lowest SSIM). Reference files are read once per worker
 process (cached). Everything here is pure CPU work, never run on the measuring event loop.
@@ -26,11 +28,15 @@ import numpy as np
 
 from diffbench.core.psnr import psnr_of
 from diffbench.load.client.payload import Verdict, check_chat, check_images, decode_body, parse_json
-from diffbench.quality.kernels import ssim
+from diffbench.quality.kernels import SSIM_RADIUS, ssim
 
 PSNR_IDENTICAL_DB = 200.0
 """PSNR recorded for an answer identical to its reference (dB). The largest finite uint8 PSNR is
 48.1 + 10·log10(values) dB: 138 dB for a billion values, so no real difference reaches 200."""
+
+
+SSIM_MIN_SIDE = 2 * SSIM_RADIUS + 1
+"""The smallest height and width (px) SSIM is defined for: its Gaussian window's 11 taps (σ 1.5, 3.5σ)."""
 
 
 @functools.lru_cache(maxsize=256)
@@ -64,8 +70,9 @@ def answer_images(body: bytes, chat: bool) -> list[str]:
     return [str(p["image_url"]["url"]).partition(",")[2] for p in parts]
 
 
-def compare(answer: np.ndarray, reference: np.ndarray) -> tuple[float, float]:
-    """(PSNR dB, SSIM) of two uint8 ``(H, W, 3)`` images of one shape; identical: PSNR_IDENTICAL_DB.
+def compare(answer: np.ndarray, reference: np.ndarray) -> tuple[float, float | None]:
+    """(PSNR dB, SSIM) of two uint8 ``(H, W, 3)`` images of one shape; identical: PSNR_IDENTICAL_DB; SSIM
+    None when H or W is below :data:`SSIM_MIN_SIDE`.
 
     Raises:
         ValueError: the shapes differ.
@@ -73,14 +80,16 @@ def compare(answer: np.ndarray, reference: np.ndarray) -> tuple[float, float]:
     if answer.shape != reference.shape:
         raise ValueError(f"answer {answer.shape} and reference {reference.shape} differ in shape")
     p = psnr_of(answer, reference, 255.0)
-    return (PSNR_IDENTICAL_DB if math.isinf(p) else p), float(ssim(answer, reference, 255.0))
+    s = float(ssim(answer, reference, 255.0)) if min(answer.shape[:2]) >= SSIM_MIN_SIDE else None
+    return (PSNR_IDENTICAL_DB if math.isinf(p) else p), s
 
 
 def score_images(body: bytes, width: int, height: int, n: int, chat: bool, encoding: str | None,
                  references: Sequence[str], sanity: bool = False) -> Verdict:
     """Check an images (``chat`` False) or chat answer (with the answer-sanity checks when ``sanity``), then
-    score it against ``references`` (one PNG path per batch index). The verdict's ``quality`` holds ``psnr_db`` and ``ssim`` of the worst image; a
-    verdict that is not ok has no score.
+    score it against ``references`` (one PNG path per batch index). The verdict's ``quality`` holds
+    ``psnr_db`` and ``ssim`` of the worst image (``ssim`` None below :data:`SSIM_MIN_SIDE`); a verdict that
+    is not ok has no score.
 
     Raises:
         OSError: a reference file cannot be read (the checker turns it into a failed verdict).
@@ -93,13 +102,15 @@ def score_images(body: bytes, width: int, height: int, n: int, chat: bool, encod
     if len(images) != len(references):
         return Verdict(False, f"answer holds {len(images)} images, the reference {len(references)}",
                        verdict.stages_s, verdict.peak_memory_bytes)
-    psnrs, ssims = [], []
+    psnrs: list[float] = []
+    ssims: list[float | None] = []
     for b64, ref in zip(images, references, strict=True):
         p, s = compare(_decode(b64), reference_array(ref))
         psnrs.append(p)
         ssims.append(s)
-    verdict.quality = {"psnr_db": min(psnrs), "ssim": min(ssims)}
+    defined = [x for x in ssims if x is not None]
+    verdict.quality = {"psnr_db": min(psnrs), "ssim": min(defined) if len(defined) == len(ssims) else None}
     return verdict
 
 
-__all__ = ["PSNR_IDENTICAL_DB", "answer_images", "compare", "reference_array", "score_images"]
+__all__ = ["PSNR_IDENTICAL_DB", "SSIM_MIN_SIDE", "answer_images", "compare", "reference_array", "score_images"]
