@@ -119,7 +119,7 @@ def register(app: typer.Typer) -> None:
                                                     "the GPUs paid for the whole window."),
         reference: str | None = typer.Option(_d("reference"), "--reference", help="Directory of a bench --save-outputs "
                                              "or probe --record-reference manifest: replay its requests and score "
-                                             "their answers (PSNR, SSIM) against it."),
+                                             "their answers (PSNR, SSIM; a video by its worst frame) against it."),
         quality_sample: float | None = typer.Option(_d("quality_sample"), "--quality-sample", help="Fraction in (0, 1] "
                                                     "of the schedule that replays --reference (default 1: every "
                                                     "request, the references in turn)."),

@@ -12,7 +12,11 @@ it with the reference PNG of the same batch index:
   undefined for an image narrower or shorter than the window (:data:`SSIM_MIN_SIDE`, 11 px): such an answer
   is scored by PSNR alone (``ssim`` None), never failed for it — its PSNR is as valid as any other.
 
-A batch is scored by its worst image (lowest PSNR, lowest SSIM). Reference files are read once per worker
+A batch is scored by its worst image (lowest PSNR, lowest SSIM). A video answer (:func:`score_video`) is
+decoded with PyAV, sanity-checked frame by frame, and scored by its worst frame: frame ``i`` of the answer
+against frame ``i`` of the reference (an MP4 or a folder of PNG frames, read with
+:func:`diffbench.quality.io.load_any`), the lowest PSNR and the lowest SSIM over the frames; a clip whose
+frame count or frame size differs from the reference's is an ``invalid_payload``, never scored. Reference files are read once per worker
 process (cached). Everything here is pure CPU work, never run on the measuring event loop.
 """
 
@@ -50,6 +54,25 @@ def reference_array(path: str) -> np.ndarray:
 
     with Image.open(path) as img:
         return np.asarray(img.convert("RGB"), dtype=np.uint8)
+
+
+@functools.lru_cache(maxsize=32)
+def reference_video(path: str) -> np.ndarray:
+    """The reference video at ``path`` (an MP4 or a folder of PNG frames) as uint8 ``(T, H, W, 3)`` (cached
+    per process).
+
+    Raises:
+        InputError: the file is missing, unreadable or not a video (names the file).
+    """
+    from pathlib import Path
+
+    from diffbench.quality.io import load_any
+
+    arr = load_any(Path(path)).array
+    if arr.ndim != 4 or arr.dtype != np.uint8:
+        raise ValueError(f"{path}: a video reference must be 8-bit frames (T, H, W, 3), got {arr.dtype} "
+                         f"{arr.shape}")
+    return arr
 
 
 def _decode(b64: str) -> np.ndarray:
@@ -113,4 +136,37 @@ def score_images(body: bytes, width: int, height: int, n: int, chat: bool, encod
     return verdict
 
 
-__all__ = ["PSNR_IDENTICAL_DB", "SSIM_MIN_SIDE", "answer_images", "compare", "reference_array", "score_images"]
+def score_video(content: bytes, encoding: str | None, reference: str, sanity: bool = False) -> Verdict:
+    """Decode a downloaded clip (after the structural check passed), check each frame (``black_frame``, with
+    ``sanity``; one pixel hash of the clip) and score it frame by frame against the reference video at
+    ``reference``: the verdict's ``quality`` holds the worst frame's ``psnr_db`` and ``ssim`` (SSIM None
+    below :data:`SSIM_MIN_SIDE`). A clip that does not decode, or whose frame count or size differs from the
+    reference's, fails with the reason.
+
+    Raises:
+        MissingDependencyError: PyAV is not installed.
+        OSError, ValueError: the reference cannot be read (the checker turns it into a failed verdict).
+    """
+    from diffbench.load.client.sanity import decode_video, frames_sanity
+
+    frames = decode_video(decode_body(content, encoding))
+    if frames is None:
+        return Verdict(False, "video content does not decode (PyAV)")
+    kind, why, digest = frames_sanity(frames)
+    if sanity and kind is not None:
+        return Verdict(False, why, invalid_kind=kind)
+    ref = reference_video(reference)
+    got = np.stack([np.asarray(f.convert("RGB"), dtype=np.uint8) for f in frames]) if frames else None
+    if got is None or got.shape != ref.shape:
+        shape = "no frames" if got is None else "x".join(map(str, got.shape[:3]))
+        return Verdict(False, f"video answer is {shape} (frames x height x width), the reference "
+                              f"{'x'.join(map(str, ref.shape[:3]))}")
+    scores = [compare(a, r) for a, r in zip(got, ref, strict=True)]
+    ssims = [s for _p, s in scores]
+    worst_ssim = None if any(s is None for s in ssims) else min(s for s in ssims if s is not None)
+    return Verdict(True, hashes=[digest] if sanity else None,
+                   quality={"psnr_db": min(p for p, _s in scores), "ssim": worst_ssim})
+
+
+__all__ = ["PSNR_IDENTICAL_DB", "SSIM_MIN_SIDE", "answer_images", "compare", "reference_array", "reference_video", "score_images",
+           "score_video"]

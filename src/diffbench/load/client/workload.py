@@ -298,7 +298,8 @@ class ReferenceRequest(BaseModel):
     """A fixed request replayed from ``load --reference DIR`` (read by the CLI from a ``bench --save-outputs``
     or ``probe --record-reference`` manifest) with the reference image of each batch index.
 
-    ``files``: absolute PNG paths, one per batch index (``n`` of them). ``steps`` None: the service's default.
+    ``files``: absolute PNG paths, one per batch index (``n`` of them); for a video (``frames`` set) one path,
+    an MP4 or a folder of PNG frames. ``steps`` None: the service's default.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -310,6 +311,9 @@ class ReferenceRequest(BaseModel):
     height: int
     steps: int | None
     guidance: float | None = None
+    frames: int | None = None
+    """Video frames (a video reference, replayed through the videos API and scored by its worst frame)."""
+    fps: int | None = None
     files: tuple[str, ...]
 
     @property
@@ -386,8 +390,8 @@ class RequestPlanner:
             ref = self._refs[self._n_refs % len(self._refs)]
             self._n_refs += 1
             shape = ShapeMix(width=ref.width, height=ref.height, steps=ref.steps or 1, n=ref.n,
-                             guidance=ref.guidance)
-            return RequestSpec(index=i, kind="image", prompt=ref.prompt, shape=shape, seed=ref.seed,
+                             guidance=ref.guidance, frames=ref.frames, fps=ref.fps)
+            return RequestSpec(index=i, kind="image" if ref.frames is None else "video", prompt=ref.prompt, shape=shape, seed=ref.seed,
                                model=self.workload.model, extra=self.workload.extra, reference=ref)
         k = int(self._rng.choice(len(self._p), p=self._p)) if len(self._p) > 1 else 0
         return RequestSpec(
