@@ -87,9 +87,9 @@ def test_load_replays_a_video_reference_and_reports_the_worst_frame(tmp_path: Pa
     import hashlib
 
     from PIL import Image
+    from tests.monitor.probe_service import serve_in_subprocess
 
     from diffbench.cli.main import main
-    from tests.monitor.probe_service import serve_in_subprocess
 
     pytest.importorskip("diffusers")
     with serve_in_subprocess("tiny-wan", "32x32", 1, lossless_video=True) as url:
