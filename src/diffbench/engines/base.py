@@ -170,6 +170,8 @@ class EngineInfo(BaseModel):
     quantization: str = "none"
     fused_projections: bool = False
     parallelism: str = "none"
+    adapters: dict[str, str] = {}
+    """LoRA adapters loaded at start: name -> content hash (:func:`diffbench.engines.adapters.adapter_hashes`)."""
     asynchronous: bool = False
     is_video: bool = False
     default_steps: int | None = None

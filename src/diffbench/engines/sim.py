@@ -37,7 +37,7 @@ from collections import deque
 import numpy as np
 
 from diffbench import __version__
-from diffbench.engines.adapters import SIM_SWAP_S, check_adapter
+from diffbench.engines.adapters import SIM_SWAP_S, adapter_hashes, check_adapter
 from diffbench.engines.base import (
     EngineInfo,
     GenerationRequest,
@@ -116,6 +116,7 @@ class SimEngine:
             model_hash=hashlib.sha256(self.p.model_dump_json().encode()).hexdigest()[:16],
             pipeline_class="SimulatedPipeline",
             device="sim",
+            adapters=adapter_hashes(self.config.adapters) if self.config.adapters else {},
             dtype="n/a",
             asynchronous=True,
             default_steps=8,
