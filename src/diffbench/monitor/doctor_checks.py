@@ -32,7 +32,7 @@ RANK_SKEW_FLOOR_S = 0.002
 minus its waits in collectives, each timed on the rank (CUDA events: 0.5 µs resolution, two per collective,
 a few hundred collectives per sequence-parallel step, so up to ~0.2 ms per step), and ranks that do equal
 work differed by 0.03-0.2 ms in their 20-step means (2 gloo processes on a shared 2-core host; single steps
-by up to 6 ms). On a step of a few milliseconds that noise alone is over 10 % and names a random rank; 2 ms
+by up to 6 ms) and by 0.05 ms (15 %) in their 4-step means with CUDA events (2 processes on one H100). On a step of a few milliseconds that noise alone is over 10 % and names a random rank; 2 ms
 is ten times the noise of a mean, and it only mutes steps under 20 ms, where a 10 % straggler costs under
 2 ms a step."""
 QUEUE_SHARE = 0.5

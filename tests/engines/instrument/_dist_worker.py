@@ -45,9 +45,9 @@ class CollectiveDenoiser(torch.nn.Module):
         return y + 0.0 * gathered[: y.shape[0]]
 
 
-def run(rank: int, world: int, outdir: str, cases: list[tuple[str, str | None, int, float]], steps: int) -> None:
-    """Run one request per case ``(name, placement, slow rank, seconds)`` (placement None: equal ranks, both
-    sleeping ``seconds`` between the collectives) and write ``rank{rank}.json``: for each case the step times
+def run(rank: int, world: int, outdir: str, cases: list[tuple[str, str | None, int, float, int]]) -> None:
+    """Run one request of ``steps`` steps per case ``(name, placement, slow rank, seconds, steps)`` (placement
+    None: equal ranks, both sleeping ``seconds`` between the collectives) after a warm-up, and write ``rank{rank}.json``: for each case the step times
     and the compute times this rank reported, and the ranks it reported them for."""
     import torch.distributed as dist
 
@@ -62,10 +62,10 @@ def run(rank: int, world: int, outdir: str, cases: list[tuple[str, str | None, i
                             world_size=world, timeout=datetime.timedelta(seconds=60))
     try:
         warm = attach(ToyPipe(CollectiveDenoiser({})), device="cpu", flops=False)
-        warm.run({"num_inference_steps": steps}, 1, traffic="warmup")  # first-call costs, as a server's warmup
+        warm.run({"num_inference_steps": 2}, 1, traffic="warmup")  # first-call costs, as a server's warmup
         warm.detach()
         result = {}
-        for name, placement, slow, seconds in cases:
+        for name, placement, slow, seconds, steps in cases:
             if placement is None:
                 sleep = {"between": seconds}
             else:
