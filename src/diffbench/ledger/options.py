@@ -19,7 +19,7 @@ flag                range             why
 --qps               (0, 1e6]          requests per second
 --quality-budget    (0, 100]          dB PSNR; 100 dB is bitwise-identical for 8-bit images in practice
 --headroom          [1, 10]           capacity headroom factor
---batch             [1, 256]          requests run as one batch (ledger); larger batches only queue longer
+--batch             [1, 256]          requests run as one batch (ledger); far past the batches engines serve (MLPerf SDXL: 8)
 --max-batch         [1, 256]          largest batch the planner tries
 --size              sides ≤ 16384 px  4× the largest native resolution in the catalog
 ==================  ================  ====================================================================
