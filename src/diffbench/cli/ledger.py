@@ -30,6 +30,8 @@ def register(app: typer.Typer) -> None:
         margin: float | None = typer.Option(None, "--margin", help="Memory margin, fraction (default 0.10)."),
         measured_s: float | None = typer.Option(None, "--measured-s", help="Measured seconds per request → MFU."),
         gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs per node for the multi-GPU table."),
+        batch: int = typer.Option(1, "--batch", help="Requests run as one batch: GEMMs batched, attention, text "
+                                  "encode and VAE decode per sample; times are those of the whole batch."),
         catalog: Path | None = typer.Option(None, "--catalog", help="YAML file extending/overriding the catalog."),
         json_path: Path | None = typer.Option(None, "--json", help="Write the result as JSON to this path."),
         mkdir: bool = typer.Option(False, "--mkdir", help="Create the missing parent directories of --json."),
@@ -73,7 +75,7 @@ def register(app: typer.Typer) -> None:
         check_size(size, width, height)
         check_numbers(steps=steps, frames=frames, cfg=cfg, text_tokens=text_tokens, eta_gemm=eta_gemm,
                       eta_attn=eta_attn, eta_vae=eta_vae, margin=margin, measured_s=measured_s,
-                      gpus_per_node=gpus_per_node)
+                      gpus_per_node=gpus_per_node, batch=batch)
         if json_path is not None:
             check_output_file(json_path, "--json", mkdir=mkdir)
         cat = load_catalog(catalog)
@@ -90,7 +92,8 @@ def register(app: typer.Typer) -> None:
             lc = LedgerConfig(model=model, width=width, height=height, frames=frames, steps=steps, cfg=cfg,
                               text_tokens=text_tokens, gpu=gpu, precision=precision, attention=attention,
                               compile=compile_, vae_tiling=vae_tiling, offload=offload, eta_gemm=eta_gemm,
-                              eta_attn=eta_attn, eta_vae=eta_vae, margin=margin, measured_s=measured_s)
+                              eta_attn=eta_attn, eta_vae=eta_vae, margin=margin, measured_s=measured_s,
+                              batch=batch)
         except ValidationError as exc:
             raise config_error(exc) from None
         try:

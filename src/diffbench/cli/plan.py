@@ -33,6 +33,10 @@ def register(app: typer.Typer) -> None:
         service_cv: float = typer.Option(
             0.05, "--service-cv", help="Coefficient of variation of the service time when no --service-from "
             "(an estimate; default 0.05)."),
+        max_batch: int = typer.Option(
+            1, "--max-batch", help="Largest batch of requests one GPU serves at once: tries every limit up to it "
+            "and keeps the one with the most throughput per GPU under the p99 SLO with queueing (a free GPU "
+            "serves whatever is queued, up to the limit)."),
         workload: Path | None = typer.Option(
             None, "--workload", help="Workload file of `diffbench load` (shapes with weights): one pool per "
             "shape class, sized at its share of --qps, and the total."),
@@ -71,7 +75,8 @@ def register(app: typer.Typer) -> None:
         else:
             width, height = 1024, 1024  # replaced by each pool's shape
         check_numbers(steps=steps, frames=frames, cfg=cfg, text_tokens=text_tokens, gpus_per_node=gpus_per_node,
-                      slo_p99_s=slo_p99, qps=qps, quality_budget_db=quality_budget, headroom=headroom)
+                      slo_p99_s=slo_p99, qps=qps, quality_budget_db=quality_budget, headroom=headroom,
+                      max_batch=max_batch)
         Bound("--service-cv", 0, 1, "coefficient of variation of the service time").check(service_cv)
         if gpu_hour_price is not None:
             from diffbench.core.workcost import price_error
@@ -111,7 +116,8 @@ def register(app: typer.Typer) -> None:
                             text_tokens=text_tokens, gpu=gpu, gpus_per_node=gpus_per_node, slo_p99_s=slo_p99,
                             qps=qps, quality_budget_db=quality_budget, allow_lossy=lossy,
                             allow_model_swap=allow_model_swap, headroom=headroom, assume_fp8=assume_fp8,
-                            service_cv=service_cv, service_from=str(service_from) if service_from else None)
+                            service_cv=service_cv, service_from=str(service_from) if service_from else None,
+                            max_batch=max_batch)
         except ValidationError as exc:
             raise config_error(exc) from None
         if workload is not None:

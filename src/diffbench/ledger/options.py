@@ -19,6 +19,8 @@ flag                range             why
 --qps               (0, 1e6]          requests per second
 --quality-budget    (0, 100]          dB PSNR; 100 dB is bitwise-identical for 8-bit images in practice
 --headroom          [1, 10]           capacity headroom factor
+--batch             [1, 256]          requests run as one batch (ledger); far past the batches engines serve (MLPerf SDXL: 8)
+--max-batch         [1, 256]          largest batch the planner tries
 --size              sides ≤ 16384 px  4× the largest native resolution in the catalog
 ==================  ================  ====================================================================
 """
@@ -79,6 +81,8 @@ BOUNDS: dict[str, Bound] = {
     "qps": Bound("--qps", 0, 1e6, "requests per second", lo_open=True),
     "quality_budget_db": Bound("--quality-budget", 0, 100, "lowest PSNR in dB", lo_open=True),
     "headroom": Bound("--headroom", 1, 10, "capacity headroom factor"),
+    "batch": Bound("--batch", 1, 256, "requests run as one batch"),
+    "max_batch": Bound("--max-batch", 1, 256, "largest batch the planner tries"),
 }
 
 # model field -> the flag that sets it (for pydantic errors and messages); the rest are --field-name
