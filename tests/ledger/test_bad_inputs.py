@@ -74,6 +74,8 @@ ROWS: list[tuple[list[str], int, list[str]]] = [
     (["--validate", "--catalog", "{tmp}/one_anchor.yaml", "--replace-anchors"], 2,
      ["one_anchor.yaml", "anchors", "at least two", "--replace-anchors"]),
     ([*BASE, "--replace-anchors"], 2, ["--replace-anchors", "--catalog"]),
+    # a bad value in an anchor that is added to the built-in ones: the user's file, line and index
+    ([*BASE, "--catalog", "{tmp}/bad_anchor.yaml"], 2, ["bad_anchor.yaml:3", "anchors.1.measured_s"]),
     ([*BASE, "--measured-s", "1e-9"], 2, ["--measured-s 1e-09", "MFU", "faster than the peak"]),
     ([*BASE, "--text-tokens", "8192"], 2, ["--text-tokens 8192", "FLUX.1-dev", "at most 512",
                                            "models.flux.1-dev"]),
@@ -100,6 +102,9 @@ CATALOGS = {
     "inf_peak.yaml": "gpus:\n  h100-sxm:\n    bf16_tflops: .inf\n",
     "bpp_zero.yaml": "memory:\n  bytes_per_param: {bf16: 0}\n",
     "dup_key.yaml": "gpus:\n  h100-sxm:\n    bf16_tflops: 900\n    bf16_tflops: 100\n",
+    "bad_anchor.yaml": "anchors:\n  - {id: a1, model: flux.1-dev, gpu: h100-sxm, width: 1024, height: 1024, steps: 28, "
+                       "measured_s: 6.7, covers: denoise, source: test}\n  - {id: a2, model: flux.1-dev, gpu: h100-sxm, "
+                       "width: 1024, height: 1024, steps: 28, measured_s: -1, covers: denoise, source: test}\n",
     "one_anchor.yaml": "anchors:\n  - {id: mine, model: flux.1-dev, gpu: h100-sxm, width: 1024, height: 1024, "
                        "steps: 28, measured_s: 6.71, covers: denoise, source: test}\n",
     "all_outliers.yaml": "anchors:\n  - {id: a, model: flux.1-dev, gpu: h100-sxm, width: 1024, height: 1024, steps: 28, "

@@ -144,7 +144,6 @@ def _validation_message(exc: ValidationError, texts: list[tuple[str, str]], user
     sources = [(label, _compose(text)) for label, text in texts]
     err = exc.errors()[0]
     loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-after")))
-    field = ".".join(str(p) for p in loc) or "(top level)"
     if anchors is not None and len(loc) > 1 and loc[0] == "anchors" and isinstance(loc[1], int) \
             and loc[1] < len(anchors):  # merged anchors: the file and the index the anchor came from
         src, index = anchors[loc[1]]
@@ -153,6 +152,7 @@ def _validation_message(exc: ValidationError, texts: list[tuple[str, str]], user
         sources = sources[-1:]  # the user file gave this value: never blame the built-in file for it
     elif len(sources) > 1:
         sources = sources[:1]
+    field = ".".join(str(p) for p in loc) or "(top level)"
     label, node = sources[0]
     line, complete = _line_of(node, loc)
     where = f"{label}:{line}" if line is not None else label
