@@ -331,3 +331,15 @@ def test_a_broken_anchor_set_is_flagged_in_validate_ledger_and_plan(tmp_path, ca
     assert main(["ledger", "--model", "flux.1-dev", "--size", "1024x1024", "--gpu", "h100-sxm",
                  "--json", str(tmp_path / "ok.json")]) == 0  # the built-in catalog's fit is fine: no note
     assert not any("is poor" in n for n in json.loads((tmp_path / "ok.json").read_text())["notes"])
+
+
+def test_an_anchor_predicted_at_zero_seconds_is_an_input_error(cat):
+    """The fit took log(0) ('math domain error') when an anchor's coefficients were all 0; now the error names it."""
+    from diffbench.errors import InputError
+    from diffbench.ledger.fit import Case, fit_cases
+
+    a = cat.anchors[0]
+    zero = Case(anchor=a, a_gemm=0.0, b_weights=0.0, a_attn=0.0, c_elem=0.0, launches=0.0, serial_s=0.0,
+                pair=f"{a.attention}@{cat.gpus[a.gpu].arch}", compiled=True, gemm_fixed=None)
+    with pytest.raises(InputError, match=rf"{a.id} \({a.model} on {a.gpu}\) is predicted at 0 s"):
+        fit_cases(cat, [zero])

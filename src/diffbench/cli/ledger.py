@@ -131,8 +131,8 @@ def _check_measured(cat: Catalog, lc: LedgerConfig, result: LedgerResult) -> Non
     from diffbench.errors import UsageError
 
     mfu = result.measured_mfu
-    low_bits = lc.precision != "bf16" or not cat.optimizations.attention_backends.get(
-        lc.attention, cat.optimizations.attention_backends["sdpa"]).lossless
+    backend = cat.optimizations.attention_backends.get(lc.attention)
+    low_bits = lc.precision != "bf16" or (backend is not None and not backend.lossless)
     limit = 4.0 if low_bits else 1.0
     if mfu is not None and mfu > limit:
         fastest = result.total_flops / (cat.gpus[lc.gpu.strip().lower()].bf16_tflops * 1e12 * limit)
