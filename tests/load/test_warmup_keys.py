@@ -1,0 +1,116 @@
+"""Warm-up per key under load: a workload mixing ``n`` 1 and ``n`` 4 at one size and step count is warmed
+per key and broken down per key, and with ``--warmup 0`` the compile lands in the measurement and is
+named (``cold_start_in_measurement``), against the reference service ``load`` starts itself."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from diffbench.cli.main import main
+from diffbench.core.records import RequestRecord
+from diffbench.engines.config import SimParams
+from diffbench.load.client.profile import warmup
+from diffbench.load.client.workload import RequestPlanner, RequestSpec, ShapeMix, Workload
+from diffbench.load.coldstart import COLD_START
+from diffbench.load.knee import LoadResult
+
+MIX = Workload(shapes=[ShapeMix(size="64x64", steps=2, n=1), ShapeMix(size="64x64", steps=2, n=4)])
+KEYS = ["64x64 s2", "64x64 s2 n4"]
+
+
+class _Recorder:
+    """A backend that answers ok at once and keeps what it was sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[RequestSpec] = []
+
+    async def execute(self, spec, attempt, now):  # type: ignore[no-untyped-def]
+        self.sent.append(spec)
+        attempt.sent_s = attempt.done_s = now()
+
+    async def check(self, spec, attempt):  # type: ignore[no-untyped-def]
+        return None
+
+
+@pytest.mark.parametrize("per_key", [1, 2])
+def test_the_warm_up_sends_every_key_of_the_workload(per_key: int) -> None:
+    backend = _Recorder()
+    mix = Workload(shapes=[*MIX.shapes, ShapeMix(size="64x64", steps=2, n=1, weight=3),  # the same key again
+                           ShapeMix(size="64x64", steps=2, guidance=5.0),
+                           ShapeMix(size="64x64", steps=2, guidance=5.0, negative_prompt="blurry")])
+    rep = asyncio.run(warmup(backend, RequestPlanner(mix, ["a"]), per_key))  # type: ignore[arg-type]
+    want = [*KEYS, "64x64 s2 cfg", "64x64 s2 cfg neg"]
+    assert rep.keys == want
+    assert [s.shape.label() for s in backend.sent] == [k for k in want for _ in range(per_key)]
+    assert [s.shape.n for s in backend.sent][per_key:2 * per_key] == [4] * per_key
+
+
+def _write_mix(tmp_path: Path) -> Path:
+    path = tmp_path / "mix.json"
+    path.write_text(json.dumps({"shapes": [{"size": "64x64", "steps": 2, "n": 1}, {"size": "64x64", "steps": 2, "n": 4}]}))
+    return path
+
+
+def _run(tmp_path: Path, warmup_n: int, extra: list[str]) -> tuple[LoadResult, list[RequestRecord]]:
+    out, recs = tmp_path / f"w{warmup_n}.json", tmp_path / f"w{warmup_n}.jsonl"
+    rc = main(["load", *extra, "--workload", str(_write_mix(tmp_path)), "--rates", "2", "--duration", "4",
+               "--seed", "3", "--warmup", str(warmup_n), "--scrape", "local", "--json", str(out), "--jsonl",
+               str(recs), "-q"])
+    assert rc == 0
+    result = LoadResult.model_validate(json.loads(out.read_text()))
+    records = [RequestRecord.model_validate_json(line) for line in recs.read_text().splitlines() if line.strip()]
+    return result, records
+
+
+def _first_and_rest(records: list[RequestRecord], key: str) -> tuple[float, list[float]]:
+    ok = sorted((r for r in records if r.shape == key and r.outcome == "ok"), key=lambda r: (r.intended_s, r.id))
+    lat = [r.done_s - r.intended_s for r in ok]  # type: ignore[operator]
+    return lat[0], lat[1:]
+
+
+def _check_warm(result: LoadResult, records: list[RequestRecord]) -> None:
+    assert result.conditions["warmup_keys"] == f"2: {', '.join(KEYS)}"  # two keys warmed
+    (row,) = result.rates
+    assert sorted(row.per_shape) == KEYS  # two rows, one per key
+    for key in KEYS:  # each per-key row holds exactly its records
+        mine = [r for r in records if r.shape == key]
+        assert row.per_shape[key].n == len(mine) and row.per_shape[key].outcomes["ok"] == len(mine)
+    first, rest = _first_and_rest(records, "64x64 s2 n4")
+    assert len(rest) >= 2
+    # within the warm spread the service itself measured for that key: not above its slowest warm request
+    # by more than the spread's own width
+    assert first <= max(rest) + (max(rest) - min(rest))
+    assert row.cold_start == [] and not [w for w in row.warnings if w.startswith(COLD_START)]
+    assert row.server is not None and row.server.recompiles == 0
+
+
+def _check_cold(result: LoadResult, records: list[RequestRecord], out: str) -> None:
+    (row,) = result.rates
+    named = {c.shape for c in row.cold_start}
+    assert set(KEYS) <= named  # the first request of each key compiled in the measurement
+    for c in row.cold_start:
+        if c.shape in KEYS:  # the compiling request's time against the rest of its key, recomputed here
+            assert c.leading == 1 and c.rest_median_s is not None and c.latency_s[0] > 3 * c.rest_median_s
+    assert row.server is not None and row.server.recompiles is not None and row.server.recompiles >= 2
+    assert [w for w in row.warnings if w.startswith(COLD_START)]
+    assert COLD_START in out  # the console says it too
+    first, rest = _first_and_rest(records, "64x64 s2 n4")
+    assert first > max(rest)  # the compile is in the measured latencies
+
+
+@pytest.mark.slow
+@pytest.mark.e2e  # the sim service in a child process; each key's first call pays the sim's compile in real time
+def test_load_warms_each_key_and_names_a_cold_start_on_the_sim_service(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    result, records = _run(tmp_path, 1, ["--serve-engine", "sim"])
+    _check_warm(result, records)
+    capsys.readouterr()
+    cold, cold_records = _run(tmp_path, 0, ["--serve-engine", "sim"])
+    _check_cold(cold, cold_records, capsys.readouterr().out)
+    # the sim's compile is what the cold run measured: the compiling requests' service time holds it
+    big = [c.latency_s[0] for c in cold.rates[0].cold_start if c.shape in KEYS]
+    assert min(big) >= SimParams().compile_s and np.isfinite(big).all()
