@@ -349,7 +349,7 @@ async def run_profile(
     control = control or RunControl()
     executor = executor or InProcess(backend)  # the warm-up below always uses backend, in this process
     conditions = dict(conditions or {})
-    progress(f"warm-up: {cfg.warmup_per_shape} request(s) per warm-up key")
+    progress(f"warm-up: {cfg.warmup_per_shape} request(s) per shape")
     wu_box: list[WarmupReport] = []
 
     async def _warm() -> None:
