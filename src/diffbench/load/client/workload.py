@@ -45,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from diffbench.core import shapes as core_shapes
 from diffbench.errors import InputError, UsageError
+from diffbench.workload.warmkey import WarmupKey, cfg_state
 
 MAX_SIDE = 16384
 MAX_STEPS = 1000
@@ -107,14 +108,22 @@ class ShapeMix(BaseModel):
         """OpenAI ``size`` string ``WIDTHxHEIGHT``."""
         return f"{self.width}x{self.height}"
 
+    def warmup_key(self, *, edit: bool = False, mask: bool = False, strength: float | None = None) -> WarmupKey:
+        """The :class:`~diffbench.workload.warmkey.WarmupKey` of a request of this shape (``edit``, ``mask``,
+        ``strength``: a kind edit workload's, which every request of the workload shares)."""
+        return WarmupKey(width=self.width, height=self.height, frames=self.frames, steps=self.steps, batch=self.n,
+                         cfg=cfg_state(self.guidance), negative=self.negative_prompt is not None, edit=edit,
+                         mask=edit and mask, strength=strength if edit else None, adapter=self.adapter,
+                         adapter_scale=self.adapter_scale if self.adapter is not None else None)
+
     def label(self) -> str:
-        """Breakdown key, e.g. ``512x384 s8``, ``832x480 f33 s30`` (width x height) or, with a LoRA
-        adapter, ``512x384 s8 lora=style`` (``lora=style@0.5`` at another scale): rows break down by adapter."""
-        f = f" f{self.frames}" if self.frames else ""
-        lora = ""
-        if self.adapter is not None:
-            lora = f" lora={self.adapter}" + ("" if self.adapter_scale == 1.0 else f"@{self.adapter_scale:g}")
-        return f"{self.width}x{self.height}{f} s{self.steps}{lora}"
+        """Breakdown key: the label of its warm-up key (:meth:`WarmupKey.label
+        <diffbench.workload.warmkey.WarmupKey.label>`), e.g. ``512x384 s8``, ``832x480 f33 s30`` (width x
+        height), ``64x64 s2 n4`` (4 images per request), ``512x512 s8 cfg neg`` (guidance above 1 and a
+        negative prompt) or, with a LoRA adapter, ``512x384 s8 lora=style`` (``lora=style@0.5`` at another
+        scale): rows break down by warm-up key, so a batch, guidance or adapter that compiles its own graph
+        has its own row."""
+        return self.warmup_key().label()
 
 
 class Workload(BaseModel):
