@@ -187,13 +187,13 @@ def _hooks(monitor: RowMonitor | None) -> dict[str, Callable[..., None]]:
 
 async def _warm_shapes(backend: Backend, planner: RequestPlanner, per_shape: int, rep: WarmupReport,
                        seen: set[str]) -> None:
-    for shape in planner.workload.shapes:
+    for shape, ref in planner.warmup_keys():
         if shape.label() in seen:
             continue
         seen.add(shape.label())
         rep.keys.append(shape.label())
         for _ in range(per_shape):
-            spec = planner.next().model_copy(update={"shape": shape})
+            spec = planner.warm_spec(shape, ref)
             a = Attempt()
             await backend.execute(spec, a, time.perf_counter)
             await backend.check(spec, a)
@@ -208,9 +208,10 @@ async def _warm_shapes(backend: Backend, planner: RequestPlanner, per_shape: int
 
 
 async def warmup(backend: Backend, planner: RequestPlanner, per_shape: int) -> WarmupReport:
-    """Send ``per_shape`` requests of every distinct warm-up key of the workload (:meth:`ShapeMix.label
-    <diffbench.load.client.workload.ShapeMix.label>`: size, frames, steps, ``n``, guidance on/off, negative
-    prompt, adapter), one at a time; nothing is recorded.
+    """Send ``per_shape`` requests of every distinct warm-up key of the workload and of ``load --reference``'s
+    references (:meth:`ShapeMix.label <diffbench.load.client.workload.ShapeMix.label>`: size, frames, steps,
+    ``n``, guidance on/off, negative prompt, adapter; :meth:`RequestPlanner.warmup_keys
+    <diffbench.load.client.workload.RequestPlanner.warmup_keys>`), one at a time; nothing is recorded.
 
     Raises:
         WarmupFailed: every warm-up request failed with a connection error (refused, reset, TLS): nothing

@@ -398,21 +398,54 @@ class RequestPlanner:
         if self._refs and math.floor((i + 1) * self._sample) > math.floor(i * self._sample):
             ref = self._refs[self._n_refs % len(self._refs)]
             self._n_refs += 1
-            shape = ShapeMix(width=ref.width, height=ref.height, steps=ref.steps or 1, n=ref.n,
-                             guidance=ref.guidance, frames=ref.frames, fps=ref.fps)
-            return RequestSpec(index=i, kind="image" if ref.frames is None else "video", prompt=ref.prompt, shape=shape, seed=ref.seed,
-                               model=self.workload.model, extra=self.workload.extra, reference=ref)
+            return self._reference_spec(i, ref)
         k = int(self._rng.choice(len(self._p), p=self._p)) if len(self._p) > 1 else 0
+        return self._workload_spec(i, self.workload.shapes[k])
+
+    def _workload_spec(self, i: int, shape: ShapeMix) -> RequestSpec:
         return RequestSpec(
             index=i,
             kind=self.workload.kind,
             prompt=self.prompts[i % len(self.prompts)],
-            shape=self.workload.shapes[k],
+            shape=shape,
             seed=(self._seed_base + i) % (2**31),
             model=self.workload.model,
             extra=self.workload.extra,
             **self._edit_fields(i),
         )
+
+    @staticmethod
+    def reference_shape(ref: ReferenceRequest) -> ShapeMix:
+        """The shape a reference request is sent with (steps None: 1 in the label; the service's default is
+        sent only when the dialect sends no steps)."""
+        return ShapeMix(width=ref.width, height=ref.height, steps=ref.steps or 1, n=ref.n, guidance=ref.guidance,
+                        frames=ref.frames, fps=ref.fps)
+
+    def _reference_spec(self, i: int, ref: ReferenceRequest) -> RequestSpec:
+        return RequestSpec(index=i, kind="image" if ref.frames is None else "video", prompt=ref.prompt,
+                           shape=self.reference_shape(ref), seed=ref.seed, model=self.workload.model,
+                           extra=self.workload.extra, reference=ref)
+
+    def warmup_keys(self) -> list[tuple[ShapeMix, ReferenceRequest | None]]:
+        """What the run will send, one entry per workload shape and per reference, for the warm-up: the
+        workload's shapes (left out when every request replays a reference, ``sample`` 1), then each
+        reference (its answers are checked and scored like a measured one's, and discarded)."""
+        out: list[tuple[ShapeMix, ReferenceRequest | None]] = []
+        if not self._refs or self._sample < 1.0:
+            out += [(shape, None) for shape in self.workload.shapes]
+        return out + [(self.reference_shape(ref), ref) for ref in self._refs]
+
+    def warm_spec(self, shape: ShapeMix, ref: ReferenceRequest | None = None) -> RequestSpec:
+        """A warm-up request: one of the workload with ``shape``, or replaying ``ref``. It takes the next index
+        and, for a workload shape, the same random draw :meth:`next` makes (so the measured requests that
+        follow are the ones a run without this warm-up path would send); it never takes a reference's turn."""
+        i = self._i
+        self._i += 1
+        if ref is not None:
+            return self._reference_spec(i, ref)
+        if len(self._p) > 1:
+            self._rng.choice(len(self._p), p=self._p)
+        return self._workload_spec(i, shape)
 
     def _edit_fields(self, i: int) -> dict[str, object]:
         """kind edit: the ``i``-th input picture (round-robin in file-name order), its mask, the strength."""
