@@ -3,7 +3,6 @@ scored by their worst frame (PSNR, SSIM), checked against scikit-image frame by 
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
@@ -14,22 +13,11 @@ from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 pytest.importorskip("av")
 
 
-def _mp4(frames: np.ndarray, fps: int = 8) -> bytes:
+def _mp4(frames: np.ndarray) -> bytes:
     """Lossless RGB H.264 (libx264rgb, qp 0): decoded frames equal ``frames`` exactly."""
-    import av
+    from tests.monitor.probe_service import lossless_mp4
 
-    _, height, width, _ = frames.shape
-    buf = io.BytesIO()
-    with av.open(buf, mode="w", format="mp4") as container:
-        stream = container.add_stream("libx264rgb", rate=fps)
-        stream.width, stream.height, stream.pix_fmt = width, height, "rgb24"
-        stream.options = {"qp": "0", "preset": "veryfast"}
-        for frame in frames:
-            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-    return buf.getvalue()
+    return lossless_mp4(frames, 8)
 
 
 def _folder(path: Path, frames: np.ndarray) -> str:
