@@ -108,7 +108,8 @@ def test_builtin_anchors_within_target(cat, tmp_path, capsys):
     for r in rows:
         assert r.anchor.outlier is not None or TARGET[0] <= r.ratio <= TARGET[1], (r.anchor.id, r.ratio)
     fr = fitted_params(cat)
-    assert len(fr.free) * 2 <= fr.n_anchors  # well below the number of anchors
+    # well below the number of anchors (the per-architecture factors carry priors around 1 and are not counted)
+    assert len([n for n in fr.free if not n.startswith(("gemm_arch[", "elem_arch["))]) * 2 <= fr.n_anchors
     assert all(0 < v <= 1 for v in [fr.eta_gemm, *fr.eta_attn.values()])
     out = tmp_path / "v.json"
     assert main(["ledger", "--validate", "--json", str(out)]) == 0
@@ -159,7 +160,7 @@ def test_weight_bound_small_shapes_and_fp8_int4_weights(cat):
     small = evaluate(cat, LedgerConfig(**kw))
     fr = fitted_params(cat)
     n = 64 + 64
-    lin_compute = 4 * 2 * 12 * D * D * n * BLOCKS / (989e12 * fr.eta_gemm)
+    lin_compute = 4 * 2 * 12 * D * D * n * BLOCKS / (989e12 * fr.gemm_eta("hopper"))
     weights = 4 * 11.905e9 * 2 / (3350e9 * cat.efficiency.eta_mem)
     assert weights > lin_compute
     assert small.denoise_linear_s == pytest.approx(weights, rel=1e-9)
@@ -195,7 +196,8 @@ def _bench(tmp_path, sides, eta_gemm, eta_attn, device="NVIDIA H100 80GB HBM3", 
     fr = fitted_params(load_catalog())
     shapes = []
     for side in sides:
-        per_step = _flux_seconds("h100-sxm", side, 1, compiled, eta_gemm, eta_attn, fr.passes[compiled], 0.0)
+        per_step = _flux_seconds("h100-sxm", side, 1, compiled, eta_gemm, eta_attn, fr.passes_for(compiled, "hopper"),
+                                 0.0)
         shapes.append({"shape": f"{side}x{side} s8 b1", "width": side, "height": side, "frames": None, "steps": 8,
                        "step_s": {"median": per_step, "per_step_median": [per_step] * 8,
                                   "denoiser_calls_per_step": 1.0, "denoiser_batch": 1}})
