@@ -331,3 +331,53 @@ def test_a_broken_anchor_set_is_flagged_in_validate_ledger_and_plan(tmp_path, ca
     assert main(["ledger", "--model", "flux.1-dev", "--size", "1024x1024", "--gpu", "h100-sxm",
                  "--json", str(tmp_path / "ok.json")]) == 0  # the built-in catalog's fit is fine: no note
     assert not any("is poor" in n for n in json.loads((tmp_path / "ok.json").read_text())["notes"])
+
+
+def _arch_yaml(passes_scale: float) -> str:
+    """The synthetic anchors with the L20's (Ada's) elementwise passes scaled, and a weak per-architecture prior."""
+    lines = ["efficiency: {arch_sigma: 1000.0}", "anchors:"]
+    for gpu in GPUS:
+        for side in (512, 1024, 1536):
+            for compiled in (False, True):
+                scale = passes_scale if GPUS[gpu][2] == "ada" else 1.0
+                t = _flux_seconds(gpu, side, 28, compiled, TRUTH["eta_gemm"], PRIOR_ATTN[GPUS[gpu][2]],
+                                  TRUTH["passes"][compiled] * scale, TRUTH["launch"])
+                lines.append(f"  - {{id: {gpu}-{side}-{'c' if compiled else 'e'}, model: flux.1-dev, gpu: {gpu}, "
+                             f"width: {side}, height: {side}, steps: 28, compile: {str(compiled).lower()}, "
+                             f"measured_s: {t!r}, covers: denoise, source: synthetic}}")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.slow
+def test_an_architecture_with_cheaper_elementwise_work_gets_its_own_factor(tmp_path, capsys):
+    from diffbench.ledger.fit import by_group
+
+    path = tmp_path / "arch.yaml"
+    path.write_text(_arch_yaml(0.4))
+    c = load_catalog(path)
+    fr = fitted_params(c)
+    # the Ada anchors' passes are 0.4× the others': the factors' ratio recovers it, and every anchor fits
+    assert fr.passes_for(False, "ada") / fr.passes_for(False, "hopper") == pytest.approx(0.4, rel=1e-3)
+    assert fr.passes_for(True, "ada") == pytest.approx(0.4 * TRUTH["passes"][True], rel=1e-3)
+    rows = validate(c)
+    assert all(r.ratio == pytest.approx(1.0, abs=1e-3) for r in rows)
+    groups = {g.group: g for g in by_group(c, rows, fr)}
+    assert {g: (s.anchors, s.within) for g, s in groups.items()} == {"ada": (6, 6), "ampere": (6, 6),
+                                                                        "hopper": (6, 6)}
+    out = tmp_path / "v.json"
+    assert main(["ledger", "--validate", "--catalog", str(path), "--json", str(out)]) == 0
+    assert "leave-one-out by architecture" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    ada = next(g for g in data["by_arch"] if g["arch"] == "ada")
+    ada_rows = [r["ratio"] for r in data["rows"] if r["gpu"] == "l20"]
+    assert ada["min_ratio"] == pytest.approx(min(ada_rows)) and ada["max_ratio"] == pytest.approx(max(ada_rows))
+
+
+@pytest.mark.slow
+def test_without_the_per_architecture_factor_the_ada_anchors_would_be_off(tmp_path):
+    # the same data with the factors pinned at 1 (a tight prior): the Ada anchors are mispredicted, so the
+    # factor above is what makes them fit
+    path = tmp_path / "tight.yaml"
+    path.write_text(_arch_yaml(0.4).replace("arch_sigma: 1000.0", "arch_sigma: 0.001"))
+    rows = {r.anchor.id: r for r in validate(load_catalog(path))}
+    assert rows["l20-1536-e"].in_sample_s / rows["l20-1536-e"].anchor.measured_s > 1.05
