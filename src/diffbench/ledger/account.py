@@ -130,6 +130,11 @@ def evaluate(catalog: Catalog, cfg: LedgerConfig) -> LedgerResult:
         lr = mem.lowrank_bytes(catalog, model.denoiser.params * model.experts, "int4")
         notes.append(f"int4 memory: 4-bit denoiser weights plus a {lr / 2**30:.2f} GiB 16-bit low-rank branch "
                      f"({catalog.optimizations.int4_linear.method})")
+    if cfg.precision == "nf4":
+        nf4 = catalog.optimizations.nf4_weights
+        tm.nf4_factor(catalog, gpu, "nf4")  # raises where the kernels do not run
+        assert nf4 is not None
+        notes.append(f"nf4 ({nf4.method}): denoiser {nf4.denoise_speedup:g}× the bf16 speed, 4-bit weights")
     if gpu.provisional:
         notes.append(f"{gpu.display_name} peak figures are provisional (see its catalog source)")
     from diffbench.ledger.fit import fit_warning, fitted_params

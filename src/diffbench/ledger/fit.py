@@ -105,6 +105,8 @@ def anchor_case(catalog: Catalog, a: Anchor) -> Case:
         gemm_peak = gpu.fp8_tflops * tm.TERA * catalog.optimizations.fp8_linear.gemm_retention
     elif tm.int4_effective(catalog, gpu, a.precision):
         gemm_peak = peak * catalog.optimizations.int4_linear.gemm_speedup
+    else:
+        gemm_peak = peak / tm.nf4_factor(catalog, gpu, a.precision)
     bw = gpu.mem_bw_gbps * 1e9 * catalog.efficiency.eta_mem
     serial = 0.0
     if a.covers == "end_to_end":

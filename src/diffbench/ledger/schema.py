@@ -279,7 +279,7 @@ class Anchor(_Strict):
     cfg: float | None = Field(default=None, ge=0)
     attention: str = "sdpa"
     compile: bool = False
-    precision: Literal["bf16", "fp8", "int4"] = "bf16"
+    precision: Literal["bf16", "fp8", "int4", "nf4"] = "bf16"
     measured_s: float = Field(gt=0)
     covers: Literal["denoise", "end_to_end"]
     outlier: str | None = None

@@ -122,6 +122,23 @@ def denoise_work(catalog: Catalog, model: ModelSpec, tokens: Tokens, width: int,
         forwards=n_fwd, launches=launches)
 
 
+def nf4_factor(catalog: Catalog, gpu: GpuSpec, precision: str) -> float:
+    """GEMM time multiplier of NF4 weight-only (W4A16) against BF16: 1 ÷ ``nf4_weights.denoise_speedup`` on its
+    architectures, 1 for any other precision.
+
+    Raises:
+        UsageError: ``nf4`` on an architecture without its kernels, or a catalog without ``nf4_weights``.
+    """
+    if precision != "nf4":
+        return 1.0
+    nf4 = catalog.optimizations.nf4_weights
+    if nf4 is None or gpu.arch not in nf4.archs:
+        where = "/".join(nf4.archs) if nf4 is not None else "no architecture (optimizations.nf4_weights is unset)"
+        raise UsageError(f"--precision nf4: NF4 kernels run on {where}; {gpu.display_name} is {gpu.arch}; "
+                         "use bf16 or fp8")
+    return 1.0 / nf4.denoise_speedup
+
+
 def int4_effective(catalog: Catalog, gpu: GpuSpec, precision: str) -> bool:
     """INT4 (W4A4 + low-rank) speeds GEMMs only on the architectures with the 4-bit kernels."""
     return precision == "int4" and gpu.arch in catalog.optimizations.int4_linear.requires_arch
@@ -145,6 +162,7 @@ def denoise_time(catalog: Catalog, work: DenoiseWork, gpu: GpuSpec, etas: Etas, 
         compute = work.linear_flops / (gpu.bf16_tflops * TERA * etas.gemm)
         if int4_effective(catalog, gpu, precision):
             compute /= catalog.optimizations.int4_linear.gemm_speedup
+        compute *= nf4_factor(catalog, gpu, precision)
     weights = work.weight_bytes / bw
     lin = max(compute, weights)
     att = work.attention_flops / (gpu.bf16_tflops * TERA * etas.attention) / attention_speedup
