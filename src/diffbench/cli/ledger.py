@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
         frames: int | None = typer.Option(None, "--frames", help="Frames for video models (4k+1)."),
         cfg: float | None = typer.Option(None, "--cfg", help="Guidance scale; > 1 means 2 forwards/step for CFG models."),
         text_tokens: int | None = typer.Option(None, "--text-tokens", help="Text tokens (prompt-dependent models)."),
-        precision: str = typer.Option("bf16", "--precision", help="Denoiser weights/linear: bf16, fp8, int4, nf4."),
+        precision: str = typer.Option("bf16", "--precision", help="Denoiser weights/linear: bf16, fp8, int4, nf4, int8."),
         attention: str = typer.Option("sdpa", "--attention", help="Attention backend: sdpa, flash2, cudnn, fa3, sage, sage8, ck, aiter."),
         compile_: bool = typer.Option(False, "--compile", help="Assume torch.compile (fewer elementwise passes, no launch overhead; fitted)."),
         vae_tiling: bool = typer.Option(False, "--vae-tiling", help="Tiled VAE decode."),

@@ -106,7 +106,7 @@ def anchor_case(catalog: Catalog, a: Anchor) -> Case:
     elif tm.int4_effective(catalog, gpu, a.precision):
         gemm_peak = peak * catalog.optimizations.int4_linear.gemm_speedup
     else:
-        gemm_peak = peak / tm.nf4_factor(catalog, gpu, a.precision)
+        gemm_peak = peak / (tm.nf4_factor(catalog, gpu, a.precision) * tm.int8_factor(catalog, gpu, a.precision, a.compile))
     bw = gpu.mem_bw_gbps * 1e9 * catalog.efficiency.eta_mem
     serial = 0.0
     if a.covers == "end_to_end":

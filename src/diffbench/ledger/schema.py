@@ -279,7 +279,7 @@ class Anchor(_Strict):
     cfg: float | None = Field(default=None, ge=0)
     attention: str = "sdpa"
     compile: bool = False
-    precision: Literal["bf16", "fp8", "int4", "nf4"] = "bf16"
+    precision: Literal["bf16", "fp8", "int4", "nf4", "int8"] = "bf16"
     measured_s: float = Field(gt=0)
     covers: Literal["denoise", "end_to_end"]
     outlier: str | None = None
@@ -388,6 +388,7 @@ class WeightQuant(_Strict):
     method: str
     archs: list[str] = Field(min_length=1)
     denoise_speedup: float = Field(gt=0)
+    eager_speedup: float | None = Field(default=None, gt=0, description="the same ratio without torch.compile")
     bytes_per_param: float = Field(gt=0)
     psnr_db: float = Field(gt=0)
     source: str = Field(min_length=1)
