@@ -20,10 +20,10 @@ from diffbench.ledger.fit import TARGET, fitted_params, validate
 
 D, BLOCKS, TXT = 3072, 57, 512          # FLUX.1-dev: hidden, 19 + 38 blocks, joint text tokens
 GPUS = {"h100-sxm": (989e12, 3350e9, "hopper"), "a100-sxm-80gb": (312e12, 2039e9, "ampere"),
-        "l20": (237e12, 864e9, "ada")}
+        "l20": (119.5e12, 864e9, "ada")}
 TRUTH = {"eta_gemm": 0.7, "passes": {False: 120.0, True: 30.0}, "launch": 2e-3}
 ETA_MEM = 0.8
-PRIOR_ATTN = {"hopper": 0.35, "ampere": 0.70, "ada": 0.50}  # the catalog's sdpa eta_by_arch
+PRIOR_ATTN = {"hopper": 0.35, "ampere": 0.70, "ada": 0.70}  # the catalog's sdpa eta_by_arch
 
 
 def _flux_seconds(gpu: str, side: int, steps: int, compiled: bool, eta_gemm: float, eta_attn: float,
