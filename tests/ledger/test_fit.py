@@ -104,9 +104,15 @@ def test_an_outlier_is_left_out_and_named(tmp_path, capsys):
 def test_builtin_anchors_within_target(cat, tmp_path, capsys):
     rows = validate(cat)
     assert len(rows) >= 10
-    assert {a.gpu for a in cat.anchors} >= {"h100-sxm", "a100-sxm-80gb", "l20"}
+    assert {a.gpu for a in cat.anchors} >= {"h100-sxm", "a100-sxm-80gb", "l20", "l40s"}
     for r in rows:
         assert r.anchor.outlier is not None or TARGET[0] <= r.ratio <= TARGET[1], (r.anchor.id, r.ratio)
+    from diffbench.ledger.fit import by_group
+
+    # by architecture: every non-outlier within the target, recounted from the rows
+    for g in by_group(cat, rows, fitted_params(cat)):
+        mine = [r.ratio for r in rows if cat.gpus[r.anchor.gpu].group == g.group and r.anchor.outlier is None]
+        assert (g.anchors, g.within) == (len(mine), len(mine)) and g.max_ratio == pytest.approx(max(mine))
     fr = fitted_params(cat)
     # well below the number of anchors (the per-architecture factors carry priors around 1 and are not counted)
     assert len([n for n in fr.free if not n.startswith(("gemm_arch[", "elem_arch["))]) * 2 <= fr.n_anchors
