@@ -128,12 +128,11 @@ class Conditioning(_Strict):
 
     ``latent_frames``: conditioning latent frames appended to the denoiser's sequence (0 when the image
     replaces the first latent frame or enters by channel concatenation); ``cross_tokens``: image-embedding tokens
-    the cross-attention reads besides the text (Wan2.1-I2V's CLIP ViT-H/14: 257); ``encode_frames``: pixel frames
-    the VAE encodes for the condition (0: none timed here)."""
+    the cross-attention reads besides the text (Wan2.1-I2V's CLIP ViT-H/14: 257). The VAE encode of the
+    conditioning image is not timed."""
 
     latent_frames: int = Field(default=0, ge=0)
     cross_tokens: int = Field(default=0, ge=0)
-    encode_frames: int = Field(default=0, ge=0)
     source: str = Field(min_length=1)
 
 
