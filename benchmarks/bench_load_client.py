@@ -3,7 +3,7 @@ the same schedule in the same invocation.
 
 Run::
 
-    python benchmarks/bench_load_client.py [--quick] [--only ROW[,ROW]] [--seconds S] [--repeats N]
+    python benchmarks/bench_load_client.py [--quick] [--only ROW[,ROW]] [--seconds S] [--repeats N] [--score]
 
 Rows (``--only`` names): ``500``, ``1000``, ``2000`` (the client pinned to one CPU and the server to
 another), ``inflight`` (5,000 in flight), ``large`` (8 MB answers at 20 req/s), ``sizes`` (1, 8, 32 MB),
@@ -23,6 +23,14 @@ dispatch, no payload parsing), sending the very JSON body diffbench sends; its r
 ``summarize_rate``. Both run on the same event loop kind (uvloop when installed; ``--loop``), each on a
 fresh session/backend warmed first (0.5 s at the row's rate, at most 100 req/s; not counted).
 
+``--score`` turns on what ``load --reference DIR`` adds: every diffbench request replays a reference whose
+image is the no-op server's own answer (written to a temporary directory at start), so each answer is
+decoded, sanity-checked (black/constant pixels, pixel hash) *and* scored (PSNR, SSIM against the reference)
+in the checker processes, as a ``--quality-sample 1`` run does; the duplicate-across-seeds check runs over
+each run's records (``mark_duplicates``) before they are summarized. The rows then add "scored / ok" (every
+ok answer must carry a PSNR) beside the usual figures. Sanity checks are on in every run (the default of
+``load``); ``--score`` adds the scoring.
+
 Noise floor. Each row runs peer, client, peer, client, ... (``--repeats`` pairs, default 2), interleaved so
 a drift in machine load hits both. The figure printed is the median over repeats; the ratio column is the
 median of the per-pair ratios with their range over repeats ``[min-max]`` beside it: a ratio whose range
@@ -40,11 +48,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
+import base64
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -56,8 +68,10 @@ from diffbench.core.records import RequestRecord
 from diffbench.load.client import HttpBackend, RequestPlanner, Target, default_workload, run_open_loop
 from diffbench.load.client.bare import BareRecord, BareResult, run_bare
 from diffbench.load.client.dialects import IMAGES_PATH, image_body
-from diffbench.load.client.noop_server import ServerProcess, image_size_for, raise_nofile_limit
+from diffbench.load.client.noop_server import ServerProcess, build_body, image_size_for, raise_nofile_limit
 from diffbench.load.client.runners import quiet_gc
+from diffbench.load.client.sanity import mark_duplicates
+from diffbench.load.client.workload import ReferenceRequest
 from diffbench.load.summary import RateSummary, summarize_rate
 from diffbench.queueing.schedules import constant, poisson
 
@@ -80,6 +94,8 @@ class Opts:
     probe_s: float
     quick: bool
     use_uvloop: bool
+    score: bool = False
+    ref_dir: str = ""
 
 
 # ------------------------------------------------------------------------------------------- helpers
@@ -121,25 +137,48 @@ def request_body(size: tuple[int, int]) -> bytes:
 # ------------------------------------------------------------------------------------------- clients
 
 
+REFERENCES: dict[tuple[int, int], ReferenceRequest] = {}
+"""``--score``: the reference of each no-op server size (its own answer image), written once per run."""
+
+
+def reference_for(size: tuple[int, int], opts: Opts) -> ReferenceRequest | None:
+    """The reference replayed against a server answering ``size`` images (``--score``), else None."""
+    if not opts.score:
+        return None
+    if size not in REFERENCES:
+        body_bytes = next((b for b in (0, *LARGE_RATES) if image_size_for(b) == size), None)
+        if body_bytes is None:
+            raise RuntimeError(f"no no-op body answers {size[0]}x{size[1]}")
+        b64 = json.loads(build_body(body_bytes))["data"][0]["b64_json"]
+        path = os.path.join(opts.ref_dir, f"ref_{size[0]}x{size[1]}.png")
+        with open(path, "wb") as fh:
+            fh.write(base64.b64decode(b64))
+        REFERENCES[size] = ReferenceRequest(label=f"noop {size[0]}x{size[1]}", prompt="p", seed=0, width=size[0],
+                                            height=size[1], steps=None, files=(path,))
+    return REFERENCES[size]
+
+
 async def _diffbench(url: str, size: tuple[int, int], schedule: np.ndarray, rate: float, duration: float,
-                     timeout_s: float) -> list[RequestRecord]:
+                     timeout_s: float, ref: ReferenceRequest | None = None) -> list[RequestRecord]:
     backend = HttpBackend(Target(base_url=url, timeout_s=timeout_s))
     await backend.start()
     try:
-        planner = RequestPlanner(default_workload(size[0], size[1], 1), ["p"], seed=0)
+        planner = RequestPlanner(default_workload(size[0], size[1], 1), ["p"], seed=0,
+                                 references=() if ref is None else (ref,))
         warm = warm_schedule(rate)
         await run_open_loop(warm, planner.take(len(warm)), backend, offered_rate=float(warm.size / 0.5),
                             duration_s=0.5)
         run = await run_open_loop(schedule, planner.take(len(schedule)), backend, offered_rate=rate,
                                   duration_s=duration)
-        return run.records
+        return mark_duplicates(run.records) if ref is not None else run.records
     finally:
         await backend.close()
 
 
 def diffbench_run(url: str, size: tuple[int, int], schedule: np.ndarray, rate: float, duration: float,
                   timeout_s: float, opts: Opts) -> list[RequestRecord]:
-    return run_loop(_diffbench(url, size, schedule, rate, duration, timeout_s), opts.use_uvloop)
+    return run_loop(_diffbench(url, size, schedule, rate, duration, timeout_s, reference_for(size, opts)),
+                    opts.use_uvloop)
 
 
 def bare_run(url: str, size: tuple[int, int], schedule: np.ndarray, rate: float, timeout_s: float,
@@ -277,6 +316,19 @@ def rate_metrics(rate: float, sent_floor: float, timeouts: bool = False) -> list
     return ms
 
 
+def scored_metric(opts: Opts) -> list[Metric]:
+    """``--score``: the fraction of ok answers that were scored (each must carry a PSNR), else nothing."""
+    return [Metric("scored / ok (--score)", "%", "100 %", pct_ok(1.0))] if opts.score else []
+
+
+def fill_scored(ms: Sequence[Metric], recs: Sequence[RequestRecord]) -> None:
+    """Append the client's scored/ok fraction to the ``scored_metric`` of ``ms`` (if any)."""
+    for m in ms:
+        if m.name.startswith("scored / ok"):
+            ok = [r for r in recs if r.outcome == "ok"]
+            m.client.append(ratio(sum(r.psnr_db is not None for r in ok), len(ok)))
+
+
 def fill_rate(ms: Sequence[Metric], s: RateSummary, rate: float, side: str) -> None:
     values = [s.sent_rate / rate, s.ok_rate / rate, s.lag_s.p50, s.lag_s.p99, s.lag_s.max,
               float(s.outcomes.get("timeout", 0))]
@@ -298,7 +350,7 @@ def row_constant(rate: float, opts: Opts, *, one_core: bool = False) -> None:
         title += (f", client pinned to CPU {cpus[0]}, server to CPU {cpus[1]} (os.sched_setaffinity)" if pin
                   else " (fewer than 2 CPUs: NOT pinned)")
     print(f"\n== {title}")
-    ms = rate_metrics(rate, floor, timeouts=rate >= 1000 and not one_core)
+    ms = rate_metrics(rate, floor, timeouts=rate >= 1000 and not one_core) + scored_metric(opts)
     saved = os.sched_getaffinity(0)
     with ServerProcess(0, cpu=cpus[1] if pin else None) as srv:
         try:
@@ -309,6 +361,7 @@ def row_constant(rate: float, opts: Opts, *, one_core: bool = False) -> None:
                 fill_rate(ms, summarize_rate(recs, offered_rate=rate, duration_s=d), rate, "peer")
                 recs = diffbench_run(srv.url, srv.size, schedule, rate, d, 10.0, opts)
                 fill_rate(ms, summarize_rate(recs, offered_rate=rate, duration_s=d), rate, "client")
+                fill_scored(ms, recs)
         finally:
             os.sched_setaffinity(0, saved)
     print_table(f"{rate:,.0f} req/s" + (" one core" if one_core else ""), ms)
@@ -378,6 +431,7 @@ def row_large(opts: Opts) -> None:
     lag_noop = Metric("lag p99 no-op", "ms")
     lat = Metric("latency from send p50 (8 MB)", "ms", "<= 1.2x bare", at_most(1.2), on_ratio=True)
     okm = Metric("ok / sent (8 MB)", "%")
+    scored = scored_metric(opts)
     for i in range(opts.repeats):
         for side, key in (("peer", "bare"), ("client", "client")):
             big, small = runs[key][i], runs[key + "_noop"][i]
@@ -387,7 +441,8 @@ def row_large(opts: Opts) -> None:
             getattr(lat, side).append(_lat_p50(big))
             getattr(okm, side).append(ratio(sum(r.outcome == "ok" for r in big), sum(r.sent_s is not None
                                                                                     for r in big)))
-    print_table("8 MB at 20 req/s", [lag_noop, lag_big, lag_ratio, lat, okm])
+        fill_scored(scored, runs["client"][i])
+    print_table("8 MB at 20 req/s", [lag_noop, lag_big, lag_ratio, lat, okm, *scored])
 
 
 def row_sizes(opts: Opts) -> None:
@@ -655,6 +710,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seconds", type=float, default=None, help="seconds per measured run (default 10; quick 3)")
     ap.add_argument("--repeats", type=int, default=2, help="interleaved peer/client pairs per row (default 2)")
     ap.add_argument("--only", default=None, help=f"comma-separated rows: {', '.join(ROWS)}")
+    ap.add_argument("--score", action="store_true",
+                    help="diffbench scores every answer against a reference (the server's own image), as "
+                         "load --reference DIR --quality-sample 1 does; sanity checks are on either way")
     ap.add_argument("--loop", choices=("uvloop", "asyncio"), default=None,
                     help="event loop for every client (default: uvloop when installed)")
     args = ap.parse_args(argv)
@@ -676,7 +734,10 @@ def main(argv: list[str] | None = None) -> None:
     seconds = args.seconds or (3.0 if args.quick else 10.0)
     opts = Opts(seconds=seconds, repeats=args.repeats, quick=args.quick, use_uvloop=args.loop == "uvloop",
                 inflight_s=3.0 if args.quick else 10.0, inflight_delay_s=4.0 if args.quick else 12.0,
-                probe_s=2.0 if args.quick else 5.0)
+                probe_s=2.0 if args.quick else 5.0, score=args.score,
+                ref_dir=tempfile.mkdtemp(prefix="bench_load_client_ref_") if args.score else "")
+    if opts.ref_dir:
+        atexit.register(shutil.rmtree, opts.ref_dir, True)
     raise_nofile_limit()
     import aiohttp
     import httpx
@@ -687,7 +748,8 @@ def main(argv: list[str] | None = None) -> None:
     print(machine("start"))
     if args.quick:
         print("QUICK smoke run: short runs; these are not the target figures")
-    print(f"{seconds:g} s per run, {args.repeats} interleaved pair(s) per row (bare peer first)")
+    print(f"{seconds:g} s per run, {args.repeats} interleaved pair(s) per row (bare peer first); diffbench checks: "
+          "decode, size, sanity" + (", scoring against a reference (--score)" if args.score else ""))
     t0 = time.perf_counter()
     table: dict[str, Callable[[], None]] = {
         "500": lambda: row_constant(500.0, opts),

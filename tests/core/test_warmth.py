@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from diffbench.core.warmth import _mahonian, downward_trend_pvalue, is_warm, relative_drop
+from diffbench.core.warmth import _mahonian, downward_trend_pvalue, is_warm, leading_cold, relative_drop
 
 
 def test_mahonian_counts_are_inversion_counts():
@@ -54,3 +54,18 @@ def test_flat_noise_is_warm_in_most_windows():
     warm = [is_warm(list(rng.lognormal(0, 0.05, size=5))) for _ in range(2000)]
     # under no trend, a window is called cold with probability P(p < 0.05) = 5/120 (p-values 1/120, 5/120)
     assert np.mean(warm) == pytest.approx(1 - 5 / 120, abs=0.015)
+
+
+@pytest.mark.parametrize(("samples", "want"), [
+    ([5.0, 0.02, 0.03, 0.025, 0.02], 1),  # one compile: 5 > 3 x median(0.02, 0.03, 0.025, 0.02)
+    ([5.0, 4.0, 0.02, 0.03, 0.025], 2),  # two leading (4 > 3 x median of the three after it)
+    ([0.02, 5.0, 0.03, 0.025, 0.02], 0),  # an outlier that is not leading is a tail, not a cold start
+    ([0.06, 0.02, 0.02, 0.02], 0),  # exactly 3x the rest's median: not above it
+    ([0.0601, 0.02, 0.02, 0.02], 1),
+    ([5.0, 0.02], 0),  # fewer than 3 samples: nothing to compare with
+])
+def test_leading_cold_counts_leading_samples_above_three_times_the_later_median(samples, want):
+    assert leading_cold(samples) == want
+    # by hand: the k-th of the counted samples is above 3 x the median of the samples after the counted block
+    rest = float(np.median(samples[want:]))
+    assert all(x > 3.0 * rest for x in samples[:want])

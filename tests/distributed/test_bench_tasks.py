@@ -54,4 +54,61 @@ def test_assembled_shapes_equal_the_single_process_protocol(tmp_path: Path) -> N
     for a, b in zip(one, got, strict=True):
         assert b.samples_s == a.samples_s and b.warmup_s == a.warmup_s
         assert b.latency_s == a.latency_s and b.stages_s == a.stages_s and b.step_s == a.step_s
+        assert b.energy == a.energy and b.energy is not None  # the sim: not available, with the same reason
     assert len(manifest_entries(tasks, records)) == 4  # 2 prompts x 2 seeds, saved once
+
+
+class _CountingMeter:
+    """A fake counter: each read adds ``step`` joules (so every timed window holds exactly ``step``)."""
+
+    source, scope = "nvml", "GPU fake"
+
+    def __init__(self, step: float) -> None:
+        self.step, self.total = step, 0.0
+
+    def read(self) -> float:
+        self.total += self.step
+        return self.total
+
+
+def test_actor_energy_windows_sum_like_the_single_process(tmp_path: Path) -> None:
+    """Each actor reads its device counter around each timed run; the driver sums the windows per shape into
+    the same J per output and W as a single process reading the same counter."""
+    pytest.importorskip("ray")
+    from diffbench.distributed.bench_actor import BenchActor
+    from diffbench.engines.instrument.energy import EnergyTally
+
+    sim = EngineConfig(engine="sim", sim=SimParams(compile_s=0.0, seed=3))
+    requests = _requests([(64, 64)], prompts=1, seeds=[0, 1])
+    cfg = BenchConfig(runs=4, warmup=1, repro=False)
+    engine = create_engine(sim)
+    engine.start()
+    (one,) = run_bench(engine, requests, cfg, energy=_CountingMeter(7.0))
+    actor = BenchActor(sim, threads=1, out_dir=str(tmp_path), inputs={})
+    actor.start(0)
+    actor.energy = EnergyTally(_CountingMeter(7.0))
+    groups = group_by_shape(requests)
+    actor.set_workload(groups, cfg)
+    tasks = plan_tasks(groups, cfg, {"engine": "sim"})
+    records = {t.id: actor.run(t) for t in tasks}
+    (got,) = assemble_shapes(groups, tasks, records, cfg, (None, None), {}, {})
+    assert one.energy is not None and got.energy is not None
+    assert got.energy.status == one.energy.status == "measured"
+    assert got.energy.joules == one.energy.joules == 4 * 7.0 and got.energy.runs == 4
+    assert got.energy.joules_per_output == pytest.approx(7.0) and got.energy.source == "nvml"
+    shared = assemble_shapes(groups, tasks, records, cfg, (None, None), {}, {}, energy_shared="shared counter")
+    assert shared[0].energy is not None and shared[0].energy.status == "not available"
+    assert shared[0].energy.reason == "shared counter"
+
+
+def test_cpu_actors_sharing_a_node_share_its_package_counter() -> None:
+    from diffbench.bench.result import WorkerInfo
+    from diffbench.distributed.bench_tasks import shared_counter_reason
+
+    def w(i: int, node: str, device: str) -> WorkerInfo:
+        return WorkerInfo(index=i, node_ip=node, pid=i, device=device, device_class="x")
+
+    assert shared_counter_reason([w(0, "a", "cuda"), w(1, "a", "cuda")]) is None  # one GPU counter each
+    assert shared_counter_reason([w(0, "a", "cpu"), w(1, "b", "cpu")]) is None  # one CPU actor per node
+    reason = shared_counter_reason([w(0, "a", "cpu"), w(1, "a", "cpu"), w(2, "b", "cpu")])
+    assert reason is not None and "2 CPU actors on node a" in reason

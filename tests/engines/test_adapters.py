@@ -80,3 +80,35 @@ def test_an_engine_without_adapters_refuses_a_request_naming_one() -> None:
     with pytest.raises(ShapeError, match="loads none"):
         eng.generate(_req("a"))
     assert "adapter_swap_s" not in eng.generate(_req(None)).extra  # nothing reported without adapters
+
+
+def test_the_fingerprint_names_each_adapter_by_its_content(tmp_path: Path, adapters: dict[str, str]) -> None:
+    """The sim and diffusers engines state their adapters' content hashes; the deployment fingerprint carries
+    them (absent without adapters, so a deployment without LoRA keeps its fingerprint), and other weights
+    under the same name give another fingerprint."""
+    import hashlib
+    import shutil
+
+    from diffbench.core.env import capture_env
+    from diffbench.engines.fingerprint import deployment_fingerprint
+
+    def digest(d: str) -> str:  # the weight and config files present, in name order, each name then bytes
+        h = hashlib.sha256()
+        for f in sorted(p for p in Path(d).iterdir() if p.name.endswith(".safetensors") or p.name == "adapter_config.json"):
+            h.update(f.name.encode() + b"\0" + f.read_bytes())
+        return h.hexdigest()[:16]
+
+    env = capture_env()
+    plain = create_engine(EngineConfig(engine="sim", sim=SimParams(jitter=0.0))).start()
+    assert "adapters" not in deployment_fingerprint(plain, env)
+    info = create_engine(EngineConfig(engine="sim", sim=SimParams(jitter=0.0), adapters=adapters)).start()
+    fp = deployment_fingerprint(info, env)
+    assert fp["adapters"] == {name: digest(d) for name, d in sorted(adapters.items())}
+    other = tmp_path / "b2"
+    shutil.copytree(adapters["b"], other)
+    weights = next(p for p in other.iterdir() if p.name.endswith(".safetensors"))
+    weights.write_bytes(weights.read_bytes()[:-1] + bytes([weights.read_bytes()[-1] ^ 1]))
+    swapped = create_engine(EngineConfig(engine="sim", sim=SimParams(jitter=0.0),
+                                         adapters={**adapters, "b": str(other)})).start()
+    fp2 = deployment_fingerprint(swapped, env)
+    assert fp2["adapters"]["a"] == fp["adapters"]["a"] and fp2["adapters"]["b"] != fp["adapters"]["b"]

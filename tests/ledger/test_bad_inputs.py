@@ -57,10 +57,29 @@ ROWS: list[tuple[list[str], int, list[str]]] = [
     ([*BASE, "--calibrate", "{tmp}/missing.json"], 2, ["--calibrate", "file not found", "bench"]),
     ([*BASE, "--calibrate", "{tmp}/partial_ok.yaml"], 2, ["--calibrate", "not a readable JSON"]),
     ([*BASE, "--calibrate", "{tmp}/not_bench.json"], 2, ["not a diffbench bench result", "diffbench.calibration"]),
-    (["--validate", "--catalog", "{tmp}/all_outliers.yaml"], 2, ["at least one anchor that is not an outlier"]),
+    (["--validate", "--catalog", "{tmp}/all_outliers.yaml", "--replace-anchors"], 2,
+     ["at least one anchor that is not an outlier"]),
     ([*BASE, "--calibrate", "{tmp}/no_steps.json", "--calibrate-force"], 2, ["no shape with step timings"]),
     ([*BASE, "--calibrate", "{fixture}"], 2, ["ran on 'cpu", "--gpu h100-sxm", "--calibrate-force"]),
     ([*BASE, "--calibrate", "{fixture}", "--calibrate-force"], 2, ["precision 'float32'", "bfloat16"]),
+    # GPU peaks that drive a time to 0 (a math domain error in the fit), or infinite peaks: the user's file and line
+    ([*BASE, "--catalog", "{tmp}/huge_peaks.yaml"], 2, ["huge_peaks.yaml:3", "gpus.h100-sxm.bf16_tflops",
+                                                          "[1, 20000]"]),
+    (["--validate", "--catalog", "{tmp}/huge_peaks.yaml"], 2, ["huge_peaks.yaml:3", "gpus.h100-sxm.bf16_tflops"]),
+    ([*BASE, "--catalog", "{tmp}/tiny_bw.yaml"], 2, ["tiny_bw.yaml:8", "gpus.toy.mem_bw_gbps", "[10, 100000]"]),
+    ([*BASE, "--catalog", "{tmp}/inf_peak.yaml"], 2, ["inf_peak.yaml:3", "gpus.h100-sxm.bf16_tflops", "finite"]),
+    ([*BASE, "--catalog", "{tmp}/bpp_zero.yaml"], 2, ["bpp_zero.yaml:2", "memory.bytes_per_param", "bf16",
+                                                        "at least 2"]),
+    ([*BASE, "--catalog", "{tmp}/dup_key.yaml"], 2, ["dup_key.yaml:4", "duplicate key 'bf16_tflops'", "first at line 3"]),
+    (["--validate", "--catalog", "{tmp}/one_anchor.yaml", "--replace-anchors"], 2,
+     ["one_anchor.yaml", "anchors", "at least two", "--replace-anchors"]),
+    ([*BASE, "--replace-anchors"], 2, ["--replace-anchors", "--catalog"]),
+    # a bad value in an anchor that is added to the built-in ones: the user's file, line and index
+    ([*BASE, "--catalog", "{tmp}/bad_anchor.yaml"], 2, ["bad_anchor.yaml:3", "anchors.1.measured_s"]),
+    ([*BASE, "--measured-s", "1e-9"], 2, ["--measured-s 1e-09", "MFU", "faster than the peak"]),
+    ([*BASE, "--text-tokens", "8192"], 2, ["--text-tokens 8192", "FLUX.1-dev", "at most 512",
+                                           "models.flux.1-dev"]),
+    ([*WAN, "--text-tokens", "513"], 2, ["--text-tokens 513", "at most 512"]),
 ]
 
 BLOCKS = "models:\n  flux.1-dev:\n    denoiser:\n      blocks:\n"
@@ -76,6 +95,18 @@ CATALOGS = {
                            ("a100-e", "a100-sxm-80gb", "false", 13.6), ("a100-c", "a100-sxm-80gb", "true", 9.8),
                            ("l20-e", "l20", "false", 26.0)]),
     "not_bench.json": '{"kind": "diffbench.calibration"}',
+    "huge_peaks.yaml": "gpus:\n  h100-sxm:\n    bf16_tflops: 1.0e+300\n    fp8_tflops: 1.0e+300\n"
+                       "    mem_bw_gbps: 1.0e+300\n",
+    "tiny_bw.yaml": "gpus:\n  toy:\n    display_name: Toy\n    arch: ada\n    bf16_tflops: 100\n    memory_gib: 24\n"
+                    "    pcie_gbps: 25\n    mem_bw_gbps: 1.0e-300\n    source: test\n",
+    "inf_peak.yaml": "gpus:\n  h100-sxm:\n    bf16_tflops: .inf\n",
+    "bpp_zero.yaml": "memory:\n  bytes_per_param: {bf16: 0}\n",
+    "dup_key.yaml": "gpus:\n  h100-sxm:\n    bf16_tflops: 900\n    bf16_tflops: 100\n",
+    "bad_anchor.yaml": "anchors:\n  - {id: a1, model: flux.1-dev, gpu: h100-sxm, width: 1024, height: 1024, steps: 28, "
+                       "measured_s: 6.7, covers: denoise, source: test}\n  - {id: a2, model: flux.1-dev, gpu: h100-sxm, "
+                       "width: 1024, height: 1024, steps: 28, measured_s: -1, covers: denoise, source: test}\n",
+    "one_anchor.yaml": "anchors:\n  - {id: mine, model: flux.1-dev, gpu: h100-sxm, width: 1024, height: 1024, "
+                       "steps: 28, measured_s: 6.71, covers: denoise, source: test}\n",
     "all_outliers.yaml": "anchors:\n  - {id: a, model: flux.1-dev, gpu: h100-sxm, width: 1024, height: 1024, steps: 28, "
                          "measured_s: 6.71, covers: denoise, outlier: test, source: test}\n",
     "no_steps.json": '{"kind": "diffbench.bench", "conditions": {"precision": "bfloat16"}, "shapes": '
@@ -119,3 +150,36 @@ def test_partial_override_via_cli_runs(tmp_path, capsys) -> None:
     f.write_text(CATALOGS["partial_ok.yaml"])
     assert main(["ledger", *BASE, "--catalog", str(f)]) == 0
     assert "FLUX.1-dev" in capsys.readouterr().out
+
+
+def test_a_user_anchor_adds_to_the_builtin_ones(tmp_path, capsys) -> None:
+    """One anchor in a user file once replaced the built-in set (and --validate printed a nan ratio)."""
+    import json
+    import math
+
+    from diffbench.ledger.catalog import load_catalog
+
+    builtin = [a.id for a in load_catalog().anchors]
+    f = tmp_path / "one_anchor.yaml"
+    f.write_text(CATALOGS["one_anchor.yaml"])
+    out = tmp_path / "v.json"
+    assert main(["ledger", "--validate", "--catalog", str(f), "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["id"] for r in rows] == [*builtin, "mine"]
+    assert all(math.isfinite(r["ratio"]) for r in rows)
+    assert "nan" not in capsys.readouterr().out
+    # the same id replaces the built-in anchor of that id, in place
+    f.write_text(CATALOGS["one_anchor.yaml"].replace("id: mine", f"id: {builtin[0]}").replace("6.71", "7.5"))
+    cat = load_catalog(f)
+    assert [a.id for a in cat.anchors] == builtin and cat.anchors[0].measured_s == 7.5
+    assert [a.id for a in load_catalog(f, replace_anchors=True).anchors] == [builtin[0]]
+
+
+def test_default_steps_are_the_pipeline_default(tmp_path) -> None:
+    """Without --steps FLUX.1-dev ran the reference CLI's 50 steps; diffusers' FluxPipeline runs 28."""
+    import json
+
+    out = tmp_path / "l.json"
+    assert main(["ledger", *BASE, "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["config"]["steps"] is None
+    assert json.loads(out.read_text())["steps"] == 28

@@ -125,6 +125,33 @@ def test_error_in_a_partial_override_names_the_user_file(tmp_path):
     assert f"{f}:6" in msg and "blocks.1.weights_d2" in msg and "catalog.yaml" not in msg
 
 
+STEP_COUNT_EXCEPTIONS = {"flux.1-schnell": 4}
+"""Timestep-distilled checkpoints whose model card passes fewer steps than the pipeline class's default."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_id", sorted(load_catalog().models))
+def test_default_steps_match_the_cited_diffusers_pipeline(model_id) -> None:
+    """Each model's default step count is the ``num_inference_steps`` default of the diffusers pipeline its
+    catalog entry cites (read from the installed diffusers, not from the catalog)."""
+    import importlib
+    import inspect
+    import re
+
+    pytest.importorskip("diffusers")
+    spec = load_catalog().models[model_id]
+    m = re.search(r"github\.com/huggingface/diffusers/blob/[0-9a-f]+/src/(diffusers/pipelines/\S+?)\.py#L\d+",
+                  spec.default_steps_source)
+    assert m, spec.default_steps_source
+    module = importlib.import_module(m.group(1).replace("/", "."))
+    defaults = {obj.__call__.__qualname__: inspect.signature(obj.__call__).parameters["num_inference_steps"].default
+                for _, obj in inspect.getmembers(module, inspect.isclass)
+                if obj.__module__ == module.__name__ and "num_inference_steps" in inspect.signature(obj.__call__).parameters}
+    assert len(set(defaults.values())) == 1, defaults
+    pipeline_default = next(iter(defaults.values()))
+    assert spec.default_steps == STEP_COUNT_EXCEPTIONS.get(model_id, pipeline_default)
+
+
 def test_amd_gpus_backends_and_hardware_rules():
     cat = load_catalog()
     mi = cat.gpus["mi300x"]

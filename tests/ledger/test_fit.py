@@ -64,7 +64,7 @@ def cat():
 def test_synthetic_anchors_give_ratios_of_one(tmp_path):
     path = tmp_path / "synthetic.yaml"
     path.write_text(_synthetic_yaml())
-    c = load_catalog(path)
+    c = load_catalog(path, replace_anchors=True)
     rows = validate(c)
     assert len(rows) == 18
     for r in rows:
@@ -81,7 +81,7 @@ def test_a_perturbed_anchor_shows_its_perturbation_in_its_loo_ratio(tmp_path, fa
     aid = "a100-sxm-80gb-1024-e"
     path = tmp_path / "perturbed.yaml"
     path.write_text(_synthetic_yaml({aid: factor}))
-    rows = {r.anchor.id: r for r in validate(load_catalog(path))}
+    rows = {r.anchor.id: r for r in validate(load_catalog(path, replace_anchors=True))}
     # the fit without it is the exact one, so predicted ÷ published is exactly 1 / factor
     assert rows[aid].ratio == pytest.approx(1 / factor, rel=1e-6)
     assert rows["h100-sxm-1024-e"].ratio != pytest.approx(1.0, abs=1e-4)  # the others' fits include it
@@ -91,11 +91,11 @@ def test_an_outlier_is_left_out_and_named(tmp_path, capsys):
     aid = "l20-512-c"
     path = tmp_path / "outlier.yaml"
     path.write_text(_synthetic_yaml({aid: 3.0}, outlier="measured with offload"))
-    rows = {r.anchor.id: r for r in validate(load_catalog(path))}
+    rows = {r.anchor.id: r for r in validate(load_catalog(path, replace_anchors=True))}
     assert rows[aid].ratio == pytest.approx(1 / 3.0, rel=1e-6)
     assert all(r.ratio == pytest.approx(1.0, abs=1e-6) for k, r in rows.items() if k != aid)
     out = tmp_path / "v.json"
-    assert main(["ledger", "--validate", "--catalog", str(path), "--json", str(out)]) == 0  # outside, but named
+    assert main(["ledger", "--validate", "--catalog", str(path), "--replace-anchors", "--json", str(out)]) == 0  # named
     assert "outlier:" in capsys.readouterr().out
     row = next(r for r in json.loads(out.read_text())["rows"] if r["id"] == aid)
     assert row["outlier"] == "measured with offload" and not row["within_target"]
@@ -322,21 +322,36 @@ def test_a_broken_anchor_set_is_flagged_in_validate_ledger_and_plan(tmp_path, ca
     c = tmp_path / "c.yaml"
     c.write_text("anchors:\n  - {id: slow, model: flux.1-dev, gpu: h100-sxm, width: 1024, height: 1024, steps: 28, "
                  "measured_s: 600, covers: denoise, source: test}\n")
-    assert main(["ledger", "--validate", "--catalog", str(c), "--json", str(tmp_path / "v.json")]) == 1
-    capsys.readouterr()
-    row = json.loads((tmp_path / "v.json").read_text())["rows"][0]
-    assert row["loo_s"] is None or row["loo_s"] != row["loo_s"] or row["loo_s"] == "nan"  # no other anchor: none
+    assert main(["ledger", "--validate", "--catalog", str(c), "--replace-anchors",
+                 "--json", str(tmp_path / "v.json")]) == 2  # no other anchor: no leave-one-out prediction
+    assert "at least two anchors" in capsys.readouterr().err and not (tmp_path / "v.json").exists()
+    assert main(["ledger", "--validate", "--catalog", str(c), "--json", str(tmp_path / "v.json")]) == 1  # added
+    row = json.loads((tmp_path / "v.json").read_text())["rows"][-1]
+    assert row["id"] == "slow" and not row["within_target"]
     assert main(["ledger", "--model", "flux.1-dev", "--size", "1024x1024", "--gpu", "h100-sxm", "--catalog", str(c),
-                 "--json", str(tmp_path / "l.json")]) == 0
+                 "--replace-anchors", "--json", str(tmp_path / "l.json")]) == 0
     notes = json.loads((tmp_path / "l.json").read_text())["notes"]
     assert any("fit to the catalog's anchors is poor" in n for n in notes)
+    # the broken fit may also miss the SLO (exit 1); the report is written either way
     assert main(["plan", "--model", "flux.1-dev", "--size", "1024x1024", "--gpu", "h100-sxm", "--slo-p99", "3",
-                 "--qps", "1", "--catalog", str(c), "--json", str(tmp_path / "p.json")]) == 0
+                 "--qps", "1", "--catalog", str(c), "--replace-anchors", "--json", str(tmp_path / "p.json")]) in (0, 1)
     steps = json.loads((tmp_path / "p.json").read_text())["steps"]
     assert "WARNING: the time model's fit" in steps[0]["assumption"]
     assert main(["ledger", "--model", "flux.1-dev", "--size", "1024x1024", "--gpu", "h100-sxm",
                  "--json", str(tmp_path / "ok.json")]) == 0  # the built-in catalog's fit is fine: no note
     assert not any("is poor" in n for n in json.loads((tmp_path / "ok.json").read_text())["notes"])
+
+
+def test_an_anchor_predicted_at_zero_seconds_is_an_input_error(cat):
+    """The fit took log(0) ('math domain error') when an anchor's coefficients were all 0; now the error names it."""
+    from diffbench.errors import InputError
+    from diffbench.ledger.fit import Case, fit_cases
+
+    a = cat.anchors[0]
+    zero = Case(anchor=a, a_gemm=0.0, b_weights=0.0, a_attn=0.0, c_elem=0.0, launches=0.0, serial_s=0.0,
+                pair=f"{a.attention}@{cat.gpus[a.gpu].arch}", compiled=True, gemm_fixed=None)
+    with pytest.raises(InputError, match=rf"{a.id} \({a.model} on {a.gpu}\) is predicted at 0 s"):
+        fit_cases(cat, [zero])
 
 
 def _arch_yaml(passes_scale: float) -> str:
@@ -360,7 +375,7 @@ def test_an_architecture_with_cheaper_elementwise_work_gets_its_own_factor(tmp_p
 
     path = tmp_path / "arch.yaml"
     path.write_text(_arch_yaml(0.4))
-    c = load_catalog(path)
+    c = load_catalog(path, replace_anchors=True)
     fr = fitted_params(c)
     # the Ada anchors' passes are 0.4× the others': the factors' ratio recovers it, and every anchor fits
     assert fr.passes_for(False, "ada") / fr.passes_for(False, "hopper") == pytest.approx(0.4, rel=1e-3)
@@ -371,7 +386,7 @@ def test_an_architecture_with_cheaper_elementwise_work_gets_its_own_factor(tmp_p
     assert {g: (s.anchors, s.within) for g, s in groups.items()} == {"ada": (6, 6), "ampere": (6, 6),
                                                                         "hopper": (6, 6)}
     out = tmp_path / "v.json"
-    assert main(["ledger", "--validate", "--catalog", str(path), "--json", str(out)]) == 0
+    assert main(["ledger", "--validate", "--catalog", str(path), "--replace-anchors", "--json", str(out)]) == 0
     assert "leave-one-out by architecture" in capsys.readouterr().out
     data = json.loads(out.read_text())
     ada = next(g for g in data["by_arch"] if g["arch"] == "ada")
@@ -385,5 +400,5 @@ def test_without_the_per_architecture_factor_the_ada_anchors_would_be_off(tmp_pa
     # factor above is what makes them fit
     path = tmp_path / "tight.yaml"
     path.write_text(_arch_yaml(0.4).replace("arch_sigma: 1000.0", "arch_sigma: 0.001"))
-    rows = {r.anchor.id: r for r in validate(load_catalog(path))}
+    rows = {r.anchor.id: r for r in validate(load_catalog(path, replace_anchors=True))}
     assert rows["l20-1536-e"].in_sample_s / rows["l20-1536-e"].anchor.measured_s > 1.05

@@ -205,6 +205,11 @@ class FakeServer:
             mode = MIX_CYCLE[next(self._mix) % len(MIX_CYCLE)]
         elif mode == "mix60":
             mode = MIX60_CYCLE[next(self._mix) % len(MIX60_CYCLE)]
+        if mode.startswith("gpus"):  # a service stating its GPU count on /v1/models, answering as "ok"
+            if path == "/v1/models":
+                card = {"id": "fake", "object": "model", "gpus": json.loads(mode[4:])}
+                return await self._send(writer, 200, json.dumps({"object": "list", "data": [card]}).encode())
+            mode = "ok"
         if mode.startswith("vid"):
             return await self._video(mode, method, path, writer, body)
         if path == "/v1/chat/completions" and mode in ("ok", "chattext", "chatwrong", "chaturl", "chatbad64"):

@@ -93,6 +93,31 @@ def test_a_fraction_of_the_schedule_replays_references_in_turn(sample: float | N
     assert [s.index for s in specs] == list(range(12))
 
 
+@pytest.mark.parametrize("sample", [None, 0.5])
+def test_the_warm_up_sends_each_reference_key_and_leaves_the_turns_alone(sample: float | None) -> None:
+    """The references' own keys (32x32 s3, and a 2-image batch) are warmed; the workload's shape only when some
+    requests are the workload's; warming takes no reference turn and no extra random draw."""
+    from diffbench.load.client.workload import Workload
+
+    refs = [_ref("a", 1), _ref("b", 2).model_copy(update={"files": ("/x.png", "/y.png")})]
+    wl = Workload(shapes=[{"size": "64x64", "steps": 2, "weight": 1}, {"size": "48x48", "steps": 2, "weight": 1}])
+    planner = RequestPlanner(wl, ["w"], seed=0, references=refs, sample=sample)
+    keys = planner.warmup_keys()
+    labels = [shape.label() for shape, _ in keys]
+    assert labels == ([] if sample is None else ["64x64 s2", "48x48 s2"]) + ["32x32 s3", "32x32 s3 n2"]
+    warmed = [planner.warm_spec(shape, ref) for shape, ref in keys]
+    assert [w.reference is not None for w in warmed] == [ref is not None for _, ref in keys]
+    after = planner.take(8)
+    plain = RequestPlanner(wl, ["w"], seed=0)  # without references: the measured draws are those of a planner
+    for shape, _ in plain.warmup_keys():  # whose warm-up took one next() per key (the earlier path)
+        plain.warm_spec(shape)
+    old = RequestPlanner(wl, ["w"], seed=0)
+    old.take(len(plain.warmup_keys()))
+    assert [(s.index, s.seed, s.shape) for s in plain.take(8)] == [(s.index, s.seed, s.shape) for s in old.take(8)]
+    replayed = [s.reference.label for s in after if s.reference is not None]
+    assert replayed[:2] == ["a", "b"]  # the first measured reference request is the first reference
+
+
 def test_scores_match_scikit_image_worst_of_batch(tmp_path: Path) -> None:
     rng = np.random.default_rng(5)
     refs = [rng.integers(0, 256, (40, 48, 3), dtype=np.uint8) for _ in range(2)]
@@ -194,3 +219,17 @@ def test_chat_answers_are_scored_like_image_answers(tmp_path: Path) -> None:
     v = score_images(body.encode(), 32, 32, 1, True, None, [str(path)])
     assert v.ok and v.quality is not None
     assert v.quality["psnr_db"] == pytest.approx(peak_signal_noise_ratio(ref, ans, data_range=255), abs=1e-9)
+
+
+def test_an_answer_below_the_ssim_window_is_scored_by_psnr_alone(tmp_path: Path) -> None:
+    """An 8x8 answer (the no-op server's) is ok and carries its PSNR; SSIM, undefined below the 11-px window,
+    is None rather than failing the request."""
+    rng = np.random.default_rng(9)
+    ref = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
+    answer = np.clip(ref.astype(np.int16) + rng.integers(-9, 10, ref.shape), 0, 255).astype(np.uint8)
+    path = tmp_path / "r.png"
+    path.write_bytes(_png(ref))
+    v = score_images(_body(answer), 8, 8, 1, False, None, [str(path)])
+    assert v.ok and v.quality is not None
+    assert v.quality["psnr_db"] == pytest.approx(peak_signal_noise_ratio(ref, answer, data_range=255), abs=1e-9)
+    assert v.quality["ssim"] is None

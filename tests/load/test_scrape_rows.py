@@ -92,3 +92,24 @@ def test_mixed_images_per_request_count_per_shape() -> None:
     assert ok_outputs(row, {"a": 4, "b": 1}) == 3 * 4 + 2 * 1
     assert ok_outputs(row, {"a": 4, "b": None}) is None  # b's images per request are ambiguous
     assert ok_outputs(row, {}) == 5
+
+
+RECOMPILES = """# TYPE diffusion_requests_total counter
+diffusion_requests_total{{model="m",outcome="ok",status="200",traffic="user"}} {ok}
+# TYPE diffusion_compile_recompiles counter
+diffusion_compile_recompiles_total{{model="m"}} {n}
+"""
+
+
+def test_recompiles_during_the_row_are_a_cold_start_in_measurement() -> None:
+    from diffbench.load.coldstart import COLD_START, SERVER
+
+    row = _scraped([RECOMPILES.format(ok=0, n=3), RECOMPILES.format(ok=8, n=5)])
+    assert row.server is not None and row.server.recompiles == 5 - 3
+    assert [(c.shape, c.recompiles) for c in row.cold_start] == [(SERVER, 2)]
+    assert [w for w in row.warnings if w.startswith(COLD_START)] == [row.cold_start[0].message()]
+    steady = _scraped([RECOMPILES.format(ok=0, n=3), RECOMPILES.format(ok=8, n=3)])
+    assert steady.server is not None and steady.server.recompiles == 0
+    assert steady.cold_start == [] and not [w for w in steady.warnings if w.startswith(COLD_START)]
+    unexported = _scraped([OURS.format(ok=0, gpu0=0, gpu1=0), OURS.format(ok=8, gpu0=1, gpu1=1)])
+    assert unexported.server is not None and unexported.server.recompiles is None and unexported.cold_start == []

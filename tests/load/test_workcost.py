@@ -118,3 +118,26 @@ def test_worker_pool_records_carry_the_rows_wall_clock_start(fake, tmp_path):
         assert r.intended_unix_s - row["started_unix_s"] == pytest.approx(r.intended_s, abs=1e-3)
     work = sum(r.width * r.height * r.steps * r.outputs for r in recs if r.outcome == "ok") / 1e6
     assert row["mpx_steps_per_s"] == pytest.approx(work / _ok_window(recs, row["duration_s"]), rel=1e-9)
+
+
+def test_the_services_gpu_count_gives_the_per_gpu_figure_unless_gpus_overrides(fake, tmp_path, capsys):
+    """A service stating ``gpus`` on ``/v1/models`` (as ``serve`` does on a GPU) sets the per-GPU work; an
+    explicit --gpus wins; a count that is not an int >= 1 is ignored (no per-GPU figure)."""
+    fake.delay_s = 0.0
+
+    def row(mode: str, *extra: str) -> dict:
+        out = tmp_path / f"{mode}.json"
+        assert main(["load", "--url", fake.url(mode), "--rates", "10", "--duration", "0.5", "--arrival", "constant",
+                     "--size", "64x32", "--steps", "2", "--warmup", "0", "--json", str(out), "--timeout", "5",
+                     *extra]) == 0
+        (r,) = json.loads(out.read_text())["rates"]
+        return r
+
+    stated = row("gpus4")
+    assert "GPUs: 4 (the service's /v1/models" in capsys.readouterr().out
+    assert stated["gpus"] == 4
+    assert stated["mpx_steps_per_s_per_gpu"] == pytest.approx(stated["mpx_steps_per_s"] / 4, rel=1e-9)
+    assert row("gpus4", "--gpus", "2")["gpus"] == 2
+    for bad in ("gpus0", "gpus2.5", "gpustrue", "ok"):
+        r = row(bad)
+        assert r.get("gpus") is None and r.get("mpx_steps_per_s_per_gpu") is None

@@ -89,16 +89,23 @@ def test_recompiles(recompiles, verdict) -> None:
     assert (check.key, check.verdict, check.value) == ("recompiles", verdict, float(recompiles))
 
 
-@pytest.mark.parametrize("slow, verdict", [(0.0105, "ok"), (0.012, "suspect")])
-def test_rank_skew(slow, verdict) -> None:
+@pytest.mark.parametrize("fast, slow, verdict", [
+    (0.010, 0.0105, "ok"),  # 5 %
+    (0.010, 0.013, "suspect"),  # 30 % and 3 ms
+    (0.001, 0.0015, "ok"),  # 50 % but 0.5 ms: under the 2 ms floor
+    (0.100, 0.103, "ok"),  # 3 ms but 3 %
+])
+def test_rank_skew(fast, slow, verdict) -> None:
     def after(e: Exposition) -> None:
-        e.rank(0, 0.010)
+        e.rank(0, fast)
         e.rank(1, slow)
 
     before, after_s = _pair(after)
     check = diagnose("p99", view_from_scrapes([before, after_s])).checks[3]
     assert check.verdict == verdict
-    assert check.value == pytest.approx((slow - 0.010) / 0.010, rel=1e-9)
+    assert check.value == pytest.approx((slow - fast) / fast, rel=1e-9)
+    if verdict == "suspect":
+        assert check.sentence.startswith("rank 1 ") and "--device cuda:1" in check.command
 
 
 @pytest.mark.parametrize("hits, verdict", [(10, "ok"), (16, "suspect"), (4, "suspect"), (12, "ok"), (14, "suspect")])

@@ -80,6 +80,7 @@ MUTATIONS = [
     ("recompile alert on the raw counter", "increase(diffusion_compile_recompiles_total[15m]) > 0",
      "diffusion_compile_recompiles_total > 0"),
     ("rank spread limit 10 % -> 20 %", "spread_ratio5m > 0.1", "spread_ratio5m > 0.2"),
+    ("rank skew without its absolute floor", "spread_seconds5m > 0.002", "spread_seconds5m > 0"),
     ("probe stale after 10 intervals", "(2 * diffusion_quality_probe_interval_seconds)",
      "(10 * diffusion_quality_probe_interval_seconds)"),
     ("latency p99 counts probe traffic", 'diffusion_request_duration_seconds_bucket{traffic="user"}',

@@ -51,11 +51,19 @@ ROWS: list[tuple[list[str], int, list[str]]] = [
     (_with(json="{tmp}/typo/p.json"), 2, ["--json", "does not exist", "--mkdir"]),
     # the queueing-aware count is simulated up to 100,000 instances; past that, a clear refusal
     (_with(qps="100000", slo_p99="1", quality_budget="30"), 2, ["--qps 100000", "100,000 instances", "pools"]),
+    # a rate so low that the simulated arrival times lose the service time's precision (p99 0.00 s once)
+    (_with(qps="1e-300"), 2, ["--qps 1e-300", "[0.0001, 1e+06]"]),
+    (_with(text_tokens="8192"), 2, ["--text-tokens 8192", "at most 512"]),
+    ([*BASE, "--lossy"], 2, ["--lossy", "--quality-budget", "lossless"]),
+    ([*BASE, "--catalog", "{tmp}/huge_peaks.yaml"], 2, ["huge_peaks.yaml:3", "gpus.h100-sxm.bf16_tflops"]),
+    ([*BASE, "--replace-anchors"], 2, ["--replace-anchors", "--catalog"]),
 ]
 
 
 @pytest.mark.parametrize(("args", "code", "fragments"), ROWS, ids=[" ".join(r[2][:1]) for r in ROWS])
 def test_bad_input(args, code, fragments, tmp_path, capsys, one_line_error) -> None:
+    (tmp_path / "huge_peaks.yaml").write_text("gpus:\n  h100-sxm:\n    bf16_tflops: 1.0e+300\n"
+                                              "    fp8_tflops: 1.0e+300\n    mem_bw_gbps: 1.0e+300\n")
     argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
     rc = main(["plan", *argv])
     err = capsys.readouterr().err
@@ -70,7 +78,7 @@ def test_one_gpu_per_node_gives_a_reason(tmp_path) -> None:
     import json
 
     out = tmp_path / "p.json"
-    assert main(["plan", *_with(slo_p99="1", gpus_per_node="1"), "--json", str(out)]) == 0
+    assert main(["plan", *_with(slo_p99="1", gpus_per_node="1"), "--json", str(out)]) == 1  # the SLO is missed
     step = next(s for s in json.loads(out.read_text())["steps"] if s["name"] == "multi-GPU")
     assert step["applied"] is False
     assert "1 GPU per node" in step["reason"] and "--gpus-per-node" in step["reason"]
@@ -139,3 +147,29 @@ def test_bad_file_input(args, code, fragments, tmp_path, capsys, one_line_error)
         (tmp_path / name).write_text(text)
     rc = main(["plan", *[a.replace("{tmp}", str(tmp_path)) for a in args]])
     one_line_error(rc, capsys.readouterr().err, code, fragments)
+
+
+def test_a_plan_that_misses_the_slo_exits_1_with_its_report(tmp_path, capsys) -> None:
+    """A plan whose chosen configuration misses the p99 SLO once exited 0; the report and JSON still come out."""
+    import json
+
+    out = tmp_path / "p.json"
+    rc = main(["plan", *_with(slo_p99="1", gpus_per_node="1"), "--json", str(out)])
+    cap = capsys.readouterr()
+    data = json.loads(out.read_text())
+    assert rc == 1 and data["slo_met"] is False
+    assert data["sizing"]["p99_s"] > 1.0  # the chosen layout's p99 with queueing is over the 1 s SLO
+    assert "serving" in cap.out  # the report is printed
+    lines = [ln for ln in cap.err.splitlines() if ln]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "--slo-p99 1" in lines[0]
+    assert main(["plan", *BASE, "--json", str(out)]) == 0  # 5 s is met
+    assert json.loads(out.read_text())["slo_met"] is True
+
+
+def test_default_steps_are_the_pipeline_default(tmp_path) -> None:
+    """Without --steps the planner planned FLUX.1-dev at 50 steps; diffusers' FluxPipeline runs 28."""
+    import json
+
+    out = tmp_path / "p.json"
+    assert main(["plan", *BASE, "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["steps_count"] == 28

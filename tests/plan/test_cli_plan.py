@@ -30,9 +30,10 @@ def test_acceptance_plan(tmp_path, capsys):
     assert f"{data['total_gpus']} GPUs" in text
 
 
-def test_unmeetable_slo_exits_zero_and_says_where(capsys):
-    assert main([*ARGS[:-6], "--slo-p99", "0.05", "--qps", "100", "--quality-budget", "30"]) == 0
-    assert "MISSES" in capsys.readouterr().out
+def test_unmeetable_slo_exits_one_and_says_where(capsys):
+    assert main([*ARGS[:-6], "--slo-p99", "0.05", "--qps", "100", "--quality-budget", "30"]) == 1  # gate failed
+    cap = capsys.readouterr()
+    assert "MISSES" in cap.out and "misses --slo-p99 0.05" in cap.err
 
 
 @pytest.mark.parametrize(

@@ -168,3 +168,36 @@ def test_summary_table_at_80_columns_shows_every_metric_name_whole(tmp_path: Pat
         assert line is not None, (name, summary)
         st = rep.summaries[name]
         assert f"{st.p10:.4f}" in line and f"{st.worst:.4f}" in line, line  # numbers whole, on the name's line
+
+
+def test_each_summary_says_how_many_pairs_define_it_and_why_the_rest_do_not(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from diffbench.report.quality_render import render_console
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    moving, still = _smooth(6, 4), np.repeat(_smooth(1, 4), 6, axis=0)  # a still clip: no motion at all
+    clips = {"v0": (moving, _smooth(6, 2))} | {f"v{i}": (still, _smooth(6, 3)) for i in range(1, 5)}
+    for key, pair in clips.items():
+        for root, vid in zip((a, b), pair, strict=True):
+            (root / key).mkdir(parents=True)
+            for t, f in enumerate(vid):
+                Image.fromarray(f).save(root / key / f"{t:05d}.png")
+    rep = compare_dirs(a, b, QualityOptions(workers=1, ms_ssim=False))
+    assert mean_abs_frame_diff(still) == 0.0  # so candidate / baseline motion is undefined for v1..v4
+    m = rep.summaries["motion_ratio"]
+    assert (m.n, m.n_pairs) == (1, 5)
+    assert m.undefined == {"the baseline does not move (mean frame difference 0)": 4}
+    assert m.p50 == pytest.approx(mean_abs_frame_diff(_smooth(6, 2)) / mean_abs_frame_diff(moving))
+    for key in ("v1", "v2", "v3", "v4"):  # the per-pair note says why
+        pr = next(p for p in rep.pairs if p.key == key)
+        assert "motion_ratio undefined: the baseline does not move (mean frame difference 0)" in pr.notes
+    assert not [n for n in next(p for p in rep.pairs if p.key == "v0").notes if "undefined" in n]
+    for name in ("psnr", "ssim", "flicker_delta"):  # defined for every pair: n of n
+        assert (rep.summaries[name].n, rep.summaries[name].n_pairs, rep.summaries[name].undefined) == (5, 5, {})
+    assert "motion_ratio: defined for 1 of 5 pairs; undefined: the baseline does not move (mean frame " \
+        "difference 0) (4)" in rep.warnings
+    con = Console(width=120, record=True, color_system=None)
+    render_console(rep, con)
+    line = next(ln for ln in con.export_text().splitlines() if ln.strip("│ ").startswith("motion_ratio "))
+    assert line.split("│")[1].strip() == "1/5"  # the n column: defined of pairs

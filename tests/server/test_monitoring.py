@@ -323,3 +323,11 @@ def test_without_a_readable_counter_there_is_no_energy_sample_and_the_reason_is_
     assert "# TYPE diffusion_energy_joules_total counter" in text
     assert not [line for line in text.splitlines() if line.startswith("diffusion_energy_joules_total")]
     assert note == "energy: not available: the simulated engine does no device work"
+
+
+def test_models_card_states_one_gpu_on_a_cuda_device_and_none_otherwise():
+    with TestClient(_app()) as c:
+        assert c.get("/v1/models").json()["data"][0]["gpus"] is None  # the sim engine: no GPU
+        service = c.app.state.service
+        service.info = service.info.model_copy(update={"device": "cuda:0"})
+        assert c.get("/v1/models").json()["data"][0]["gpus"] == 1

@@ -43,11 +43,11 @@ from diffbench.bench.result import (
     StagesSummary,
     StepSummary,
 )
-from diffbench.bench.stability import FIRST_RUN_OUTLIER, timing_notes
+from diffbench.bench.stability import timing_notes
 from diffbench.core.clock import Timer, no_sync
 from diffbench.core.psnr import psnr_uint8
 from diffbench.core.stats import percentile, percentile_warnings, summarize
-from diffbench.core.warmth import DEFAULT_WINDOW, is_warm
+from diffbench.core.warmth import DEFAULT_WINDOW, FIRST_RUN_OUTLIER, is_warm
 from diffbench.engines.base import CLIENT_LATENCY, Engine, GenerationRequest, GenerationResult, RequestFailed
 from diffbench.engines.instrument.energy import EnergyMeter, EnergyTally, meter_for
 from diffbench.errors import GenerationError
@@ -106,9 +106,9 @@ def work_cost(r: ShapeResult, outputs_per_s: float, cfg: BenchConfig) -> None:
 
 
 def group_by_shape(requests: Sequence[GenerationRequest]) -> list[list[GenerationRequest]]:
-    """Group requests by :attr:`~GenerationRequest.warmup_key` (shape, edit flag, mask flag, strength),
-    keeping first-appearance order of shapes and of requests."""
-    groups: dict[tuple[object, ...], list[GenerationRequest]] = {}
+    """Group requests by :attr:`~GenerationRequest.warmup_key` (shape, batch, CFG on/off, negative prompt,
+    edit flag, mask flag, strength, adapter), keeping first-appearance order of shapes and of requests."""
+    groups: dict[object, list[GenerationRequest]] = {}
     for r in requests:
         groups.setdefault(r.warmup_key, []).append(r)
     return list(groups.values())

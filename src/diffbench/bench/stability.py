@@ -7,7 +7,8 @@ a number, each adds a :class:`~diffbench.bench.result.Note` that the console and
 - ``warmup_insufficient``: (1) the first ``2 * DEFAULT_WINDOW`` timed samples fail the sweep's
   warm-until-stable test (:func:`diffbench.core.warmth.is_warm`: a significant one-sided Mann-Kendall
   downward trend with a drop above 2 %), or (2) two or more *leading* timed samples exceed
-  ``FIRST_RUN_OUTLIER`` x the median of the rest (a cold start that outlasted the warmup; one such sample
+  ``FIRST_RUN_OUTLIER`` (3) x the median of the rest (:func:`diffbench.core.warmth.leading_cold`, the test
+  ``load`` applies per warm-up key for ``cold_start_in_measurement``) (a cold start that outlasted the warmup; one such sample
   alone is the existing ``first_run_outlier`` note).
 - ``slower_than_warmup``: the timed median is over ``SLOWER_THAN_WARMUP`` x the fastest warmup: the
   machine got slower after warmup (other work started), so the numbers are not the configuration's.
@@ -23,29 +24,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from diffbench.bench.result import Note
-from diffbench.core.warmth import DEFAULT_WINDOW, is_warm
+from diffbench.core.warmth import DEFAULT_WINDOW, is_warm, leading_cold
 from diffbench.engines.base import EngineInfo
 
-FIRST_RUN_OUTLIER = 3.0  # a timed run > 3x the median of the others carried a compile or a cold start
 TREND_N = 2 * DEFAULT_WINDOW  # the start of the timed runs that must pass the warm test
 SLOWER_THAN_WARMUP = 2.0  # timed median > 2x the fastest warmup
 SPREAD_RATIO = 1.5  # p90 / p10 above this: the samples do not describe one steady state
 SPREAD_MIN_N = 10  # fewer samples: p10/p90 are the extremes, not a spread estimate
-
-
-def _leading_cold(samples: Sequence[float]) -> int:
-    """How many leading samples exceed FIRST_RUN_OUTLIER x the median of the samples after them."""
-    n = 0
-    while n < len(samples) - 2:
-        rest = float(np.median(samples[n + 1:]))
-        if rest > 0 and samples[n] > FIRST_RUN_OUTLIER * rest:
-            n += 1
-        else:
-            break
-    if n == 0:
-        return 0
-    rest = float(np.median(samples[n:]))  # count against the warm part only
-    return sum(1 for x in samples[:n] if x > FIRST_RUN_OUTLIER * rest)
 
 
 def timing_notes(shape: str, samples: Sequence[float], warmup_s: Sequence[float]) -> list[Note]:
@@ -55,7 +40,7 @@ def timing_notes(shape: str, samples: Sequence[float], warmup_s: Sequence[float]
     if len(xs) < 2:
         return notes
     med = float(np.median(xs))
-    lead = _leading_cold(xs)
+    lead = leading_cold(xs)
     if lead >= 2:
         warm = float(np.median(xs[lead:]))
         notes.append(Note(code="warmup_insufficient", message=(

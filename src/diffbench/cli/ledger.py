@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from diffbench.cli.options import config_error
+
+if TYPE_CHECKING:
+    from diffbench.ledger.account import LedgerConfig, LedgerResult
+    from diffbench.ledger.schema import Catalog
 
 
 def register(app: typer.Typer) -> None:
@@ -30,7 +35,12 @@ def register(app: typer.Typer) -> None:
         margin: float | None = typer.Option(None, "--margin", help="Memory margin, fraction (default 0.10)."),
         measured_s: float | None = typer.Option(None, "--measured-s", help="Measured seconds per request → MFU."),
         gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs per node for the multi-GPU table."),
+        batch: int = typer.Option(1, "--batch", help="Requests run as one batch: GEMMs batched, attention, text "
+                                  "encode and VAE decode per sample; times are those of the whole batch."),
         catalog: Path | None = typer.Option(None, "--catalog", help="YAML file extending/overriding the catalog."),
+        replace_anchors: bool = typer.Option(False, "--replace-anchors", help="Fit the time model to the "
+                                             "--catalog file's anchors alone (default: they add to the built-in "
+                                             "ones; an anchor with a built-in id replaces it)."),
         json_path: Path | None = typer.Option(None, "--json", help="Write the result as JSON to this path."),
         mkdir: bool = typer.Option(False, "--mkdir", help="Create the missing parent directories of --json."),
         validate: bool = typer.Option(False, "--validate", help="Check the time model against the catalog's "
@@ -47,7 +57,7 @@ def register(app: typer.Typer) -> None:
         With --validate (no --model/--size/--gpu needed): the time model's leave-one-out table over the
         catalog's anchors; exit 1 (gate failed) when a non-outlier ratio is outside 0.8-1.25."""
         if validate:
-            _validate(catalog, json_path, mkdir)
+            _validate(catalog, json_path, mkdir, replace_anchors)
             return
         from diffbench.errors import UsageError
 
@@ -63,20 +73,21 @@ def register(app: typer.Typer) -> None:
         from diffbench.core.outpath import check_output_file
         from diffbench.errors import ModelError, ShapeError
         from diffbench.ledger.account import LedgerConfig, evaluate, fit_suggestions
-        from diffbench.ledger.catalog import load_catalog
+        from diffbench.ledger.catalog import get_model, load_catalog
         from diffbench.ledger.multigpu import parallel_options
         from diffbench.ledger.options import check_numbers, check_size
         from diffbench.ledger.render import ledger_renderable
-        from diffbench.ledger.tokens import shape_option, size_option
+        from diffbench.ledger.tokens import check_text_tokens, shape_option, size_option
 
         width, height = size_option(size)
         check_size(size, width, height)
         check_numbers(steps=steps, frames=frames, cfg=cfg, text_tokens=text_tokens, eta_gemm=eta_gemm,
                       eta_attn=eta_attn, eta_vae=eta_vae, margin=margin, measured_s=measured_s,
-                      gpus_per_node=gpus_per_node)
+                      gpus_per_node=gpus_per_node, batch=batch)
         if json_path is not None:
             check_output_file(json_path, "--json", mkdir=mkdir)
-        cat = load_catalog(catalog)
+        cat = load_catalog(catalog, replace_anchors)
+        check_text_tokens(model.strip().lower(), get_model(cat, model), text_tokens)
         if calibrate is not None:
             from diffbench.ledger.calibrate import apply_calibration, describe
 
@@ -90,13 +101,15 @@ def register(app: typer.Typer) -> None:
             lc = LedgerConfig(model=model, width=width, height=height, frames=frames, steps=steps, cfg=cfg,
                               text_tokens=text_tokens, gpu=gpu, precision=precision, attention=attention,
                               compile=compile_, vae_tiling=vae_tiling, offload=offload, eta_gemm=eta_gemm,
-                              eta_attn=eta_attn, eta_vae=eta_vae, margin=margin, measured_s=measured_s)
+                              eta_attn=eta_attn, eta_vae=eta_vae, margin=margin, measured_s=measured_s,
+                              batch=batch)
         except ValidationError as exc:
             raise config_error(exc) from None
         try:
             result = evaluate(cat, lc)
         except ShapeError as exc:
             raise ShapeError(f"{shape_option(str(exc), size)}: {exc}") from None
+        _check_measured(cat, lc, result)
         suggestions = None
         if not result.fits:
             suggestions = fit_suggestions(cat, lc)
@@ -115,7 +128,23 @@ def register(app: typer.Typer) -> None:
             write_json_atomic(json_path, data)
 
 
-def _validate(catalog: Path | None, json_path: Path | None, mkdir: bool) -> None:
+def _check_measured(cat: Catalog, lc: LedgerConfig, result: LedgerResult) -> None:
+    """Refuse a ``--measured-s`` faster than the peak allows: the request's FLOPs at the BF16 dense peak (× 4, the
+    fastest tensor-core format, when the denoiser or the attention runs in fewer bits)."""
+    from diffbench.errors import UsageError
+
+    mfu = result.measured_mfu
+    backend = cat.optimizations.attention_backends.get(lc.attention)
+    low_bits = lc.precision != "bf16" or (backend is not None and not backend.lossless)
+    limit = 4.0 if low_bits else 1.0
+    if mfu is not None and mfu > limit:
+        fastest = result.total_flops / (cat.gpus[lc.gpu.strip().lower()].bf16_tflops * 1e12 * limit)
+        raise UsageError(f"--measured-s {lc.measured_s:g}: faster than the peak allows (MFU {mfu:.3g} > {limit:g}: "
+                         f"{result.total_flops:.3g} FLOPs take at least {fastest:.3g} s on a {result.gpu_name}); "
+                         "pass the measured seconds per request")
+
+
+def _validate(catalog: Path | None, json_path: Path | None, mkdir: bool, replace_anchors: bool = False) -> None:
     """``ledger --validate``: print the leave-one-out table; GateFailed when a non-outlier is off target."""
     from diffbench.core.console import make_console
     from diffbench.core.jsonio import write_json_atomic
@@ -127,7 +156,14 @@ def _validate(catalog: Path | None, json_path: Path | None, mkdir: bool) -> None
 
     if json_path is not None:
         check_output_file(json_path, "--json", mkdir=mkdir)
-    cat = load_catalog(catalog)
+    cat = load_catalog(catalog, replace_anchors)
+    fitted = [a.id for a in cat.anchors if a.outlier is None]
+    if len(fitted) == 1:
+        from diffbench.errors import InputError
+
+        raise InputError(f"--catalog {catalog}: anchors: the leave-one-out check needs at least two anchors that are "
+                         f"not outliers and has one ({fitted[0]}); add anchors, or drop --replace-anchors so "
+                         "the built-in ones stay")
     rows = validate(cat)
     fr = fitted_params(cat)
     groups = by_group(cat, rows, fr)

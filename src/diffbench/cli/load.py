@@ -5,7 +5,7 @@ default, bound and cross-option rule is declared there; a bad value is one ``err
 :func:`diffbench.cli.validation.usage_error`), and :func:`diffbench.load.run.run_load` runs it. What the load
 package does not import is chosen and handed in here: without ``--url`` the reference service (``diffbench
 serve``) is started on loopback and targeted; ``--workers N`` runs N load processes, ``--ray`` Ray actors.
-Heavy imports (aiohttp, the service, Ray) happen inside the command.
+Without ``--gpus`` the service's GPU count is read (:mod:`diffbench.load.service_gpus`). Heavy imports inside.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def register(app: typer.Typer) -> None:
                                                     "the GPUs paid for the whole window."),
         reference: str | None = typer.Option(_d("reference"), "--reference", help="Directory of a bench --save-outputs "
                                              "or probe --record-reference manifest: replay its requests and score "
-                                             "their answers (PSNR, SSIM) against it."),
+                                             "their answers (PSNR, SSIM; a video by its worst frame) against it."),
         quality_sample: float | None = typer.Option(_d("quality_sample"), "--quality-sample", help="Fraction in (0, 1] "
                                                     "of the schedule that replays --reference (default 1: every "
                                                     "request, the references in turn)."),
@@ -204,21 +204,21 @@ def run_command(given: dict[str, Any]) -> None:
 def _run(spec: LoadSpec, plan: object, target: Target, console: Any, *, ray: str | None, local: bool,
          scraper: object | None, service_started: tuple[float, float] | None = None,
          fingerprint: dict[str, object] | None = None) -> None:
-    """:func:`~diffbench.load.run.run_load` with this command's executor, renderer, CSV writer and alerts;
-    with ``--reference``, the service's fingerprint is checked against ``fingerprint`` (the references') first."""
+    """:func:`~diffbench.load.run.run_load` with this command's executor, renderer, CSV and alerts (module doc)."""
     if spec.reference is not None:
         from diffbench.cli.load_reference import check_service_fingerprint
 
-        warning = check_service_fingerprint(target.base_url, fingerprint, spec.reference)
-        if warning:
+        if warning := check_service_fingerprint(target.base_url, fingerprint, spec.reference):
             typer.secho(warning, fg="yellow", err=True)
     from diffbench.load.run import run_load
+    from diffbench.load.service_gpus import with_service_gpus
     from diffbench.report.load_csv import write_sweep_csv
     from diffbench.report.load_table import print_profile
 
+    spec, plan = with_service_gpus(spec, plan, target, console.print)  # type: ignore[arg-type]
     code = run_load(spec, plan, target, executor=_executor(spec, target, ray), scraper=scraper,  # type: ignore[arg-type]
                     local=local, console=console, render=print_profile,
-                    write_csv=lambda path, result: write_sweep_csv(path, result),
+                    write_csv=write_sweep_csv,
                     alert=lambda text: typer.secho(text, fg="red", err=True), service_started=service_started)
     if code:
         raise typer.Exit(code)

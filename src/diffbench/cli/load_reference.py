@@ -20,23 +20,26 @@ def read_references(directory: str) -> tuple[list[ReferenceRequest], dict[str, o
 
     Raises:
         InputError: the directory or manifest is missing or invalid (names ``--reference``), a file changed
-            since it was recorded, a video reference (the load client does not decode video answers), or a
-            reference without a step count.
+            since it was recorded, a video reference without PyAV installed (scoring decodes the answers), or
+            a reference without a step count.
     """
+    from diffbench.errors import install_hint
+    from diffbench.load.client.sanity import av_available
     from diffbench.monitor.probe_refs import load_references
 
     refs = load_references(Path(directory), option="--reference")
     out: list[ReferenceRequest] = []
     for case in refs.cases:
-        if case.is_video:
-            raise InputError(f"--reference {directory}: {case.label} is a video; load scores image references "
-                             "only (use diffbench probe for video references)")
+        if case.is_video and not av_available():
+            raise InputError(f"--reference {directory}: {case.label} is a video; scoring its answers decodes "
+                             f"them with PyAV, which is not installed: {install_hint('serve')}")
         if case.steps is None:
             raise InputError(f"--reference {directory}: {case.label} has no step count in the manifest; "
                              "re-record it with diffbench probe --record-reference DIR --steps N")
         files = tuple(str((refs.directory / e.file).resolve()) for e in case.entries)
         out.append(ReferenceRequest(label=case.label, prompt=case.prompt, seed=case.seed, width=case.width,
-                                    height=case.height, steps=case.steps, guidance=case.guidance, files=files))
+                                    height=case.height, steps=case.steps, guidance=case.guidance,
+                                    frames=case.frames, files=files))
     return out, refs.manifest.fingerprint
 
 

@@ -153,7 +153,8 @@ def register(app: typer.Typer) -> None:
             None, min=1, help="sim engine: simulate out of memory above this many pixels (H*W*frames*n)."
         ),
         warmup: list[str] = typer.Option(
-            [], "--warmup", help="Generate once at this WIDTHxHEIGHT before serving (repeatable)."
+            [], "--warmup", help="Generate once at this WIDTHxHEIGHT before serving (repeatable); with --shapes, "
+            "every declared shape is warmed too, at its batch size and frames (one request per warm-up key)."
         ),
         drain: float = typer.Option(
             10.0,

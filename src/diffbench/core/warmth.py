@@ -16,6 +16,11 @@ when its last ``window`` warmup samples show **no significant downward trend**:
 With ``window`` = 5 the smallest attainable p is 1/120 (a strictly falling window); with 4 it is 1/24.
 Warmup also stops at a cap (``max_warmup``), and the result then says that the configuration did not
 stabilise.
+
+A cold start that outlasted the warmup shows instead as *leading outliers* (:func:`leading_cold`): the first
+samples in run (or arrival) order each above ``FIRST_RUN_OUTLIER`` x the median of the samples after them,
+as a first call that compiles is. ``bench`` warns ``warmup_insufficient`` on them and ``load`` warns
+``cold_start_in_measurement``.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import numpy as np
 DEFAULT_WINDOW = 5
 DEFAULT_ALPHA = 0.05
 DEFAULT_MIN_DROP = 0.02  # 2 % over the window
+FIRST_RUN_OUTLIER = 3.0  # a sample > 3x the median of the later ones carried a compile or a cold start
 
 
 @lru_cache(maxsize=64)
@@ -79,3 +85,21 @@ def is_warm(samples: Sequence[float], window: int = DEFAULT_WINDOW, alpha: float
         return False
     w = list(samples)[-window:]
     return not (downward_trend_pvalue(w) < alpha and relative_drop(w) > min_drop)
+
+
+def leading_cold(samples: Sequence[float], ratio: float = FIRST_RUN_OUTLIER) -> int:
+    """How many leading samples (in run order; seconds or any positive unit) exceed ``ratio`` x the median of
+    the samples after them: walk from the first sample while each exceeds ``ratio`` x the median of those
+    after it (at least 2 samples always stay after it), then count the walked samples that exceed ``ratio``
+    x the median of the rest (the warm part). 0 for fewer than 3 samples."""
+    n = 0
+    while n < len(samples) - 2:
+        rest = float(np.median(samples[n + 1:]))
+        if rest > 0 and samples[n] > ratio * rest:
+            n += 1
+        else:
+            break
+    if n == 0:
+        return 0
+    rest = float(np.median(samples[n:]))  # count against the warm part only
+    return sum(1 for x in samples[:n] if x > ratio * rest)

@@ -37,6 +37,7 @@ from diffbench.distributed.bench_tasks import (
     manifest_entries,
     one_device_class,
     plan_tasks,
+    shared_counter_reason,
 )
 from diffbench.distributed.cluster import (
     ActorDied,
@@ -187,7 +188,8 @@ def run_distributed_session(opts: Any, address: str, actors: int | None,
             driver = _Driver(ray, handles, tasks, records, on_record=lambda: None)
 
             def result(partial: bool, repros: dict[int, Any] | None = None, interrupted: bool = False) -> BenchResult:
-                shapes = assemble_shapes(groups, tasks, records, cfg, fps, driver.shape_errors, repros or {})
+                shapes = assemble_shapes(groups, tasks, records, cfg, fps, driver.shape_errors, repros or {},
+                                         energy_shared=shared_counter_reason([d["worker"] for d in descs]))
                 warm: dict[int, dict[str, list[float]]] = {}
                 for tid in driver.new_ids:  # this run's warmups, per actor and shape
                     rec = records[tid]

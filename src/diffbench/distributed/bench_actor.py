@@ -45,6 +45,9 @@ class BenchActor:
         self.engine = create_engine(self.cfg_engine)
         self.info = self.engine.start()
         self.timer = Timer(sync=self.engine.sync, clock=self.engine.clock)
+        from diffbench.engines.instrument.energy import EnergyTally, meter_for
+
+        self.energy = EnergyTally(meter_for(self.info.engine, self.info.device))  # this actor's device counter
         env = capture_env()
         gpu = self.info.device.startswith("cuda")
         hardware = ", ".join(g.name for g in env.gpus) if gpu else env.cpu
@@ -84,9 +87,14 @@ class BenchActor:
                                 "notes": [n.model_dump() for n in notes]}
         res: GenerationResult | None
         if task.phase == "timed":
+            mark = self.energy.begin()
             timed = timed_run(attempt, self.engine, self.timer, task.run, req)
             res = timed[1] if timed else None
             if timed is not None:
+                window = self.energy.end(mark)  # read after the run's final synchronization, as bench does
+                data["energy"] = ({"joules": window[0], "seconds": window[1]} if isinstance(window, tuple)
+                                  else {"unavailable": window.reason})
+                data["energy"].update(source=self.energy.meter.source, scope=self.energy.meter.scope)
                 e2e, got, pending = timed
                 slim = GenerationResult(images=None, stages=got.stages, memory=got.memory, extra=dict(got.extra),
                                         signals=got.signals)

@@ -3,6 +3,8 @@ the assembly of per-shape results and manifest entries from task records (see :m
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -11,6 +13,7 @@ from diffbench.bench.protocol import BenchConfig, ShapeRun, add_timed
 from diffbench.bench.result import FailedRun, Note, ShapeResult, WorkerInfo
 from diffbench.distributed.taskstore import TaskRecord, task_id, unpack
 from diffbench.engines.base import GenerationRequest
+from diffbench.engines.instrument.energy import EnergyTally, Unavailable
 from diffbench.errors import UsageError
 
 
@@ -72,14 +75,61 @@ def one_device_class(workers: list[WorkerInfo]) -> list[str]:
     return classes
 
 
+class _RecordedMeter:
+    """The meter an actor named in its task records (source and scope), for :class:`EnergyTally` sums."""
+
+    def __init__(self, source: str, scope: str) -> None:
+        self.source, self.scope = source, scope
+
+    def read(self) -> Unavailable:  # never read: the windows were measured on the actors
+        return Unavailable("read on the actors")
+
+
+def shared_counter_reason(workers: Sequence[WorkerInfo]) -> str | None:
+    """Why the actors' energy windows overlap, else None: CPU actors on one node read one CPU package counter
+    (RAPL), so a window of one actor holds the others' work too. GPU actors each read their own device."""
+    per_node = Counter(w.node_ip for w in workers if not w.device.startswith("cuda"))
+    crowded = sorted(node for node, n in per_node.items() if n > 1)
+    if not crowded:
+        return None
+    return (f"{per_node[crowded[0]]} CPU actors on node {crowded[0]} share its package energy counter, so each "
+            "timed run's window also holds the others' work; run one CPU actor per node to measure energy")
+
+
+def energy_tally(records: Sequence[dict[str, Any]], shared: str | None) -> EnergyTally | None:
+    """The summed energy windows of a shape's timed-run records (``data["energy"]`` of each), None when no
+    record carries one (records of an older version); a window that was not measured, or ``shared``, makes
+    the shape's energy not available with that reason."""
+    windows = [d["energy"] for d in records if "energy" in d]
+    if not windows:
+        return None
+    tally = EnergyTally(_RecordedMeter(str(windows[0].get("source", "")), str(windows[0].get("scope", ""))))
+    tally.unavailable = Unavailable(shared) if shared else None
+    for w in windows:
+        if "unavailable" in w:
+            tally.unavailable = tally.unavailable or Unavailable(str(w["unavailable"]))
+            continue
+        tally.joules += float(w["joules"])
+        tally.seconds += float(w["seconds"])
+        tally.windows += 1
+    if len(windows) < len(records):
+        tally.unavailable = tally.unavailable or Unavailable("some timed runs were recorded without a reading")
+    return tally
+
+
 def assemble_shapes(groups: list[list[GenerationRequest]], tasks: list[BenchTask], records: dict[str, TaskRecord],
                     cfg: BenchConfig, fps: tuple[float | None, str | None], shape_errors: dict[int, str],
-                    repros: dict[int, Any]) -> list[ShapeResult]:
+                    repros: dict[int, Any], energy_shared: str | None = None) -> list[ShapeResult]:
     """Per-shape results from the task records, as a single process computes them from its runs: timed runs in
-    task order, the warmup of the first actor that warmed the shape up, failed requests, the repro check."""
+    task order, the warmup of the first actor that warmed the shape up, failed requests, the repro check, and
+    the energy the actors read around each timed run (:func:`energy_tally`; ``energy_shared``: why their
+    windows overlap, :func:`shared_counter_reason`)."""
     out = []
     for si, group in enumerate(groups):
         run = ShapeRun(group[0])
+        timed_data = [rec.data for t in tasks if t.shape == si and t.phase == "timed"
+                      and (rec := records.get(t.id)) is not None and "result" in rec.data]
+        run.energy = energy_tally(timed_data, energy_shared)
         if run.result.frames is not None:
             run.result.fps, run.result.fps_source = fps
         warmed = False

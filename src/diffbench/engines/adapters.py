@@ -15,6 +15,7 @@ may repeat the declared ``local_path`` (vLLM-Omni's request field), which must t
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
@@ -64,6 +65,29 @@ def check_adapter(adapters: dict[str, str], name: str | None) -> None:
     raise ShapeError(f"LoRA adapter {name!r} is not loaded; loaded: {', '.join(sorted(adapters))}")
 
 
+def adapter_hashes(adapters: dict[str, str]) -> dict[str, str]:
+    """``{NAME: sha256 (16 hex)}`` of each adapter directory's weight and config files (the
+    :data:`WEIGHT_FILES` present and ``adapter_config.json``, in name order, file names included): what the
+    deployment fingerprint names, so a reference made with other adapter weights under the same name is
+    told apart. Reads every weight file once (LoRA files are MBs to a few hundred MB).
+
+    Raises:
+        OSError: a file cannot be read.
+    """
+    out: dict[str, str] = {}
+    for name, path in sorted(adapters.items()):
+        h = hashlib.sha256()
+        for fname in sorted((*WEIGHT_FILES, "adapter_config.json")):
+            f = Path(path) / fname
+            if f.is_file():
+                h.update(fname.encode() + b"\0")
+                with f.open("rb") as fh:
+                    for chunk in iter(lambda fh=fh: fh.read(1 << 20), b""):
+                        h.update(chunk)
+        out[name] = h.hexdigest()[:16]
+    return out
+
+
 SIM_SWAP_S = 0.02
 """Host seconds the simulated engine spends on an adapter swap: an assumption for testing the protocol (a
 real swap's cost depends on the adapter's rank and the layers it touches; measure it with ``serve --lora``
@@ -71,4 +95,4 @@ on the real pipeline). Not a :class:`~diffbench.engines.config.SimParams` field,
 unchanged."""
 
 
-__all__ = ["NAME", "SIM_SWAP_S", "SWAP_STAGE", "WEIGHT_FILES", "check_adapter", "parse_adapters"]
+__all__ = ["NAME", "SIM_SWAP_S", "SWAP_STAGE", "WEIGHT_FILES", "adapter_hashes", "check_adapter", "parse_adapters"]

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from diffbench.core import shapes as core_shapes
 from diffbench.engines.instrument.signals import RequestSignals
 from diffbench.errors import GenerationError
+from diffbench.workload.warmkey import WarmupKey, cfg_state
 
 STAGES = ("text_encode", "image_encode", "denoise", "vae_decode", "other")
 CLIENT_LATENCY = "client_latency_s"
@@ -69,15 +70,18 @@ class GenerationRequest(BaseModel):
         return (self.height, self.width, self.frames, self.steps, self.batch)
 
     @property
-    def warmup_key(self) -> tuple[object, ...]:
-        """:attr:`shape_key` plus the edit flag, the mask flag and the strength: what a warmup must cover
-        when edits and text-to-image share a workload (an edit runs another pipeline, and its strength sets
-        how many steps run), and the adapter and its scale when one is active (switching LoRA weights can
-        recompile a compiled denoiser). Equal to ``shape_key + (False, False, None)`` for text-to-image without
-        an adapter."""
+    def warmup_key(self) -> WarmupKey:
+        """The :class:`~diffbench.workload.warmkey.WarmupKey` (shared with ``load`` and ``serve``): the
+        :attr:`shape_key`, CFG on/off (``guidance``), the presence of a negative prompt, the edit flag, the
+        mask flag and the strength (an edit runs another pipeline, and its strength sets how many steps run),
+        and the adapter and its scale when one is active (switching LoRA weights can recompile a compiled
+        denoiser)."""
         edit = self.is_edit
-        key = (*self.shape_key, edit, edit and self.mask is not None, self.strength if edit else None)
-        return key if self.adapter is None else (*key, self.adapter, self.adapter_scale)
+        return WarmupKey(
+            width=self.width, height=self.height, frames=self.frames, steps=self.steps, batch=self.batch,
+            cfg=cfg_state(self.guidance), negative=self.negative_prompt is not None, edit=edit,
+            mask=edit and self.mask is not None, strength=self.strength if edit else None,
+            adapter=self.adapter, adapter_scale=self.adapter_scale if self.adapter is not None else None)
 
     def shape_label(self) -> str:
         """Human label, e.g. ``256x256 s8 b1`` or ``832x480 f33 s30 b1``: WIDTHxHEIGHT, as ``--size``,
@@ -170,6 +174,8 @@ class EngineInfo(BaseModel):
     quantization: str = "none"
     fused_projections: bool = False
     parallelism: str = "none"
+    adapters: dict[str, str] = {}
+    """LoRA adapters loaded at start: name -> content hash (:func:`diffbench.engines.adapters.adapter_hashes`)."""
     asynchronous: bool = False
     is_video: bool = False
     default_steps: int | None = None

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from diffbench.engines.adapters import adapter_hashes
 from diffbench.engines.base import EngineInfo, GenerationRequest, GenerationResult
 from diffbench.engines.config import EngineConfig
 from diffbench.engines.images import StepsRule, edit_steps, prepare_image
@@ -315,6 +316,7 @@ class DiffusersEngine:
             quantization=cfg.quantization,
             fused_projections=cfg.fuse_projections,
             parallelism="none (1 device)",
+            adapters=adapter_hashes(cfg.adapters) if cfg.adapters else {},
             asynchronous=cfg.device.startswith("cuda"),
             is_video=is_video,
             default_steps=None,

@@ -6,7 +6,9 @@ versions and the device. Any difference other than the option under test invalid
 
 The optional fields (:data:`OPTIONAL_FIELDS`) enter only when they differ from the default, so a deployment
 without them keeps the fingerprint (and fingerprint hash) it had before they existed: ``quantization`` when it
-is not ``none``, ``fused_projections`` when it is True.
+is not ``none``, ``fused_projections`` when it is True, ``adapters`` (LoRA name -> content hash) when the
+deployment loads any: a reference recorded without them, with others, or with other weights under the same
+name is another deployment.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ FINGERPRINT_FIELDS = (
     "device",
     "hardware",
 )
-OPTIONAL_FIELDS = ("quantization", "fused_projections")
-"""Fields present only when set: ``quantization`` (not ``none``) and ``fused_projections`` (True)."""
+OPTIONAL_FIELDS = ("quantization", "fused_projections", "adapters")
+"""Fields present only when set: ``quantization`` (not ``none``), ``fused_projections`` (True), ``adapters``
+(any LoRA adapter loaded)."""
 
 
 def deployment_fingerprint(info: EngineInfo, env: EnvInfo) -> dict[str, object]:
@@ -58,6 +61,8 @@ def deployment_fingerprint(info: EngineInfo, env: EnvInfo) -> dict[str, object]:
         fp["quantization"] = info.quantization
     if info.fused_projections:
         fp["fused_projections"] = True
+    if info.adapters:
+        fp["adapters"] = dict(sorted(info.adapters.items()))
     return fp
 
 

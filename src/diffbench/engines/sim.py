@@ -4,8 +4,8 @@ What it models (so the protocol itself is testable without a GPU):
 
 - **Asynchronous launch**: :meth:`SimEngine.generate` returns after ``launch_s`` of host time; the work
   completes later on the device queue. :meth:`SimEngine.sync` waits for the queue.
-- **First-call compile**: the first call at each shape (height, width, frames, steps, batch) pays
-  ``compile_s`` of host time, as ``torch.compile`` / autotuning / memory-pool growth do.
+- **First-call compile**: the first call at each warm-up key (:attr:`GenerationRequest.warmup_key`: size,
+  frames, steps, batch, CFG on/off, negative prompt, edit, adapter) pays ``compile_s`` of host time, as ``torch.compile`` / autotuning / memory-pool growth do.
 - **Jitter and tails**: each stage time is multiplied by a log-normal factor (sd ``jitter``); with
   probability ``tail_prob`` one step takes ``tail_s`` longer (a preemption, a GC pause, a clock drop).
 - **Scaling**: per-step and VAE times scale with pixels × frames × batch relative to 1024×1024×1×1 (defaults resemble FLUX at 1024² on a datacenter GPU).
@@ -37,7 +37,7 @@ from collections import deque
 import numpy as np
 
 from diffbench import __version__
-from diffbench.engines.adapters import SIM_SWAP_S, check_adapter
+from diffbench.engines.adapters import SIM_SWAP_S, adapter_hashes, check_adapter
 from diffbench.engines.base import (
     EngineInfo,
     GenerationRequest,
@@ -84,7 +84,7 @@ class SimEngine:
         self._rng = np.random.default_rng(self.p.seed)
         self._host_ns = 0
         self._device_free_ns = 0
-        self._compiled: set[tuple[object, ...]] = set()
+        self._compiled: set[object] = set()
         self._info: EngineInfo | None = None
         self.launches = 0
         self._warm = False
@@ -116,6 +116,7 @@ class SimEngine:
             model_hash=hashlib.sha256(self.p.model_dump_json().encode()).hexdigest()[:16],
             pipeline_class="SimulatedPipeline",
             device="sim",
+            adapters=adapter_hashes(self.config.adapters) if self.config.adapters else {},
             dtype="n/a",
             asynchronous=True,
             default_steps=8,

@@ -1,4 +1,9 @@
-"""The ledger: FLOPs, time and memory of the three stages (text encode, denoise, VAE decode) on one GPU."""
+"""The ledger: FLOPs, time and memory of the three stages (text encode, denoise, VAE decode) on one GPU.
+
+``batch`` B > 1 accounts for B requests served as one batch (the model is in :mod:`diffbench.ledger.timing`):
+stage times and FLOPs are those of the whole batch (every output is ready at ``total_time_s``), denoiser
+activations scale with B, the VAE decodes sample by sample (its peak is one sample's), weights are shared.
+"""
 
 from __future__ import annotations
 
@@ -50,6 +55,7 @@ class LedgerConfig(BaseModel):
     eta_vae: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
     margin: float | None = Field(default=None, ge=0, lt=1, allow_inf_nan=False)
     measured_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    batch: int = Field(default=1, ge=1, description="requests served together as one batch")
 
 
 class Stage(BaseModel):
@@ -97,6 +103,10 @@ class LedgerResult(BaseModel):
     assumed_mfu: float
     measured_mfu: float | None = None
     notes: list[str] = Field(default_factory=list)
+    batch: int = 1
+    """Requests served together; times, FLOPs and activations are those of the whole batch."""
+    throughput_per_s: float = 0.0
+    """Outputs per second of one instance serving back-to-back full batches: ``batch ÷ total_time_s``."""
 
 
 def evaluate(catalog: Catalog, cfg: LedgerConfig) -> LedgerResult:
@@ -152,17 +162,19 @@ def evaluate(catalog: Catalog, cfg: LedgerConfig) -> LedgerResult:
 
     # Text encode
     te_flops = text_encode_flops(model, fps, cfg.text_tokens)
+    b = cfg.batch
+    te_flops *= b  # text encoders and the VAE run per sample
     te_time = tm.text_time(te_flops, gpu, etas)
     # Denoise: forwards × steps, the step cache skips a share of the forwards (timing.py: per kernel class)
     n_fwd = steps * fps
-    work = tm.denoise_work(catalog, model, tokens, cfg.width, cfg.height, steps, fps, cfg.precision)
+    work = tm.denoise_work(catalog, model, tokens, cfg.width, cfg.height, steps, fps, cfg.precision, b)
     dt = tm.denoise_time(catalog, work, gpu, etas, cfg.precision, cfg.cache_speedup, cfg.attention_speedup,
                          compiled=cfg.compile)
     lin_s, att_s = dt.linear_s, dt.attention_s
-    den_flops = fwd.total * n_fwd / cfg.cache_speedup
+    den_flops = fwd.total * n_fwd * b / cfg.cache_speedup
     den_time = dt.total_s
     # VAE decode
-    vae_flops = vae_decode_flops(model, cfg.width, cfg.height, tokens.latent_frames)
+    vae_flops = vae_decode_flops(model, cfg.width, cfg.height, tokens.latent_frames) * b
     vae_s = tm.vae_time(catalog, model, vae_flops, gpu, etas)
 
     # Memory
@@ -170,7 +182,7 @@ def evaluate(catalog: Catalog, cfg: LedgerConfig) -> LedgerResult:
     weights_bytes = sum(w.bytes for w in weights)
     blocks = sum(g.count for g in model.denoiser.blocks) or 1
     resident = mem.resident_weight_bytes(weights, cfg.offload, blocks)
-    batch = 2 if (fps == 2 and not model.cfg_sequential) else 1
+    batch = (2 if (fps == 2 and not model.cfg_sequential) else 1) * b
     act = mem.denoise_activation_bytes(catalog, model, tokens, batch)
     vae_peak = mem.vae_decode_peak_bytes(model, cfg.width, cfg.height, cfg.vae_tiling)
     overhead = int(catalog.memory.runtime_overhead_gib * 2**30)
@@ -206,6 +218,9 @@ def evaluate(catalog: Catalog, cfg: LedgerConfig) -> LedgerResult:
     total_flops = te_flops + den_flops + vae_flops
     total_time = te_time + den_time + vae_s + offload_s
     measured = tm.mfu(total_flops, cfg.measured_s, gpu) if cfg.measured_s is not None else None
+    if b > 1:
+        notes.append(f"batch {b}: {total_time:.3f} s for {b} outputs ({b / total_time:.3g} outputs/s); GEMMs run "
+                     f"batched, attention, text encode and VAE decode per sample")
     return LedgerResult(
         config=cfg, model_name=model.display_name, gpu_name=gpu.display_name, width=cfg.width, height=cfg.height,
         frames=frames, steps=steps, tokens=tokens, forwards_per_step=fps, forward=fwd, etas=etas, stages=stages,
@@ -217,7 +232,8 @@ def evaluate(catalog: Catalog, cfg: LedgerConfig) -> LedgerResult:
         denoise_memory_bound_s=dt.memory_bound_s,
         attention_time_share=att_s / den_time if den_time else 0.0,
         assumed_mfu=tm.mfu(total_flops, total_time, gpu) if total_time > 0 else 0.0,
-        measured_mfu=measured, notes=notes,
+        measured_mfu=measured, notes=notes, batch=b,
+        throughput_per_s=b / total_time if total_time > 0 else 0.0,
     )
 
 

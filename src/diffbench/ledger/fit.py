@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from diffbench.errors import UsageError
+from diffbench.errors import InputError, UsageError
 from diffbench.ledger.schema import Anchor, Catalog
 
 ETA_MIN = 1e-3
@@ -225,6 +225,10 @@ def fit_cases(catalog: Catalog, cases: list[Case], priors: dict[str, float] | No
             elem_t = v[pas_key] * v[e_key] * c.c_elem
             lau_t = 0.0 if c.compiled else v["launch_eager_s"] * c.launches
             t = max(gemm_t, c.b_weights) + att_t + elem_t + lau_t + c.serial_s
+            if not 0 < t < math.inf:  # the schema's ranges keep GPU figures away from this; a model with no work
+                a = c.anchor
+                raise InputError(f"catalog anchors: {a.id} ({a.model} on {a.gpu}) is predicted at {t:g} s, which "
+                                 f"cannot be fitted; fix the figures of models.{a.model} or gpus.{a.gpu}, or drop it")
             r.append(math.log(t / c.anchor.measured_s))
             row = [0.0] * n_free
             gemm_live = c.gemm_fixed is None and gemm_t >= c.b_weights and raw_g < c.gemm_cap

@@ -10,15 +10,19 @@ flag                range             why
 --steps             [1, 1000]         DDPM's full schedule is 1000 steps; deployed samplers use 1-100
 --frames            [1, 1025]         4·256+1; the longest published settings are 129 (HunyuanVideo)
 --cfg               [0, 50]           guidance scales in use are 1-20; ≤ 1 means no CFG
---text-tokens       [1, 8192]         text encoders in the catalog take ≤ 1024 tokens
+--text-tokens       [1, 8192]         text encoders in the catalog take ≤ 1024 tokens; ledger and plan
+                                      also refuse more than the model takes (tokens.check_text_tokens)
 --eta-gemm/-attn/-vae  (0, 1]         an efficiency is a fraction of the peak
 --margin            [0, 1)            a fraction of GPU memory kept free
 --measured-s        (0, 1e6]          seconds per request
 --gpus-per-node     [1, 72]           the largest NVLink domain (GB200 NVL72) has 72 GPUs
 --slo-p99           (0, 86400]        seconds (one day)
---qps               (0, 1e6]          requests per second
+--qps               [1e-4, 1e6]       requests per second; slower, the queue simulation's arrival times
+                                      lose the service time's precision (MIN_QPS, checked by plan)
 --quality-budget    (0, 100]          dB PSNR; 100 dB is bitwise-identical for 8-bit images in practice
 --headroom          [1, 10]           capacity headroom factor
+--batch             [1, 256]          requests run as one batch (ledger); far past the batches engines serve (MLPerf SDXL: 8)
+--max-batch         [1, 256]          largest batch the planner tries
 --size              sides ≤ 16384 px  4× the largest native resolution in the catalog
 ==================  ================  ====================================================================
 """
@@ -31,6 +35,9 @@ from dataclasses import dataclass
 from diffbench.errors import UsageError
 
 MAX_SIDE_PX = 16384
+MIN_QPS = 1e-4
+"""Lowest ``plan --qps`` (one request every ~2.8 h): the queue simulation runs ~44,000 arrivals, whose times at
+lower rates grow so large that a float64 loses the service time added to them (a p99 of 0 s once)."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,8 @@ BOUNDS: dict[str, Bound] = {
     "qps": Bound("--qps", 0, 1e6, "requests per second", lo_open=True),
     "quality_budget_db": Bound("--quality-budget", 0, 100, "lowest PSNR in dB", lo_open=True),
     "headroom": Bound("--headroom", 1, 10, "capacity headroom factor"),
+    "batch": Bound("--batch", 1, 256, "requests run as one batch"),
+    "max_batch": Bound("--max-batch", 1, 256, "largest batch the planner tries"),
 }
 
 # model field -> the flag that sets it (for pydantic errors and messages); the rest are --field-name

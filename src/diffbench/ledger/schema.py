@@ -1,15 +1,18 @@
 """Typed schema of the ledger catalog (models, GPUs, optimization factors, timing anchors).
 
 Every model is frozen and forbids unknown fields, so a typo in a user ``--catalog`` file is an error that
-names the field (see :mod:`diffbench.ledger.catalog` for the line number).
+names the field (see :mod:`diffbench.ledger.catalog` for the line number). Numbers must be finite (``.inf`` is
+refused like ``.nan``); GPU figures must lie in :data:`GPU_RANGES` and bytes per parameter in the range of their
+bit width, so a unit slip cannot drive a time to 0 or make a model fit in a few GiB.
 Units: parameters are counts, TFLOPS are 1e12 FLOP/s, bandwidths GB/s (1e9 B/s), memory GiB, dB PSNR.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 Arch = Literal["ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4"]
 """GPU architectures: NVIDIA Ampere/Ada/Hopper/Blackwell, AMD CDNA 3 (MI300X, MI325X) and CDNA 4 (MI355X)."""
@@ -18,7 +21,7 @@ AMD_ARCHS = ("cdna3", "cdna4")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class BlockGroup(_Strict):
@@ -149,6 +152,9 @@ class ModelSpec(_Strict):
     text_tokens_cross: int = Field(default=0, ge=0)
     cfg_sequential: bool = False
     experts: int = Field(default=1, ge=1)
+    default_steps_source: str | None = Field(default=None, description="where default_steps comes from")
+    max_text_tokens: int | None = Field(default=None, gt=0, description="most text tokens the pipeline "
+                                        "takes (--text-tokens); None: the model's default count is the most")
     denoiser: Denoiser
     text_encoders: list[TextEncoder]
     vae: Vae
@@ -160,6 +166,18 @@ class ModelSpec(_Strict):
     def patch_px(self) -> int:
         """Pixels per token along each side: VAE spatial compression × denoiser patch (FLUX 8 × 2 = 16)."""
         return self.vae.spatial_compression * self.denoiser.patch_size
+
+
+GPU_RANGES: dict[str, tuple[float, float, str]] = {
+    "bf16_tflops": (1, 20_000, "TFLOPS"),
+    "fp8_tflops": (1, 40_000, "TFLOPS"),
+    "memory_gib": (1, 10_000, "GiB"),
+    "mem_bw_gbps": (10, 100_000, "GB/s"),
+    "nvlink_gbps": (1, 100_000, "GB/s"),
+    "pcie_gbps": (0.1, 10_000, "GB/s"),
+}
+"""Plausible (lowest, highest, unit) of each GPU figure: ~10× around today's range (an L4's 121 TFLOPS and 300 GB/s
+to a B200's 2,250 TFLOPS and 8,000 GB/s), so a new GPU fits and a unit slip (TFLOPS given as FLOPS) does not."""
 
 
 class GpuSpec(_Strict):
@@ -186,6 +204,15 @@ class GpuSpec(_Strict):
     def memory_bytes(self) -> int:
         return int(self.memory_gib * 2**30)
 
+    @field_validator(*GPU_RANGES)
+    @classmethod
+    def _plausible(cls, value: float | None, info: ValidationInfo) -> float | None:
+        lo, hi, unit = GPU_RANGES[str(info.field_name)]
+        if value is not None and not lo <= value <= hi:
+            raise ValueError(f"{value:g} is outside [{lo:g}, {hi:g}] {unit}, the range of any GPU (a unit slip?); "
+                             "give the datasheet figure in those units")
+        return value
+
     @property
     def group(self) -> str:
         """The group of the per-architecture factors of the anchor fit: ``fit_group``, else ``arch``."""
@@ -209,6 +236,21 @@ class MemoryFacts(_Strict):
     activation_fp32_factor: float = Field(ge=1)
     bytes_per_param: dict[str, float]
     source: str = Field(min_length=1)
+
+    @field_validator("bytes_per_param")
+    @classmethod
+    def _storage(cls, value: dict[str, float]) -> dict[str, float]:
+        """A format named with its bit width (bf16, fp8, int4, nf4) stores at least bits/8 bytes per parameter
+        and, with its scales, at most twice that; a format without a width, (0, 8] bytes."""
+        for name, b in value.items():
+            m = re.match(r"[a-z_]*?(\d+)", name.lower())
+            lo = int(m.group(1)) / 8 if m else 0.0
+            hi = 2 * lo if m else 8.0
+            if not (lo <= b <= hi and b > 0):
+                need = f"at least {lo:g} ({m.group(1)} bits) and at most {hi:g}" if m else "in (0, 8]"
+                raise ValueError(f"{name}: {b:g} bytes per parameter; a {name} weight takes {need} bytes, scales "
+                                 f"included; set {name}: {lo if m else 2.0:g} or the format's storage size")
+        return value
 
 
 class GpuEfficiency(_Strict):

@@ -13,6 +13,15 @@ L56-83, L204-248, with one efficiency per kernel class; docs/concepts/time-model
   activation-sized reads/writes the unfused (eager) or fused (compiled) kernels make per block.
 * launch overhead: seconds per forward launch (eager; compile with CUDA graphs removes it).
 
+Batch B (``ledger --batch``, :func:`denoise_work`): B requests run as one batch. GEMMs batch: their FLOPs
+scale with B while the weights are still read once per launch, so the GEMM roofline term
+``max(B × FLOPs ÷ (peak × η_gemm), weight bytes ÷ (bandwidth × η_mem))`` reaches a higher effective
+efficiency as M = B × tokens grows, until it is compute-bound (no GEMM speed-up beyond that: η_gemm is
+the fitted large-M efficiency). Attention runs per sample (its FLOPs scale with B; no sharing across
+samples), elementwise work scales with B, the launch overhead is paid once per batched launch. Text
+encode and VAE decode run per sample (B × their batch-1 time; the VAE decodes sample by sample, so its
+memory peak is one sample's).
+
 η_gemm, η_attn per (backend, architecture), the passes and the launch overhead are fitted jointly over the
 catalog's anchors (:mod:`diffbench.ledger.fit`). MFU = FLOPs / (time × GPUs × BF16 dense peak).
 """
@@ -54,7 +63,8 @@ class DenoiseWork(BaseModel):
     """What one request's denoise loop moves and computes, before any step cache.
 
     FLOPs and bytes are totals over all forwards (``forwards`` batch-1 equivalents, ``launches`` forward
-    launches: a batched CFG pair is one launch of batch 2)."""
+    launches: a batched CFG pair is one launch of batch 2; a request batch of B is one launch of batch B or
+    2B)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -106,20 +116,27 @@ def weight_bytes_per_param(catalog: Catalog, precision: str) -> float:
 
 
 def denoise_work(catalog: Catalog, model: ModelSpec, tokens: Tokens, width: int, height: int, steps: int,
-                 forwards_per_step: int, precision: str) -> DenoiseWork:
-    """FLOPs and bytes of one request's denoise loop (forward FLOPs from :mod:`diffbench.ledger.flops`;
-    weight bytes = denoiser parameters × bytes per parameter of ``precision``, read once per launch)."""
+                 forwards_per_step: int, precision: str, batch: int = 1) -> DenoiseWork:
+    """FLOPs and bytes of the denoise loop of ``batch`` requests run together (forward FLOPs from
+    :mod:`diffbench.ledger.flops`; weight bytes = denoiser parameters × bytes per parameter of ``precision``,
+    read once per launch whatever the batch; FLOPs and activation bytes × ``batch``).
+
+    Raises:
+        ValueError: ``batch`` < 1.
+    """
     from diffbench.ledger.flops import forward_flops
 
+    if batch < 1:
+        raise ValueError(f"batch must be >= 1, got {batch}")
     fwd = forward_flops(model, tokens, width, height)
     n_fwd = steps * forwards_per_step
     batched = forwards_per_step == 2 and not model.cfg_sequential
     launches = steps if batched else n_fwd
     return DenoiseWork(
-        linear_flops=fwd.linear * n_fwd, attention_flops=fwd.attention * n_fwd,
+        linear_flops=fwd.linear * n_fwd * batch, attention_flops=fwd.attention * n_fwd * batch,
         weight_bytes=model.denoiser.params * weight_bytes_per_param(catalog, precision) * launches,
-        activation_bytes=activation_elements(model, tokens, width, height) * ACT_BYTES * n_fwd,
-        forwards=n_fwd, launches=launches)
+        activation_bytes=activation_elements(model, tokens, width, height) * ACT_BYTES * n_fwd * batch,
+        forwards=n_fwd * batch, launches=launches)
 
 
 def int8_factor(catalog: Catalog, gpu: GpuSpec, precision: str, compiled: bool) -> float:

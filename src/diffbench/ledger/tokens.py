@@ -77,6 +77,25 @@ def check_shape(model: ModelSpec, width: int, height: int, frames: int | None) -
     return f
 
 
+def max_text_tokens(model: ModelSpec) -> int:
+    """The most text tokens ``model``'s pipeline takes: its ``max_text_tokens``, else its default text length."""
+    return model.max_text_tokens or max(model.text_tokens_joint, model.text_tokens_cross)
+
+
+def check_text_tokens(model_id: str, model: ModelSpec, text_tokens: int | None) -> None:
+    """Refuse ``--text-tokens`` above what the model's pipeline takes (its text encoder truncates or raises).
+
+    Raises:
+        UsageError: naming the flag, the cap and the catalog key that states it.
+    """
+    cap = max_text_tokens(model)
+    if text_tokens is not None and text_tokens > cap:
+        key = "max_text_tokens" if model.max_text_tokens else (
+            "text_tokens_joint" if model.text_tokens_joint >= model.text_tokens_cross else "text_tokens_cross")
+        raise UsageError(f"--text-tokens {text_tokens}: {model.display_name} takes at most {cap} text tokens "
+                         f"(catalog models.{model_id}.{key}); pass --text-tokens {cap} or fewer")
+
+
 def shape_option(message: str, size: str) -> str:
     """The ledger/plan option a neutral shape message is about: ``--frames`` or ``--size SIZE``."""
     return "--frames" if message.startswith("frames") else f"--size {size}"

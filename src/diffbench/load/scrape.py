@@ -24,6 +24,8 @@ row monitor). Between two boundaries, per row (:class:`ServerSide`):
   https://github.com/NVIDIA/dcgm-exporter/blob/main/etc/default-counters.csv: millijoules, the whole GPU,
   idle time and other processes included), summed over GPUs; the row then reports joules per ok output
   (:func:`~diffbench.load.scrape_rows.attach`). Neither exported: ``energy_source`` says "not available".
+- recompiles: Δ``diffusion_compile_recompiles`` (torch.compile compilations after the service's warm-up): a
+  rise is a cold start inside the row (:mod:`diffbench.load.coldstart`); None where not exported.
 
 The end boundary waits (up to :data:`SETTLE_S`) until the server has counted at least as many requests as
 the client got an HTTP answer for: a server counts a request after its answer is sent, so a scrape taken
@@ -103,6 +105,8 @@ class ServerSide(BaseModel):
     :func:`~diffbench.load.scrape_rows.attach`); None without energy or without an ok request."""
     errors: list[str] = []
     """Scrapes that failed during the row (at most a few texts)."""
+    recompiles: int | None = None
+    """Compilations the server counted during the row (Δ``diffusion_compile_recompiles``); None: not exported."""
 
 
 def _delta(a: Scrape, b: Scrape, sample: str, by: tuple[str, ...] = (), **want: str | None) -> dict[tuple[str, ...], float]:
@@ -130,6 +134,18 @@ def energy_delta(begin: Scrape, end: Scrape) -> tuple[float | None, str]:
     return None, NO_ENERGY
 
 
+RECOMPILES = ("diffusion_compile_recompiles_total", "diffusion_compile_recompiles")
+"""The recompile counter as exposed (a counter's ``_total`` sample) or as a parser may name it."""
+
+
+def recompile_delta(begin: Scrape, end: Scrape) -> int | None:
+    """Compilations counted between the two scrapes (summed over models), None when neither carries the counter."""
+    for name in RECOMPILES:
+        if begin.has(name) or end.has(name):
+            return round(sum(_delta(begin, end, name).values()))
+    return None
+
+
 def server_side(begin: Scrape, end: Scrape, periodic: list[Scrape], url: str, errors: list[str]) -> ServerSide:
     """The :class:`ServerSide` of a row from its boundary scrapes and the periodic ones in between."""
     def gauge(name: str) -> list[float]:
@@ -148,6 +164,7 @@ def server_side(begin: Scrape, end: Scrape, periodic: list[Scrape], url: str, er
     released = _delta(begin, end, "diffusion_cancel_release_seconds_count").get((), 0.0)
     energy_j, energy_source = energy_delta(begin, end)
     return ServerSide(
+        recompiles=recompile_delta(begin, end),
         cancelled_s=wasted, cancel_release_mean_s=release, cancelled_running=round(released),
         url=url, scrapes=len(periodic),
         queue_depth_mean=sum(depth) / len(depth) if depth else None, queue_depth_max=max(depth, default=None),

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from diffbench.load.client.profile import ProfileRun
+from diffbench.load.coldstart import recompile_cold_start
 from diffbench.load.knee import LoadResult
 from diffbench.load.scrape import MAX_ERRORS, MetricsScraper, ServerSide, coverage_warning, mismatch_warning
 from diffbench.load.summary import RateSummary
@@ -41,7 +42,9 @@ def attach(result: LoadResult, scraper: MetricsScraper, *, probe: bool = False,
     Rows are matched to the scraper's windows by label, in order (``used``: window indexes already taken,
     updated); a row without a window keeps None. ``probe``: the rows of a capacity probe. Where the server
     exported an energy counter, the view gets joules per ok output (:func:`ok_outputs`; ``outputs_per_request``:
-    shape label → images per request, None for a label the workload gives two values)."""
+    shape label → images per request, None for a label the workload gives two values). A row in which the
+    server's recompile counter rose gets a ``cold_start_in_measurement`` finding and row warning
+    (:func:`~diffbench.load.coldstart.recompile_cold_start`)."""
     used = used if used is not None else set()
     rows, warnings = [], list(result.warnings)
     for row in result.rates:
@@ -61,10 +64,17 @@ def attach(result: LoadResult, scraper: MetricsScraper, *, probe: bool = False,
         update: dict[str, object] = {"server": view}
         w = coverage_warning(row.n_ok, view) or mismatch_warning(
             row.latency_from_arrival_s.mean if row.n_ok else None, row.lag_s.mean, view)
+        row_warnings = list(row.warnings)
         if w is not None:
-            update["warnings"] = [*row.warnings, f"server mismatch: {w}"]
+            row_warnings.append(f"server mismatch: {w}")
             label = "burst" if row.mode == "open" and row.schedule == "burst" else row.label
             warnings.append(f"{label}: {w}")
+        cold = recompile_cold_start(view.recompiles)
+        if cold is not None:
+            update["cold_start"] = [*row.cold_start, cold]
+            row_warnings.append(cold.message())
+        if row_warnings != row.warnings:
+            update["warnings"] = row_warnings
         rows.append(row.model_copy(update=update))
     return result.model_copy(update={"rates": rows, "warnings": warnings})
 

@@ -52,6 +52,7 @@ from pydantic import BaseModel, ConfigDict
 
 from diffbench.core.records import OUTCOMES, RequestRecord
 from diffbench.core.stats import Summary, summarize
+from diffbench.load.coldstart import ColdStart, leading_cold_starts
 from diffbench.load.goodput import GoodputConstraint, count_good
 from diffbench.load.merge import HdrSummary
 from diffbench.load.saturation import Saturation, check_saturation
@@ -105,7 +106,8 @@ class Divergence(BaseModel):
 
 
 class ShapeSummary(BaseModel):
-    """Per-shape breakdown: request count, outcome counts and latency from arrival of ok requests (s)."""
+    """Per-shape breakdown (one per warm-up key, by its label: size, frames, steps, ``n``, guidance, negative
+    prompt, adapter): request count, outcome counts and latency from arrival of ok requests (s)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -213,6 +215,10 @@ class RateSummary(BaseModel):
     """``load --gpu-hour-price`` (per GPU-hour, currency-neutral)."""
     cost_per_1000: float | None = None
     """Cost of 1,000 ok outputs: ``gpu_hour_price x gpu_s_per_output x 1000 / 3600``."""
+    cold_start: list[ColdStart] = []
+    """Cold starts measured in the row (:mod:`diffbench.load.coldstart`): per warm-up key, leading ok requests
+    far above the key's later ones, and the server's recompiles (``load --scrape``); each also a row warning
+    ``cold_start_in_measurement: ...``. Empty: none found."""
     quality: QualityRow | None = None
     """``load --reference``: the row's reference requests scored against the references (PSNR, SSIM, the
     quality goodput over them; :mod:`diffbench.load.scored`). None without references."""
@@ -587,15 +593,21 @@ def summarize_rate(
              if r.outcome == "ok" and "adapter_swap" in r.server_stages_s]
     if swaps:
         update["adapter_swaps"] = sum(1 for v in swaps if v > 0)
+    extra: list[str] = []
     if goodput:
         update["goodput_constraints"] = list(goodput)
         extra = gp.warnings(summary.n_ok) if gp else []
-        if extra:
-            update["warnings"] = [*summary.warnings, *extra]
+    cold = leading_cold_starts(records, SERVICE_TIME_KEY)
+    if cold:
+        update["cold_start"] = cold
+        extra = [*extra, *(c.message() for c in cold)]
+    if extra:
+        update["warnings"] = [*summary.warnings, *extra]
     return summary.model_copy(update=update) if update else summary
 
 
 __all__ = [
+    "ColdStart",
     "Divergence",
     "RateSummary",
     "ShapeSummary",

@@ -156,7 +156,8 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("diffusion_compile_recompiles", "counter", "recompiles", ("model",),
                "torch.compile compilations after warmup"),
     MetricSpec("diffusion_rank_step_compute_seconds", "histogram", "seconds", ("model", "rank"),
-               "Per-rank compute time of one denoise step, before its first collective", STEP_BUCKETS),
+               "Per-rank compute time of one denoise step: step time minus the rank's waits in collectives",
+               STEP_BUCKETS),
     MetricSpec("diffusion_model_flops", "counter", "flop", ("model", "gpu"),
                "Model FLOPs executed (ledger count per request), for MFU"),
     # -- energy ---------------------------------------------------------------------------------------------

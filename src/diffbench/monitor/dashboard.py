@@ -315,11 +315,12 @@ def _startup(L: _Layout) -> None:
 def _ranks(L: _Layout) -> None:
     L.row("Ranks")
     L.add("timeseries", "Per-rank step compute",
-          "Mean compute time of one step per rank, measured before the first collective (wall time "
-          "would hide a straggler).", "s",
+          "Mean compute time of one step per rank: the step's time minus the rank's waits in collectives, "
+          "so a rank slow anywhere in the step shows (wall time would hide a straggler).", "s",
           [_target(_mean("diffusion_rank_step_compute_seconds", TM, "rank"), "rank {{rank}}")], w=16)
     L.add("stat", "Rank spread", "(slowest - fastest) / fastest per-rank mean over 5m (recording rule); "
-          "DiffusionRankStepSkew fires above 10 % for 10m.", "percentunit",
+          "DiffusionRankStepSkew fires above 10 % when the slowest is also over 2 ms a step slower, for 10m.",
+          "percentunit",
           [_target('max by (instance) (instance_model:diffusion_rank_step_compute_seconds:spread_ratio5m'
                    '{job=~"$job", instance=~"$instance", model=~"$model"})', "{{instance}}")],
           thresholds=[(None, "green"), (0.1, "red")])

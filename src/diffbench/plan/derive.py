@@ -24,6 +24,7 @@ from diffbench.ledger.catalog import get_gpu, get_model
 from diffbench.ledger.multigpu import ParallelPlan, evaluate_parallel
 from diffbench.ledger.schema import Catalog, GpuSpec, ModelSpec
 from diffbench.ledger.tokens import check_shape
+from diffbench.plan.batching import POLICY, plan_batch
 from diffbench.plan.commands import (
     ATTENTION_BACKENDS,
     bench_cmd,
@@ -33,7 +34,7 @@ from diffbench.plan.commands import (
     sweep_cmd,
 )
 from diffbench.plan.lossy import ORDER, STAGE, LossyOption, LossySet, apply_options, best_set, lossy_options
-from diffbench.plan.models import Alternative, LayoutRow, PlanConfig, PlanResult, PlanStep
+from diffbench.plan.models import Alternative, BatchPlan, LayoutRow, PlanConfig, PlanResult, PlanStep
 from diffbench.plan.quality import combine_psnr
 from diffbench.plan.signals import alerts_for, signals_for
 from diffbench.plan.sizing import CV_SOURCE, LayoutSizing, sample_warnings, size_layout
@@ -374,6 +375,33 @@ def plan(catalog: Catalog, cfg: PlanConfig, service_samples: np.ndarray | None =
     per_inst = par.gpus if par is not None else 1
     if sizing is None:
         sizing = _size(cfg, par.label if par is not None else "1 GPU", lat, per_inst, service_samples)
+    batching: BatchPlan | None = None
+    formula_s = lat  # occupied seconds per request in the formula: a full batch's time ÷ its size when batched
+    if cfg.max_batch > 1:
+        if par is not None:
+            add(7, "batching", False, f"batching is planned for one-GPU instances; this plan splits each request "
+                f"over {par.gpus} GPUs", POLICY, single, ledger_cmd(cfg, frames, steps, lc), par=par)
+        else:
+            batching, bz = plan_batch(catalog, cfg, lc, service_samples)
+            best = batching.chosen_batch
+            better = bz is not None and best > 1 and (not sizing.meets_slo or bz.total_gpus < sizing.total_gpus)
+            if better:
+                assert bz is not None
+                why = (f"batches of up to {best}: {bz.total_gpus} GPUs instead of {sizing.total_gpus} "
+                       f"({cfg.qps / bz.total_gpus:.3g} req/s per GPU), p99 with queueing {bz.p99_s:.2f} s; one GPU "
+                       f"serves up to {batching.max_qps_per_gpu:.3g} req/s within the SLO")
+                sizing = bz
+                stopped_at = None
+                formula_s = batching.rows[best - 1].batch_s / best
+            elif bz is None:
+                why = f"no batch limit up to {cfg.max_batch} meets the p99 SLO with queueing"
+            else:
+                why = (f"batching does not lower the GPU count at {cfg.qps:g} req/s (best limit {best}); one GPU "
+                       f"serves up to {batching.max_qps_per_gpu:.3g} req/s within the SLO")
+            add(7, "batching", better, why,
+                f"{POLICY}; batch time from the ledger at each batch size (GEMMs batched, attention, text encode and "
+                "VAE decode per sample); M/G^[B]/c simulation (queueing.batching.size_batched_pool)", single,
+                ledger_cmd(cfg, frames, steps, lc) + f" --batch {best}")
     api = ("job API (submit, poll, fetch)" if model.kind == "video" or lat > 30
            else "synchronous (OpenAI images style)")
     pools = (f"one pool for {cfg.width}x{cfg.height}" + (f"×{frames}f" if frames > 1 else "") +
@@ -382,7 +410,7 @@ def plan(catalog: Catalog, cfg: PlanConfig, service_samples: np.ndarray | None =
              else "no count meets the p99 (the service time's own p99 exceeds the SLO)")
     add(7, "serving", True,
         f"{sizing.instances} instance(s) × {per_inst} GPU = {sizing.total_gpus} GPUs on {sizing.nodes} node(s) of "
-        f"{cfg.gpus_per_node}: max(formula QPS {cfg.qps:g} × {lat:.2f} s × headroom {cfg.headroom:g} = "
+        f"{cfg.gpus_per_node}: max(formula QPS {cfg.qps:g} × {formula_s:.2f} s × headroom {cfg.headroom:g} = "
         f"{sizing.formula_instances}, {q_txt}); p99 with queueing {sizing.p99_s:.2f} s; {api}; {pools}",
         f"M/G/c FCFS simulation, Poisson arrivals (queueing.sizing.size_pool); {spread_note}; an instance is "
         f"occupied for the whole request (work {gpu_s:.2f} GPU·s, occupied {occupied:.2f} GPU·s)", single,
@@ -403,6 +431,7 @@ def plan(catalog: Catalog, cfg: PlanConfig, service_samples: np.ndarray | None =
         total_gpus=sizing.total_gpus, nodes=sizing.nodes, total_gpus_occupied_bound=sizing.total_gpus,
         parallel=par, psnr_db=psnr, api=api, pools=pools, alternatives=alternatives, signals=sigs, alerts=alerts,
         lossy_sets=lossy_sets, sizing=sizing, layouts=layouts, warnings=sample_warnings(service_samples),
+        batching=batching,
     )
 
 

@@ -37,6 +37,7 @@ class PlanConfig(BaseModel):
     service_cv: float = Field(default=0.05, ge=0.0, le=1.0, allow_inf_nan=False,
                               description="coefficient of variation of the service time (no --service-from)")
     service_from: str | None = Field(default=None, description="bench JSON whose latency spread is used")
+    max_batch: int = Field(default=1, ge=1, le=256, description="largest batch of requests one GPU serves at once")
 
 
 class PlanStep(BaseModel):
@@ -96,6 +97,41 @@ class LayoutRow(BaseModel):
     meets_slo: bool
     chosen: bool = False
     note: str = ""
+
+
+class BatchRow(BaseModel):
+    """One batch size tried by ``plan --max-batch``: the ledger's batch time and the queue's GPU count.
+
+    ``batch_s``: seconds of a full batch (every output ready together); ``saturation_per_gpu``: outputs per
+    second per GPU serving back-to-back full batches (batch ÷ batch_s ÷ GPUs per instance);
+    ``throughput_per_gpu``: the plan's rate ÷ its GPUs at this batch limit; ``mean_batch``: mean size of the
+    batches the queue forms at that count (greedy batching, :mod:`diffbench.queueing.batching`)."""
+
+    batch: int
+    batch_s: float
+    saturation_per_gpu: float
+    fits: bool
+    peak_memory_bytes: int
+    instances: int | None = None
+    total_gpus: int | None = None
+    p99_s: float | None = None
+    mean_batch: float | None = None
+    throughput_per_gpu: float | None = None
+    meets_slo: bool = False
+    chosen: bool = False
+
+
+class BatchPlan(BaseModel):
+    """``plan --max-batch``: the batch limit that maximises throughput per GPU under the p99 SLO with queueing.
+
+    ``max_qps_per_gpu``: the highest request rate one instance serves within the SLO at the chosen limit
+    (simulated, :func:`diffbench.queueing.batching.max_rate_one_worker`); ``policy``: the batching policy."""
+
+    max_batch: int
+    chosen_batch: int
+    rows: list[BatchRow]
+    max_qps_per_gpu: float
+    policy: str
 
 
 class PoolRow(BaseModel):
@@ -159,5 +195,7 @@ class PlanResult(BaseModel):
     pool_plan: PoolsSummary | None = None
     signals: list[Signal] = Field(default_factory=list)
     alerts: list[Alert] = Field(default_factory=list)
+    batching: BatchPlan | None = None
+    """With ``plan --max-batch`` > 1: each batch limit tried and the one chosen."""
     cost: PlanCost | None = None
     """With ``plan --gpu-hour-price``: the plan's GPUs priced (:mod:`diffbench.plan.cost`)."""

@@ -71,6 +71,24 @@ def plan_renderable(p: PlanResult) -> Group:
                           f"{lay.latency_s:.2f} s", f"{lay.p99_s:.2f} s", str(lay.instances), str(lay.total_gpus),
                           "met" if lay.meets_slo else "missed", style="bold" if lay.chosen else None)
         parts.append(lay_t)
+    if p.batching is not None:
+        bp = p.batching
+        bt = Table(title=f"⑦ batch limits (up to {bp.max_batch}): GPUs at {c.qps:g} req/s under the p99 SLO")
+        for col in ("batch ≤", "batch time", "saturation/GPU", "mean batch", "p99 (queue)", "GPUs", "req/s per GPU",
+                    "SLO"):
+            bt.add_column(col, justify="right")
+        for row in bp.rows:
+            if not row.fits:
+                bt.add_row(str(row.batch), f"{row.batch_s:.2f} s", "", "", "", "", "",
+                           f"does not fit ({row.peak_memory_bytes / 2**30:.1f} GiB)", style="dim")
+                continue
+            bt.add_row(str(row.batch) + (" ◀" if row.chosen else ""), f"{row.batch_s:.2f} s",
+                       f"{row.saturation_per_gpu:.3g}/s", f"{row.mean_batch or 0:.2f}", f"{row.p99_s or 0:.2f} s",
+                       str(row.total_gpus), f"{row.throughput_per_gpu or 0:.3g}", "met" if row.meets_slo else "missed",
+                       style="bold" if row.chosen else None)
+        parts.append(bt)
+        parts.append(Text(f"batching: {bp.policy}; one GPU serves up to {bp.max_qps_per_gpu:.3g} req/s within the "
+                          f"SLO at batch ≤ {bp.chosen_batch}"))
     if p.pool_plan is not None:
         pp = p.pool_plan
         pool_t = Table(title=f"shape pools ({pp.workload})")

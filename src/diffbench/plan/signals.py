@@ -39,7 +39,7 @@ def signals_for(cfg: PlanConfig, r: LedgerResult, latency_s: float, multi_gpu: b
         out.append(Signal(name="diffusion_quality_psnr_threshold_decibels", unit="dB", value=cfg.quality_budget_db,
                           note="gauge for the golden-probe PSNR"))
     if multi_gpu:
-        out.append(Signal(name="diffusion_rank_step_compute_seconds", unit="s", note="per-rank compute before the collective"))
+        out.append(Signal(name="diffusion_rank_step_compute_seconds", unit="s", note="per-rank step compute minus collective waits"))
     return out
 
 
@@ -66,6 +66,6 @@ def alerts_for(cfg: PlanConfig, r: LedgerResult, latency_s: float, multi_gpu: bo
         out.append(Alert(name="DiffusionRecompileDetected", condition="increase(recompiles[15m]) > 0",
                          threshold="0"))
     if multi_gpu:
-        out.append(Alert(name="DiffusionRankStepSkew", condition="(max − min) / min of per-rank step compute > 0.1, 10m",
-                         threshold="10 %"))
+        out.append(Alert(name="DiffusionRankStepSkew", condition="(max − min) / min of per-rank step compute > 0.1 and max − min > 2 ms, 10m",
+                         threshold="10 % and 2 ms"))
     return out

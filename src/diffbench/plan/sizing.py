@@ -34,7 +34,7 @@ MAX_SIM_REQUESTS = 200_000
 10,000 QPS the default would hold ~4.5 M requests per count (over 1 GB, ~30 s per plan). Past ~500 instances the
 pool is large enough that arrivals average out and the formula's headroom, not the queue, sets the count."""
 CV_SOURCE = ("estimate: one shape at fixed steps on a warm (compiled) pipeline varies by a few per cent; "
-             "DiffusionRankStepSkew in monitoring/alerts.yaml fires at a per-rank compute spread over 10 %; confirm with "
+             "DiffusionRankStepSkew in monitoring/alerts.yaml fires at a per-rank compute spread over 10 % (and 2 ms); confirm with "
              "`diffbench bench --runs 30` and pass it as --service-from")
 
 

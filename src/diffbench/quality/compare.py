@@ -324,6 +324,11 @@ def _score_video(spec: PairSpec, a: Loaded, b: Loaded, lp: Callable | None, comm
         frames.append(FrameRow(key=spec.key, frame=numbers[i] if numbers is not None else i, psnr=float(p[i]), ssim=float(s[i]),
                                lpips=float(lps[i]) if lps is not None else None,
                                identical=bool(fb == 0 and fi == 0), border_only_difference=fb > 0 and fi == 0))
+    if stats.flicker_delta is None:
+        common["notes"].append("flicker_delta undefined: fewer than 2 frames (no frame difference)")
+    why = vid.ratio_undefined(mc, mb)
+    if why is not None:
+        common["notes"].append(f"motion_ratio undefined: {why}")
     pr = PairResult(kind="video", frames=stats.frames, identical=not any(fb or fi for fb, fi in diffs),
                     metrics=m, video=stats, **common)
     return PairOutcome(pair=pr, frames=frames)
@@ -346,18 +351,38 @@ def _stream(specs: Sequence[PairSpec], fn: Callable[[PairSpec], PairOutcome], wo
             yield f.result()
 
 
+def _undefined_reason(metric: str, pr: PairResult) -> str:
+    """Why ``metric`` has no value for ``pr``: the pair's own note on it, else "not computed for this pair"."""
+    for note in pr.notes:
+        if note.startswith(f"{metric} undefined: "):
+            return note.removeprefix(f"{metric} undefined: ")
+        if metric.startswith("lpips") and note.startswith("LPIPS not computed"):
+            return note
+    return "not computed for this pair"
+
+
 def _summaries(report: QualityReport, worst_n: int) -> None:
     samples: dict[str, list[Sample]] = {}
+    population: dict[str, int] = {}
+    undefined: dict[str, dict[str, int]] = {}
 
     def add(metric: str, v: float | None, pr: PairResult, frame: int | None = None, same: bool = False) -> None:
+        population[metric] = population.get(metric, 0) + 1
         if v is not None:
             samples.setdefault(metric, []).append(Sample(v, pr.key, pr.baseline, pr.candidate, frame, same))
+        else:
+            reasons = undefined.setdefault(metric, {})
+            why = _undefined_reason(metric, pr)
+            reasons[why] = reasons.get(why, 0) + 1
 
     # Identical pairs are flagged in every metric's sample (not only PSNR's +inf), so each row counts them.
+    # Every pair counts in the population of each metric any pair of its kind has (a pair without the value:
+    # undefined, with the reason), so each summary says n defined of n pairs.
     by_key = {p.key: p for p in report.pairs}
+    names = list(dict.fromkeys(k for pr in report.pairs for k in pr.metrics))
     for pr in report.pairs:
-        for k, v in pr.metrics.items():
-            add(k, v, pr, same=pr.identical and not k.startswith(SIDE_SCORES))
+        for k in names:
+            add(k, pr.metrics.get(k), pr, same=pr.identical and not k.startswith(SIDE_SCORES))
         if pr.video is not None:
             add("flicker_delta", pr.video.flicker_delta, pr)
             add("motion_ratio", pr.video.motion_ratio, pr)
@@ -366,10 +391,15 @@ def _summaries(report: QualityReport, worst_n: int) -> None:
         add("frame_psnr", fr.psnr, pr, fr.frame, fr.identical)
         add("frame_ssim", fr.ssim, pr, fr.frame, fr.identical)
         add("frame_lpips", fr.lpips, pr, fr.frame, fr.identical)
-    for k, ss in samples.items():
+    for k, total in population.items():
+        why = dict(sorted(undefined.get(k, {}).items(), key=lambda kv: (-kv[1], kv[0])))
+        ss = samples.get(k, [])
+        if why and (ss or not k.startswith("frame_lpips")):
+            reasons = "; ".join(f"{r} ({c})" for r, c in why.items())
+            report.warnings.append(f"{k}: defined for {len(ss)} of {total} pairs; undefined: {reasons}")
         summ = summarize_metric(k, ss, worst_n)
         if summ is not None:
-            report.summaries[k] = summ
+            report.summaries[k] = summ.model_copy(update={"n_pairs": total, "undefined": why})
             if summ.n < 10 and not k.startswith(("flicker", "motion")):
                 report.warnings.append(
                     f"{k}: p10/p90 from n={summ.n} are interpolations toward the min/max (need n >= 10)"

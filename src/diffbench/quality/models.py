@@ -147,11 +147,17 @@ class MetricSummary(BaseModel):
     Percentiles by linear interpolation between order statistics (numpy 'linear') over all ``n``
     values; +inf sorts last; ``n_inf`` counts +inf values. ``worst`` is the minimum when higher is
     better, else the maximum.
+
+    ``n_pairs``: the pairs the metric applies to (video pairs for ``flicker_delta`` and ``motion_ratio``,
+    frames for ``frame_*``); ``n`` of them have a value, and ``undefined`` counts the others by reason (e.g.
+    ``motion_ratio`` of a pair whose baseline does not move). None for a summary written before it was kept.
     """
 
     metric: str
     higher_is_better: bool
     n: int
+    n_pairs: int | None = None
+    undefined: dict[str, int] = {}
     n_inf: int = 0
     n_identical: int = 0
     mean: float | None

@@ -73,6 +73,17 @@ def finite_mean(values: np.ndarray) -> float | None:
     return float(f.mean()) if f.size else None
 
 
+def ratio_undefined(num: float | None, den: float | None) -> str | None:
+    """Why :func:`ratio` of two motion magnitudes (candidate ``num``, baseline ``den``) is None, else None."""
+    if num is None or den is None:
+        return "fewer than 2 frames (no frame difference)"
+    if den == 0.0:
+        return "the baseline does not move (mean frame difference 0)"
+    if not math.isfinite(num / den):
+        return "not finite"
+    return None
+
+
 def ratio(num: float | None, den: float | None) -> float | None:
     if num is None or den is None or den == 0.0:
         return None

@@ -142,7 +142,12 @@ def simulated_p99(arrivals: np.ndarray, service: np.ndarray, c: int, warmup: int
     when successive waits are strongly correlated near saturation, which an order-statistic interval ignores).
     """
     done = fcfs_completions(arrivals, service, c)
-    lat = (done - arrivals)[warmup:]
+    return p99_with_interval((done - arrivals)[warmup:])
+
+
+def p99_with_interval(lat: np.ndarray) -> tuple[float, tuple[float, float]]:
+    """p99 of latencies (seconds, shape (n,), in arrival order) with the 95 % batch-means interval of
+    :func:`simulated_p99`."""
     p99 = float(np.quantile(lat, 0.99))
     batches = np.array_split(lat, BATCHES)
     per = np.array([np.quantile(b, 0.99) for b in batches if b.size])

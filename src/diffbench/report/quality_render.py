@@ -12,7 +12,7 @@ from rich.table import Table
 
 from diffbench.core.console import make_console
 from diffbench.core.jsonio import write_json_atomic, write_text_atomic
-from diffbench.quality.models import QualityReport
+from diffbench.quality.models import MetricSummary, QualityReport
 
 _ORDER = ("psnr", "ssim", "ms_ssim", "lpips", "frame_psnr", "frame_ssim", "frame_lpips", "flicker_delta",
           "motion_ratio", "clip_baseline", "clip_candidate", "clip_delta", "pickscore_baseline", "pickscore_candidate",
@@ -67,6 +67,11 @@ def write_csv(report: QualityReport, path: Path) -> Path:
     return p
 
 
+def n_of_pairs(s: MetricSummary) -> str:
+    """``n`` of a summary, as ``n/N`` when the metric is undefined for some of the ``N`` pairs it applies to."""
+    return str(s.n) if s.n_pairs is None or s.n_pairs == s.n else f"{s.n}/{s.n_pairs}"
+
+
 def render_console(report: QualityReport, console: Console | None = None) -> None:
     """Summary table, worst pairs, errors, distribution metrics and gate results."""
     c = console or make_console()
@@ -106,7 +111,7 @@ def render_console(report: QualityReport, console: Console | None = None) -> Non
         t.add_column(col, justify="right", min_width=8, max_width=8, overflow="fold")
     for k in names:
         s = report.summaries[k]
-        t.add_row(k + ("" if s.higher_is_better else " (lower better)"), str(s.n), str(s.n_identical), _f(s.mean),
+        t.add_row(k + ("" if s.higher_is_better else " (lower better)"), n_of_pairs(s), str(s.n_identical), _f(s.mean),
                   _f(s.p50), _f(s.p10), _f(s.p90), _f(s.worst))
     c.print(t)
     border_only = {p.key for p in report.pairs if p.border_only_difference}

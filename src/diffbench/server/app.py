@@ -125,6 +125,7 @@ def create_app(
             dtype=info.dtype,
             is_video=info.is_video,
             default_steps=service.default_steps,
+            gpus=1 if info.device.split(":")[0] == "cuda" else None,  # one engine, one device
             fingerprint_id=service.fingerprint_id,
             fingerprint=service.fingerprint,
         )

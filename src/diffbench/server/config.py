@@ -50,7 +50,8 @@ class ServerConfig(BaseModel):
     counting the one running); None for no cap. ``default_steps``: steps when a request gives none (None:
     the engine's default, else 8). ``seed``: seeds the generator that picks a seed for requests that give
     none (reported back in each response). ``warmup_sizes``: ``"WIDTHxHEIGHT"`` sizes generated once at
-    startup (default steps, n=1) before ``/health`` turns 200, so first-call costs (compile, autotune,
+    startup (default steps, n=1; with them every ``shapes`` label at its batch and frames,
+    :mod:`diffbench.server.warmup`) before ``/health`` turns 200, so first-call costs (compile, autotune,
     allocator growth) do not land in the first measured request (a warm-up at reduced steps or one frame
     leaves them there: sgl-project/sglang PR #29306; see docs/concepts/measurement-protocol.md); they
     are not counted in metrics nor in the admission estimate.

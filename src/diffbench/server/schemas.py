@@ -265,6 +265,8 @@ class ModelCard(BaseModel):
     dtype: str
     is_video: bool
     default_steps: int | None
+    gpus: int | None = Field(default=None, description="GPUs the engine runs on (1 on a CUDA/ROCm device); absent "
+                             "on a CPU or simulated engine. load reads it for its per-GPU figures")
     fingerprint_id: str = Field(default="", description="sha256 (16 hex) of the deployment fingerprint")
     fingerprint: dict[str, object] = Field(
         default_factory=dict, description="deployment_fingerprint of the running service (diffbench.engines.fingerprint)"

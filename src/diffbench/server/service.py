@@ -202,35 +202,34 @@ class Service:
         return nearest_valid_frames(self.engine, probe, wanted, self.config.limits.max_frames) or wanted
 
     def warm_up(self) -> None:
-        """Run each warmup size once (checked by :meth:`prepare`); not counted anywhere. Idempotent: the CLI
-        calls it before serving, so a failing warmup is a one-line error, and :meth:`start` then skips it.
+        """Run each warm-up request once (:func:`diffbench.server.warmup.warmup_requests`: the ``--warmup``
+        sizes and, with them, every ``--shapes`` label at its batch and frames; sizes checked by
+        :meth:`prepare`); not counted anywhere. Idempotent: the CLI calls it before serving, so a failing
+        warmup is a one-line error, and :meth:`start` then skips it.
 
         Raises:
-            UsageError: a warmup size ran out of memory (e.g. under ``--memory-budget``): the service would
-                fail that size on every request, so it refuses to start, naming the size and both flags.
+            UsageError: a warmup ran out of memory (e.g. under ``--memory-budget``): the service would
+                fail that shape on every request, so it refuses to start, naming the shape and the flags.
         """
         from diffbench.errors import DeviceOutOfMemory, UsageError
-        from diffbench.server.validation import api_size
+        from diffbench.server.warmup import warmup_requests
 
         if self._warmed:
             return
 
-        frames = self.default_frames()
         t0 = time.perf_counter()
-        for size in self.config.warmup_sizes:
-            width, height = api_size(size, "--warmup")
-            req = GenerationRequest(
-                prompt="warmup", width=width, height=height, frames=frames, steps=self.default_steps
-            )
+        requests = warmup_requests(self.config, self.engine, self.default_steps, self.default_frames())
+        for req in requests:
             try:
                 self.engine.generate(req)
                 self.engine.sync()
             except DeviceOutOfMemory as exc:
                 raise UsageError(
-                    f"--warmup {size}: the warmup ran out of memory ({exc}); raise --memory-budget, enable "
-                    "--vae-tiling, or leave that size out of --warmup"
+                    f"--warmup {req.width}x{req.height}{f' (batch {req.batch})' if req.batch > 1 else ''}: the "
+                    f"warmup ran out of memory ({exc}); raise --memory-budget, enable --vae-tiling, or leave that "
+                    "size out of --warmup / --shapes"
                 ) from None
-        if self.config.warmup_sizes:
+        if requests:
             self.startup_s["warmup"] = time.perf_counter() - t0
         self._warmed = True
 

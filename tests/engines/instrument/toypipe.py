@@ -1,7 +1,8 @@
 """A pipeline-shaped toy (encode_prompt, transformer, scheduler.step, vae.decode) for the monitor tests.
 
 It has the attributes the instrumentation hooks, so each test controls exactly what a stage does: sleeps
-(lower bounds on times), allocations of a known size (memory), a collective (ranks), a Linear (FLOPs).
+(lower bounds on times), allocations of a known size (memory), a Linear (FLOPs); the ranks tests swap in a
+denoiser with collectives (_dist_worker.py).
 """
 
 from __future__ import annotations
@@ -21,12 +22,10 @@ class ToyScheduler:
 class ToyDenoiser(torch.nn.Module):
     """``y = x @ W.T`` (W: n×k, no bias): 2·m·n·k FLOPs per forward for x of shape (m, k)."""
 
-    def __init__(self, k: int = 8, n: int = 8, sleep_s: float = 0.0, gather_after_s: float | None = None,
-                 fn: Any = None) -> None:
+    def __init__(self, k: int = 8, n: int = 8, sleep_s: float = 0.0, fn: Any = None) -> None:
         super().__init__()
         self.lin = torch.nn.Linear(k, n, bias=False)
         self.sleep_s = sleep_s
-        self.gather_after_s = gather_after_s
         self.fn = fn
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -35,12 +34,6 @@ class ToyDenoiser(torch.nn.Module):
         y = self.lin(hidden_states)
         if self.fn is not None:
             self.fn(hidden_states)
-        if self.gather_after_s is not None:
-            import torch.distributed as dist
-
-            time.sleep(self.gather_after_s)
-            out = [torch.empty_like(y) for _ in range(dist.get_world_size())]
-            dist.all_gather(out, y)
         return y
 
 

@@ -25,7 +25,9 @@ Hooks (all removed by :meth:`Instrumentation.detach`):
    the denoiser's first call, step 0) is also a cancel checkpoint (:mod:`~diffbench.engines.cancel`): a
    generation run under a cancelled token stops there with :class:`~diffbench.engines.cancel.Cancelled`;
 4. the cache counter (:mod:`~diffbench.engines.instrument.cache_counter`), the compile counter
-   (:mod:`~diffbench.engines.instrument.compile_counter`) and the collective listener (:mod:`~diffbench.engines.instrument.ranks`).
+   (:mod:`~diffbench.engines.instrument.compile_counter`) and the collective listener (:mod:`~diffbench.engines.instrument.ranks`):
+   each collective called during denoising is timed on this rank (a mark before, a mark after) and charged
+   to the step it runs in; a step's compute time is its step time minus those waits (``rank_compute_s``).
 
 Timing (docs/concepts/measurement-protocol.md). On CUDA every boundary records a ``torch.cuda.Event(enable_timing=True)`` on
 the current stream (events come from a pool reused across requests); nothing synchronizes on the hot path.
@@ -94,7 +96,8 @@ class _Req:
     dec: list[tuple[Any, Any]] = field(default_factory=list)
     den_start: Any = None
     step_end: list[Any] = field(default_factory=list)
-    coll: dict[int, Any] = field(default_factory=dict)
+    waits: list[tuple[int, Any, Any]] = field(default_factory=list)
+    wait_open: tuple[int, Any] | None = None
     calls: int = 0
     batch: int = 0
     flops_key: tuple[Any, ...] | None = None
@@ -201,7 +204,8 @@ class Instrumentation:
         self._compile = compile_counter.acquire()
         self.attached = True
         self._install()
-        ranks.add_listener(self._on_collective)
+        self._collectives = _CollectiveTimer(self)
+        ranks.add_listener(self._collectives)
 
     # -- hooks ------------------------------------------------------------------------------------------
     def _install(self) -> None:
@@ -295,13 +299,19 @@ class Instrumentation:
             other.encode_prompt = self._wrap_stage(other.encode_prompt, "text_encode")
         self._extra_pipes.append(other)
 
-    def _on_collective(self) -> None:
+    def _collective_begin(self) -> None:
         r = self._active
         if r is None or r.den_start is None:
             return
-        i = len(r.step_end)
-        if i not in r.coll:
-            r.coll[i] = self._mark()
+        r.wait_open = (len(r.step_end), self._mark())
+
+    def _collective_end(self) -> None:
+        r = self._active
+        if r is None or r.wait_open is None:
+            return
+        step, start = r.wait_open
+        r.wait_open = None
+        r.waits.append((step, start, self._mark()))
 
     # -- clock and memory -------------------------------------------------------------------------------
     def _mark(self) -> Any:
@@ -405,9 +415,13 @@ class Instrumentation:
                             other_s=max(0.0, total - enc - img - den - dec), total_s=total, step_s=steps,
                             denoiser_calls=r.calls)
         sig = self._signals(r, ok=True)
-        rank = ranks.current_rank() if r.coll else None
+        rank = ranks.current_rank() if r.waits else None
         if rank is not None:
-            sig.rank_compute_s = {rank: [el(starts[i], r.coll[i]) for i in range(len(steps)) if i in r.coll]}
+            waited = [0.0] * len(steps)
+            for i, a, b in r.waits:
+                if i < len(steps):  # a collective after the last step (in the decode) is no step's
+                    waited[i] += el(a, b)
+            sig.rank_compute_s = {rank: [max(0.0, s - w) for s, w in zip(steps, waited, strict=True)]}
         self.last_denoiser_batch = r.batch
         budget = self.memory_budget_bytes
         if budget is not None and not r.failed and r.mem.growth() > budget:
@@ -559,8 +573,22 @@ class Instrumentation:
         if self._cache is not None:
             self._cache.detach()
             self._cache = None
-        ranks.remove_listener(self._on_collective)
+        ranks.remove_listener(self._collectives)
         compile_counter.release()
+
+
+class _CollectiveTimer:
+    """The :class:`~diffbench.engines.instrument.ranks.CollectiveListener` of one instrumentation: marks
+    the clock around each collective of an open request's denoising."""
+
+    def __init__(self, inst: Instrumentation) -> None:
+        self.inst = inst
+
+    def collective_begin(self) -> None:
+        self.inst._collective_begin()
+
+    def collective_end(self) -> None:
+        self.inst._collective_end()
 
 
 def build_info(device: str = "cpu") -> dict[str, str]:

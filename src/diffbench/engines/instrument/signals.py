@@ -26,8 +26,9 @@ class RequestSignals:
     - ``cache``: step-cache decisions, None when no cache is enabled or it exposes no decisions;
     - ``recompiles``: torch.compile compilations that started during this generation after the warmup
       snapshot (0 before the snapshot is taken: warmup compiles are expected, not exported);
-    - ``rank_compute_s``: per rank, the compute time (seconds) of each denoise step measured before the
-      step's first collective; empty on a single device;
+    - ``rank_compute_s``: per rank (this process's), the compute time (seconds) of each denoise step: the
+      step's time minus the time this rank waited inside collectives during it
+      (:mod:`diffbench.engines.instrument.ranks`); empty when no collective ran (a single device);
     - ``flops``: model FLOPs of the generation: from the ledger when the model is in the catalog, else the
       denoiser forwards measured with ``FlopCounterMode`` (see :mod:`diffbench.engines.instrument.flops`); None when
       neither is available;

@@ -46,7 +46,7 @@ class Attempt:
     answer_hashes: list[str] | None = None
     request_key: str | None = None
     reference: str | None = None
-    quality: dict[str, float] | None = None
+    quality: dict[str, float | None] | None = None
 
     def to_record(self, *, id: int, rate: float | None, shape: str, intended_s: float,
                   client_queue_s: float, work: dict[str, int | None] | None = None) -> RequestRecord:

@@ -179,11 +179,14 @@ def shape_label(spec: RequestSpec, dialect: Dialect) -> str:
 
     ``vllm-omni``/``sglang``: :meth:`ShapeMix.label` (``512x384 s8``, ``832x480 f33 s30``). ``openai``
     sends neither steps nor frames (the server's defaults apply), so its label is the size, plus the
-    ``seconds`` it sends for a video: ``512x384``, ``832x480 4s``.
+    ``seconds`` it sends for a video and the images per request ``n`` when not 1: ``512x384``,
+    ``832x480 4s``, ``64x64 n4``.
     """
     if sends_steps_and_frames(dialect):
         return spec.shape.label()
     label = spec.shape.size
+    if spec.kind != "video" and spec.shape.n != 1:
+        label += f" n{spec.shape.n}"
     if spec.kind == "video":
         seconds = video_fields(spec, dialect).get("seconds")
         if seconds is not None:

@@ -68,7 +68,7 @@ from diffbench.load.client.payload import (
     parse_json,
 )
 from diffbench.load.client.sanity import av_available, request_key
-from diffbench.load.client.scoring import score_images
+from diffbench.load.client.scoring import score_images, score_video
 from diffbench.load.client.workload import RequestSpec
 
 if TYPE_CHECKING:
@@ -528,7 +528,18 @@ class HttpBackend:
                                              f"{frames}")
                 else:
                     verdict = check_video(decode_body(body, encoding), frames)
-                if verdict.ok and self._video_frames:
+                if verdict.ok and spec.reference is not None:  # a replayed video reference: scored per frame
+                    if self._checker is None:
+                        raise RuntimeError("HttpBackend.start() was not called")
+                    verdict = await self._checker.run(score_video, body, encoding, spec.reference.files[0],
+                                                      self.target.sanity and self.target.decode_payload,
+                                                      size=len(body))
+                    attempt.quality = verdict.quality
+                    if verdict.ok and verdict.hashes:
+                        attempt.answer_hashes = verdict.hashes
+                        attempt.request_key = request_key(spec.prompt, spec.seed if sends_steps_and_frames(
+                            self.target.dialect) else None)
+                elif verdict.ok and self._video_frames:
                     if self._checker is None:
                         raise RuntimeError("HttpBackend.start() was not called")
                     verdict = await self._checker.run(check_video_frames, body, encoding, size=len(body))

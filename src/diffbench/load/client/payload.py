@@ -49,7 +49,7 @@ class Verdict:
     hashes: list[str] | None = None
     """Pixel hash of each answer image (:func:`~diffbench.load.client.sanity.pixel_hash`), in answer order;
     None when the images were not decoded or sanity was off."""
-    quality: dict[str, float] | None = None
+    quality: dict[str, float | None] | None = None
     """Scores against a reference (``psnr_db``, ``ssim``; :mod:`diffbench.load.client.scoring`)."""
 
 

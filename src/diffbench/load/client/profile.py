@@ -18,8 +18,10 @@ the ``latency`` constraint when only that is given.
 Live progress: a :class:`RowMonitor` (``monitor=``) is told when each run begins and ends and gets the
 runner hooks ``on_sent(lag_s)`` / ``on_record(rec)``; a hook is passed only to a runner that takes it.
 
-Before measuring, every distinct shape of the workload is warmed up (``warmup_per_shape`` sequential
-requests each, not recorded) so compilation and first-shape costs do not land in the measured window
+Before measuring, every distinct warm-up key of the workload (:mod:`diffbench.workload.warmkey`: size,
+frames, steps, ``n``, guidance on/off, negative prompt, adapter; the rows break down by the same key) is
+warmed up (``warmup_per_shape`` sequential requests each, not recorded; the keys are listed in the
+``warmup_keys`` condition) so compilation and first-shape costs do not land in the measured window
 (a warm-up at reduced steps leaves them there: sgl-project/sglang PR #29306). The knee, the divergence flag and the capacity come from
 :func:`diffbench.load.knee.analyze_sweep`.
 """
@@ -138,6 +140,8 @@ class WarmupReport(BaseModel):
     latencies: list[tuple[ShapeMix, float]] = []
     first_ok_perf_s: float | None = None
     """``time.perf_counter()`` when the first ok warm-up answer was done (None when none was)."""
+    keys: list[str] = []
+    """The warm-up keys warmed (:meth:`ShapeMix.label <diffbench.load.client.workload.ShapeMix.label>`), in order."""
 
 
 class ProfileRun(BaseModel):
@@ -183,12 +187,13 @@ def _hooks(monitor: RowMonitor | None) -> dict[str, Callable[..., None]]:
 
 async def _warm_shapes(backend: Backend, planner: RequestPlanner, per_shape: int, rep: WarmupReport,
                        seen: set[str]) -> None:
-    for shape in planner.workload.shapes:
+    for shape, ref in planner.warmup_keys():
         if shape.label() in seen:
             continue
         seen.add(shape.label())
+        rep.keys.append(shape.label())
         for _ in range(per_shape):
-            spec = planner.next().model_copy(update={"shape": shape})
+            spec = planner.warm_spec(shape, ref)
             a = Attempt()
             await backend.execute(spec, a, time.perf_counter)
             await backend.check(spec, a)
@@ -203,7 +208,10 @@ async def _warm_shapes(backend: Backend, planner: RequestPlanner, per_shape: int
 
 
 async def warmup(backend: Backend, planner: RequestPlanner, per_shape: int) -> WarmupReport:
-    """Send ``per_shape`` requests of every distinct shape, one at a time; nothing is recorded.
+    """Send ``per_shape`` requests of every distinct warm-up key of the workload and of ``load --reference``'s
+    references (:meth:`ShapeMix.label <diffbench.load.client.workload.ShapeMix.label>`: size, frames, steps,
+    ``n``, guidance on/off, negative prompt, adapter; :meth:`RequestPlanner.warmup_keys
+    <diffbench.load.client.workload.RequestPlanner.warmup_keys>`), one at a time; nothing is recorded.
 
     Raises:
         WarmupFailed: every warm-up request failed with a connection error (refused, reset, TLS): nothing
@@ -351,6 +359,8 @@ async def run_profile(
     if not await control.interruptible(_warm()):
         raise StoppedBeforeMeasuring("interrupted during the warm-up; nothing was measured or written")
     wu = wu_box[0]
+    if wu.keys:
+        conditions["warmup_keys"] = f"{len(wu.keys)}: {', '.join(wu.keys)}"
     if slo is not None and slo.scale is not None:
         slo.base_s = base_unit_s(last_per_shape(wu.latencies))
         if slo.base_s is not None:

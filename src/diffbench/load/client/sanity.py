@@ -102,11 +102,10 @@ def av_available() -> bool:
     return importlib.util.find_spec("av") is not None
 
 
-def video_sanity(content: bytes) -> tuple[InvalidKind | None, str | None, str | None]:
-    """(kind, reason, pixel hash) of an MP4's video frames, decoded with PyAV (for the checker processes,
-    never the measuring loop): ``black_frame`` for the first all-black frame (:func:`image_kind`), and one
-    hash over every frame's RGB pixels. (None, None, None) when the file does not decode: the structural
-    check (:func:`~diffbench.load.client.payload.check_video`) has already judged the container.
+def decode_video(content: bytes) -> list[Image.Image] | None:
+    """The video frames of an MP4 (bytes) decoded with PyAV as PIL images, in order; None when the file does
+    not decode (the structural check, :func:`~diffbench.load.client.payload.check_video`, has judged the
+    container already). For the checker processes: a clip takes tens to hundreds of ms.
 
     Raises:
         MissingDependencyError: PyAV is not installed.
@@ -116,19 +115,38 @@ def video_sanity(content: bytes) -> tuple[InvalidKind | None, str | None, str | 
     av = require("av", "serve")
     import io
 
-    h = hashlib.blake2b(digest_size=HASH_BYTES)
     try:
         with av.open(io.BytesIO(content)) as container:  # type: ignore[attr-defined]
-            for i, frame in enumerate(container.decode(video=0)):
-                img = frame.to_image()
-                kind, why = image_kind(img, frame=True)
-                if kind is not None:
-                    return kind, f"frame {i}: {why}", None
-                h.update(f"{img.mode} {img.size[0]}x{img.size[1]}\n".encode())
-                h.update(img.tobytes())
+            return [frame.to_image() for frame in container.decode(video=0)]
     except (av.error.FFmpegError, ValueError, IndexError):  # type: ignore[attr-defined]
-        return None, None, None
+        return None
+
+
+def frames_sanity(frames: Sequence[Image.Image]) -> tuple[InvalidKind | None, str | None, str]:
+    """(kind, reason, pixel hash) of decoded video frames: ``black_frame`` for the first all-black frame
+    (:func:`image_kind`), and one hash over every frame's RGB pixels (mode and size included)."""
+    h = hashlib.blake2b(digest_size=HASH_BYTES)
+    for i, img in enumerate(frames):
+        kind, why = image_kind(img, frame=True)
+        if kind is not None:
+            return kind, f"frame {i}: {why}", h.hexdigest()
+        h.update(f"{img.mode} {img.size[0]}x{img.size[1]}\n".encode())
+        h.update(img.tobytes())
     return None, None, h.hexdigest()
+
+
+def video_sanity(content: bytes) -> tuple[InvalidKind | None, str | None, str | None]:
+    """(kind, reason, pixel hash) of an MP4's video frames (:func:`decode_video`, :func:`frames_sanity`);
+    (None, None, None) when the file does not decode.
+
+    Raises:
+        MissingDependencyError: PyAV is not installed.
+    """
+    frames = decode_video(content)
+    if frames is None:
+        return None, None, None
+    kind, why, digest = frames_sanity(frames)
+    return (kind, why, None) if kind is not None else (None, None, digest)
 
 
 def request_key(prompt: str, seed: int | None, *inputs: str | None) -> str:
@@ -173,5 +191,6 @@ def mark_duplicates(records: Sequence[RequestRecord]) -> list[RequestRecord]:
     return out
 
 
-__all__ = ["BLACK_MAX_LEVEL", "CONSTANT_STD_FLOOR", "KINDS", "InvalidKind", "av_available", "image_kind", "is_black", "mark_duplicates",
-           "max_std", "pixel_hash", "request_key", "video_sanity"]
+__all__ = ["BLACK_MAX_LEVEL", "CONSTANT_STD_FLOOR", "KINDS", "InvalidKind", "av_available", "decode_video",
+           "frames_sanity", "image_kind", "is_black", "mark_duplicates", "max_std", "pixel_hash", "request_key",
+           "video_sanity"]

@@ -45,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from diffbench.core import shapes as core_shapes
 from diffbench.errors import InputError, UsageError
+from diffbench.workload.warmkey import WarmupKey, cfg_state
 
 MAX_SIDE = 16384
 MAX_STEPS = 1000
@@ -107,14 +108,22 @@ class ShapeMix(BaseModel):
         """OpenAI ``size`` string ``WIDTHxHEIGHT``."""
         return f"{self.width}x{self.height}"
 
+    def warmup_key(self, *, edit: bool = False, mask: bool = False, strength: float | None = None) -> WarmupKey:
+        """The :class:`~diffbench.workload.warmkey.WarmupKey` of a request of this shape (``edit``, ``mask``,
+        ``strength``: a kind edit workload's, which every request of the workload shares)."""
+        return WarmupKey(width=self.width, height=self.height, frames=self.frames, steps=self.steps, batch=self.n,
+                         cfg=cfg_state(self.guidance), negative=self.negative_prompt is not None, edit=edit,
+                         mask=edit and mask, strength=strength if edit else None, adapter=self.adapter,
+                         adapter_scale=self.adapter_scale if self.adapter is not None else None)
+
     def label(self) -> str:
-        """Breakdown key, e.g. ``512x384 s8``, ``832x480 f33 s30`` (width x height) or, with a LoRA
-        adapter, ``512x384 s8 lora=style`` (``lora=style@0.5`` at another scale): rows break down by adapter."""
-        f = f" f{self.frames}" if self.frames else ""
-        lora = ""
-        if self.adapter is not None:
-            lora = f" lora={self.adapter}" + ("" if self.adapter_scale == 1.0 else f"@{self.adapter_scale:g}")
-        return f"{self.width}x{self.height}{f} s{self.steps}{lora}"
+        """Breakdown key: the label of its warm-up key (:meth:`WarmupKey.label
+        <diffbench.workload.warmkey.WarmupKey.label>`), e.g. ``512x384 s8``, ``832x480 f33 s30`` (width x
+        height), ``64x64 s2 n4`` (4 images per request), ``512x512 s8 cfg neg`` (guidance above 1 and a
+        negative prompt) or, with a LoRA adapter, ``512x384 s8 lora=style`` (``lora=style@0.5`` at another
+        scale): rows break down by warm-up key, so a batch, guidance or adapter that compiles its own graph
+        has its own row."""
+        return self.warmup_key().label()
 
 
 class Workload(BaseModel):
@@ -298,7 +307,8 @@ class ReferenceRequest(BaseModel):
     """A fixed request replayed from ``load --reference DIR`` (read by the CLI from a ``bench --save-outputs``
     or ``probe --record-reference`` manifest) with the reference image of each batch index.
 
-    ``files``: absolute PNG paths, one per batch index (``n`` of them). ``steps`` None: the service's default.
+    ``files``: absolute PNG paths, one per batch index (``n`` of them); for a video (``frames`` set) one path,
+    an MP4 or a folder of PNG frames. ``steps`` None: the service's default.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -310,6 +320,9 @@ class ReferenceRequest(BaseModel):
     height: int
     steps: int | None
     guidance: float | None = None
+    frames: int | None = None
+    """Video frames (a video reference, replayed through the videos API and scored by its worst frame)."""
+    fps: int | None = None
     files: tuple[str, ...]
 
     @property
@@ -385,21 +398,54 @@ class RequestPlanner:
         if self._refs and math.floor((i + 1) * self._sample) > math.floor(i * self._sample):
             ref = self._refs[self._n_refs % len(self._refs)]
             self._n_refs += 1
-            shape = ShapeMix(width=ref.width, height=ref.height, steps=ref.steps or 1, n=ref.n,
-                             guidance=ref.guidance)
-            return RequestSpec(index=i, kind="image", prompt=ref.prompt, shape=shape, seed=ref.seed,
-                               model=self.workload.model, extra=self.workload.extra, reference=ref)
+            return self._reference_spec(i, ref)
         k = int(self._rng.choice(len(self._p), p=self._p)) if len(self._p) > 1 else 0
+        return self._workload_spec(i, self.workload.shapes[k])
+
+    def _workload_spec(self, i: int, shape: ShapeMix) -> RequestSpec:
         return RequestSpec(
             index=i,
             kind=self.workload.kind,
             prompt=self.prompts[i % len(self.prompts)],
-            shape=self.workload.shapes[k],
+            shape=shape,
             seed=(self._seed_base + i) % (2**31),
             model=self.workload.model,
             extra=self.workload.extra,
             **self._edit_fields(i),
         )
+
+    @staticmethod
+    def reference_shape(ref: ReferenceRequest) -> ShapeMix:
+        """The shape a reference request is sent with (steps None: 1 in the label; the service's default is
+        sent only when the dialect sends no steps)."""
+        return ShapeMix(width=ref.width, height=ref.height, steps=ref.steps or 1, n=ref.n, guidance=ref.guidance,
+                        frames=ref.frames, fps=ref.fps)
+
+    def _reference_spec(self, i: int, ref: ReferenceRequest) -> RequestSpec:
+        return RequestSpec(index=i, kind="image" if ref.frames is None else "video", prompt=ref.prompt,
+                           shape=self.reference_shape(ref), seed=ref.seed, model=self.workload.model,
+                           extra=self.workload.extra, reference=ref)
+
+    def warmup_keys(self) -> list[tuple[ShapeMix, ReferenceRequest | None]]:
+        """What the run will send, one entry per workload shape and per reference, for the warm-up: the
+        workload's shapes (left out when every request replays a reference, ``sample`` 1), then each
+        reference (its answers are checked and scored like a measured one's, and discarded)."""
+        out: list[tuple[ShapeMix, ReferenceRequest | None]] = []
+        if not self._refs or self._sample < 1.0:
+            out += [(shape, None) for shape in self.workload.shapes]
+        return out + [(self.reference_shape(ref), ref) for ref in self._refs]
+
+    def warm_spec(self, shape: ShapeMix, ref: ReferenceRequest | None = None) -> RequestSpec:
+        """A warm-up request: one of the workload with ``shape``, or replaying ``ref``. It takes the next index
+        and, for a workload shape, the same random draw :meth:`next` makes (so the measured requests that
+        follow are the ones a run without this warm-up path would send); it never takes a reference's turn."""
+        i = self._i
+        self._i += 1
+        if ref is not None:
+            return self._reference_spec(i, ref)
+        if len(self._p) > 1:
+            self._rng.choice(len(self._p), p=self._p)
+        return self._workload_spec(i, shape)
 
     def _edit_fields(self, i: int) -> dict[str, object]:
         """kind edit: the ``i``-th input picture (round-robin in file-name order), its mask, the strength."""

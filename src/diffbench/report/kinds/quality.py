@@ -22,6 +22,7 @@ from diffbench.report.kinds import ReportOptions
 from diffbench.report.kinds import quality_images as qi
 from diffbench.report.kinds.quality_plots import frame_curves, histograms, worst_frame
 from diffbench.report.loader import LoadedResult
+from diffbench.report.quality_render import n_of_pairs
 
 MAX_PAIR_ROWS = 500
 MAX_VIDEO_CURVES = 8
@@ -140,12 +141,17 @@ def grid(result: LoadedResult, opts: ReportOptions, block_id: str) -> ImageGrid 
 def _summaries(report: QualityReport, bid: str) -> Table:
     heads = ["metric", "better", "n", "identical", "+inf", "mean (non-identical)", "p10", "p50", "p90", "min",
              "max", "worst"]
-    rows = [[k, "higher" if s.higher_is_better else "lower", str(s.n), str(s.n_identical), str(s.n_inf),
+    rows = [[k, "higher" if s.higher_is_better else "lower", n_of_pairs(s), str(s.n_identical), str(s.n_inf),
              fmt(s.mean), fmt(s.p10), fmt(s.p50), fmt(s.p90), fmt(s.min), fmt(s.max), fmt(s.worst)]
             for k, s in report.summaries.items()]
+    undefined = "; ".join(f"{k}: undefined for {s.n_pairs - s.n} of {s.n_pairs} ("
+                          + ", ".join(f"{r}: {c}" for r, c in s.undefined.items()) + ")"
+                          for k, s in report.summaries.items() if s.n_pairs is not None and s.undefined)
     return Table(id=bid, title="summaries", headers=heads, rows=rows,
                  caption=f"PSNR in dB. Percentiles: {report.settings.percentile_method}. "
-                         f"{report.settings.identical_policy}.")
+                         f"{report.settings.identical_policy}."
+                         + (f" n/N: defined for n of the N pairs the metric applies to; {undefined}." if undefined
+                            else ""))
 
 
 def _pairs_table(report: QualityReport, bid: str) -> Table:
