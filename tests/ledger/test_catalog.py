@@ -150,3 +150,37 @@ def test_default_steps_match_the_cited_diffusers_pipeline(model_id) -> None:
     assert len(set(defaults.values())) == 1, defaults
     pipeline_default = next(iter(defaults.values()))
     assert spec.default_steps == STEP_COUNT_EXCEPTIONS.get(model_id, pipeline_default)
+
+
+def test_amd_gpus_backends_and_hardware_rules():
+    cat = load_catalog()
+    mi = cat.gpus["mi300x"]
+    # AMD MI300X data sheet: 1,307.4 TF BF16 and 2,614.9 TF FP8 dense, 192 GB, 5.3 TB/s
+    assert (mi.arch, mi.vendor, mi.bf16_tflops, mi.fp8_tflops, mi.memory_gib) == ("cdna3", "amd", 1307.4, 2614.9, 192)
+    assert cat.gpus["mi355x"].arch == "cdna4" and cat.gpus["h100-sxm"].vendor == "nvidia"
+    assert "cdna3" in cat.optimizations.fp8_linear.archs
+    assert not {"cdna3", "cdna4"} & set(cat.optimizations.int4_linear.requires_arch)
+    kw = dict(model="flux.1-dev", width=1024, height=1024, steps=28)
+    with pytest.raises(UsageError, match="--attention fa3: needs a hopper GPU"):
+        evaluate(cat, LedgerConfig(**kw, gpu="mi300x", attention="fa3"))
+    with pytest.raises(UsageError, match="--attention ck: needs a cdna3/cdna4 GPU"):
+        evaluate(cat, LedgerConfig(**kw, gpu="h100-sxm", attention="ck"))
+    ck = evaluate(cat, LedgerConfig(**kw, gpu="mi300x", attention="ck"))
+    assert ck.etas.attention == pytest.approx(cat.optimizations.attention_backends["ck"].eta)
+    # the sdpa resolution rules name backends of the catalog, one per architecture at least for AMD
+    rules = {(r.torch, r.arch): r.backend for r in cat.optimizations.sdpa_resolution}
+    assert rules[("any", "cdna3")] == "ck" and rules[("2.5", "hopper")] == "cudnn"
+
+
+def test_eight_bit_attention_may_exceed_the_bf16_peak_only_on_8_bit_tensor_cores(tmp_path):
+    ok = tmp_path / "ok.yaml"
+    ok.write_text("optimizations:\n  attention_backends:\n    sage:\n      eta_by_arch: {ada: 1.6}\n")
+    assert load_catalog(ok).optimizations.attention_backends["sage"].eta_by_arch["ada"] == 1.6
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("optimizations:\n  attention_backends:\n    flash2:\n      eta: 1.2\n")
+    with pytest.raises(InputError, match=r"attention_backends.flash2.*eta 1.2: must be in \(0, 1\]"):
+        load_catalog(bad)
+    rule = tmp_path / "rule.yaml"
+    rule.write_text("optimizations:\n  sdpa_resolution:\n    - {torch: any, arch: ada, backend: flash9, source: x}\n")
+    with pytest.raises(InputError, match="backend 'flash9' is not an attention backend"):
+        load_catalog(rule)

@@ -59,7 +59,7 @@ def test_does_not_fit_prints_what_would(capsys):
          "needs a hopper GPU"),
         (["--model", "flux.1-dev", "--size", "1024x1024", "--gpu", "h100-sxm", "--precision", "fp4"], "--precision"),
         (["--model", "flux.1-dev", "--size", "1024x1024", "--gpu", "h100-sxm", "--measured-s", "0"], "must be > 0"),
-        (["--model", "hunyuanvideo", "--size", "2560x2560", "--frames", "257", "--gpu", "rtx-4090"],
+        (["--model", "hunyuanvideo", "--size", "3840x3840", "--frames", "257", "--gpu", "rtx-4090"],
          "fits no single GPU"),
     ],
 )

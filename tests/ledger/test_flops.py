@@ -155,3 +155,53 @@ def test_encoder_params_closed_form(cat):
     assert enc["clip-vit-l"] == pytest.approx(clip, rel=0.03)
     sdxl = get_model(cat, "sdxl-base")
     assert sum(e.params for e in sdxl.text_encoders) == pytest.approx(817e6, rel=0.03)  # SDXL paper §2.1
+
+
+# -- latent patch, VAE compression, linear attention, image-to-video conditioning -----------------------------
+
+def test_ltx_video_tokens_use_its_32x_vae_and_unit_patch(cat):
+    # LTX-Video: 32× spatial and 8× temporal VAE, patch 1: 704x480x161 → (1 + 160/8) · (480/32)·(704/32)
+    t, _ = _fwd(cat, "ltx-video", 704, 480, 161)
+    assert (t.latent_frames, t.visual, t.text_cross) == (21, 21 * 15 * 22, 128)
+
+
+def test_wan22_ti2v_5b_tokens_use_its_16x_vae(cat):
+    # Wan2.2-TI2V-5B: vae_stride (4, 16, 16), patch (1, 2, 2): 1280x704x121 → 31 · (704/32)·(1280/32) = 27,280
+    t, f = _fwd(cat, "wan2.2-ti2v-5b", 1280, 704, 121)
+    assert (t.latent_frames, t.visual) == (31, 27_280)
+    d, ffn, n, txt = 3072, 14336, 27_280, 512
+    lin = 30 * (2 * (6 * d * d + 2 * d * ffn) * n + 2 * 2 * d * d * txt)
+    att = 30 * (4 * n * n * d + 4 * n * txt * d)
+    assert f.linear == pytest.approx(lin, rel=1e-12) and f.attention == pytest.approx(att, rel=1e-12)
+
+
+def test_sana_linear_attention_grows_with_n_not_n2(cat):
+    # SANA-1.6B: DC-AE 32×, patch 1 → 1024 tokens at 1024²; ReLU linear attention 4·N·d·head_dim per block
+    t, f = _fwd(cat, "sana-1.6b", 1024, 1024)
+    assert t.visual == 1024
+    d, hd, txt = 2240, 32, 300
+    assert f.attention == pytest.approx(20 * (4 * 1024 * d * hd + 4 * 1024 * txt * d), rel=1e-12)
+    _, f4 = _fwd(cat, "sana-1.6b", 2048, 2048)
+    assert f4.attention / f.attention == pytest.approx(4.0, rel=1e-12)  # 4× tokens, 4× attention (not 16×)
+
+
+def test_shape_checks_use_the_model_multiple(cat):
+    from diffbench.errors import ShapeError
+    from diffbench.ledger.tokens import check_shape
+
+    with pytest.raises(ShapeError, match="multiple of 32"):
+        check_shape(get_model(cat, "ltx-video"), 700, 480, 161)
+    with pytest.raises(ShapeError, match="8k\\+1"):
+        check_shape(get_model(cat, "ltx-video"), 704, 480, 81 + 4)
+
+
+def test_image_to_video_conditioning_counts_its_frames_and_image_tokens(cat, tmp_path):
+    # an I2V variant of Wan2.1-14B declared by a user: one conditioning latent frame in the sequence and the
+    # 257 CLIP ViT-H/14 image tokens in the cross-attention
+    path = tmp_path / "i2v.yaml"
+    path.write_text("models:\n  wan2.1-14b:\n    conditioning: {latent_frames: 1, cross_tokens: 257, source: test}\n")
+    m = get_model(load_catalog(path), "wan2.1-14b")
+    t = count_tokens(m, 832, 480, 81)
+    assert t.visual == (21 + 1) * 30 * 52 and t.text_cross == 512 + 257
+    base = count_tokens(get_model(cat, "wan2.1-14b"), 832, 480, 81)
+    assert (base.visual, base.text_cross) == (21 * 30 * 52, 512)

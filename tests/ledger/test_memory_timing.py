@@ -150,3 +150,38 @@ def test_sp_gpu_seconds_rule(cat):
     cfgp = evaluate_parallel(cat, sd, g, sb, "cfg", 2, 8)
     # CFG parallel: one all-gather of the latent per step, (N−1)/N of 4096 tokens × 64 channels × 2 B
     assert cfgp.comm_bytes_per_step == pytest.approx(4096 * 64 * 2 / 2)
+
+
+def test_nf4_weights_memory_and_speed_and_where_they_run():
+    from diffbench.errors import UsageError
+
+    cat = load_catalog()
+    nf4 = cat.optimizations.nf4_weights
+    kw = dict(model="flux.1-dev", width=1024, height=1024, steps=28, gpu="rtx-4090")
+    q = evaluate(cat, LedgerConfig(**kw, precision="nf4"))
+    bf = evaluate(cat, LedgerConfig(**kw))
+    den = next(w for w in q.weights if w.component == "denoiser")
+    # 4 bits + a 16-bit absmax per 64 weights = 0.5625 B: 6.70 GB, diffusers' benchmark measured 6.72 GB
+    assert den.bytes == int(11.905e9 * 0.5625) and den.bytes / 1e9 == pytest.approx(6.72, rel=0.01)
+    # compute-bound at 1024²: the GEMM time is the bf16 one ÷ the measured 0.963 speed ratio; the rest unchanged
+    assert q.denoise_linear_s == pytest.approx(bf.denoise_linear_s / nf4.denoise_speedup, rel=1e-9)
+    assert q.denoise_attention_s == pytest.approx(bf.denoise_attention_s, rel=1e-12)
+    with pytest.raises(UsageError, match="NF4 kernels run on ampere/ada/hopper/blackwell; AMD Instinct MI300X"):
+        evaluate(cat, LedgerConfig(**{**kw, "gpu": "mi300x"}, precision="nf4"))
+
+
+def test_int8_w8a8_speed_compiled_and_eager_memory_and_hardware():
+    from diffbench.errors import UsageError
+
+    cat = load_catalog()
+    q8 = cat.optimizations.int8_linear
+    kw = dict(model="cogvideox-5b", width=720, height=480, frames=49, steps=50, gpu="a100-sxm-80gb")
+    for compiled, speed in ((True, q8.denoise_speedup), (False, q8.eager_speedup)):
+        q = evaluate(cat, LedgerConfig(**kw, compile=compiled, precision="int8"))
+        bf = evaluate(cat, LedgerConfig(**kw, compile=compiled))
+        # compute-bound: the GEMM time is the bf16 one ÷ the source's ratio (1.108 compiled, 0.442 eager)
+        assert q.denoise_linear_s == pytest.approx(bf.denoise_linear_s / speed, rel=1e-9)
+    den = next(w for w in q.weights if w.component == "denoiser")
+    assert den.bytes == int(cat.models["cogvideox-5b"].denoiser.params * 1.0)  # 1 B per weight
+    with pytest.raises(UsageError, match="INT8 kernels run on ampere/ada/hopper/blackwell; AMD Instinct MI300X"):
+        evaluate(cat, LedgerConfig(**{**kw, "gpu": "mi300x"}, precision="int8"))

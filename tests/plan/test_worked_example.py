@@ -93,9 +93,9 @@ def test_no_budget_means_lossless_only(cat):
 
     fr = fitted_params(cat)
     n, d, blocks, peak, bw = 4608, 3072, 57, 989e12, 3350e9 * cat.efficiency.eta_mem
-    lin = 28 * 2 * 12 * d * d * n * blocks / (peak * fr.eta_gemm)
+    lin = 28 * 2 * 12 * d * d * n * blocks / (peak * fr.gemm_eta("hopper"))
     attn = 28 * 4 * n * n * d * blocks / (peak * 0.60)
-    elem = 28 * fr.passes[True] * 2 * d * n * blocks / bw
+    elem = 28 * fr.passes_for(True, "hopper") * 2 * d * n * blocks / bw
     text = 2 * (4.76e9 * 512 + 123e6 * 77) / (peak * cat.efficiency.eta_text)
     vae = (9.95e12 + 4 * 16384**2 * 512) / (peak * cat.efficiency.eta_vae)
     single = next(s for s in p.steps if s.name == "warmup").latency_s

@@ -24,8 +24,8 @@ def register(app: typer.Typer) -> None:
         frames: int | None = typer.Option(None, "--frames", help="Frames for video models (4k+1)."),
         cfg: float | None = typer.Option(None, "--cfg", help="Guidance scale; > 1 means 2 forwards/step for CFG models."),
         text_tokens: int | None = typer.Option(None, "--text-tokens", help="Text tokens (prompt-dependent models)."),
-        precision: str = typer.Option("bf16", "--precision", help="Denoiser weights/linear: bf16, fp8, int4."),
-        attention: str = typer.Option("sdpa", "--attention", help="Attention backend: sdpa, fa3, sage8."),
+        precision: str = typer.Option("bf16", "--precision", help="Denoiser weights/linear: bf16, fp8, int4, nf4, int8."),
+        attention: str = typer.Option("sdpa", "--attention", help="Attention backend: sdpa, flash2, cudnn, fa3, sage, sage8, ck, aiter."),
         compile_: bool = typer.Option(False, "--compile", help="Assume torch.compile (fewer elementwise passes, no launch overhead; fitted)."),
         vae_tiling: bool = typer.Option(False, "--vae-tiling", help="Tiled VAE decode."),
         offload: str = typer.Option("none", "--offload", help="none, model, group, sequential."),
@@ -151,7 +151,7 @@ def _validate(catalog: Path | None, json_path: Path | None, mkdir: bool, replace
     from diffbench.core.outpath import check_output_file
     from diffbench.errors import GateFailed
     from diffbench.ledger.catalog import load_catalog
-    from diffbench.ledger.fit import TARGET, fitted_params, validate
+    from diffbench.ledger.fit import TARGET, by_group, fitted_params, validate
     from diffbench.ledger.render import validate_table
 
     if json_path is not None:
@@ -166,7 +166,8 @@ def _validate(catalog: Path | None, json_path: Path | None, mkdir: bool, replace
                          "the built-in ones stay")
     rows = validate(cat)
     fr = fitted_params(cat)
-    make_console(min_width=150).print(validate_table(rows, fr))
+    groups = by_group(cat, rows, fr)
+    make_console(min_width=150).print(validate_table(rows, fr, groups))
     bad = [r for r in rows if r.anchor.outlier is None and not TARGET[0] <= r.ratio <= TARGET[1]]
     if json_path is not None:
         write_json_atomic(json_path, {
@@ -174,7 +175,10 @@ def _validate(catalog: Path | None, json_path: Path | None, mkdir: bool, replace
             "fit": {"eta_gemm": fr.eta_gemm, "eta_attn": {f"{b}@{a}": v for (b, a), v in fr.eta_attn.items()},
                     "passes_eager": fr.passes[False], "passes_compiled": fr.passes[True],
                     "launch_eager_s": fr.launch[False], "free": fr.free, "anchors": fr.n_anchors,
-                    "rms_log_residual": fr.rms_log_residual},
+                    "rms_log_residual": fr.rms_log_residual, "gemm_arch": fr.gemm_arch, "elem_arch": fr.elem_arch},
+            "by_arch": [{"arch": g.group, "anchors": g.anchors, "within_target": g.within,
+                         "min_ratio": g.min_ratio, "max_ratio": g.max_ratio, "gemm_factor": g.gemm_factor,
+                         "elementwise_factor": g.elementwise_factor} for g in groups],
             "rows": [{**r.anchor.model_dump(mode="json"), "loo_s": r.loo_s, "in_sample_s": r.in_sample_s,
                       "ratio": r.ratio, "within_target": TARGET[0] <= r.ratio <= TARGET[1]} for r in rows],
             "passed": not bad})

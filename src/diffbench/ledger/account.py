@@ -140,6 +140,18 @@ def evaluate(catalog: Catalog, cfg: LedgerConfig) -> LedgerResult:
         lr = mem.lowrank_bytes(catalog, model.denoiser.params * model.experts, "int4")
         notes.append(f"int4 memory: 4-bit denoiser weights plus a {lr / 2**30:.2f} GiB 16-bit low-rank branch "
                      f"({catalog.optimizations.int4_linear.method})")
+    if cfg.precision == "int8":
+        q8 = catalog.optimizations.int8_linear
+        tm.int8_factor(catalog, gpu, "int8", cfg.compile)  # raises where the kernels do not run
+        assert q8 is not None
+        speed = q8.denoise_speedup if cfg.compile or q8.eager_speedup is None else q8.eager_speedup
+        notes.append(f"int8 ({q8.method}): denoiser GEMMs {speed:g}× the bf16 speed"
+                     + ("" if cfg.compile else " in eager mode (unfused quantize kernels); plan it with --compile"))
+    if cfg.precision == "nf4":
+        nf4 = catalog.optimizations.nf4_weights
+        tm.nf4_factor(catalog, gpu, "nf4")  # raises where the kernels do not run
+        assert nf4 is not None
+        notes.append(f"nf4 ({nf4.method}): denoiser {nf4.denoise_speedup:g}× the bf16 speed, 4-bit weights")
     if gpu.provisional:
         notes.append(f"{gpu.display_name} peak figures are provisional (see its catalog source)")
     from diffbench.ledger.fit import fit_warning, fitted_params
@@ -156,7 +168,8 @@ def evaluate(catalog: Catalog, cfg: LedgerConfig) -> LedgerResult:
     # Denoise: forwards × steps, the step cache skips a share of the forwards (timing.py: per kernel class)
     n_fwd = steps * fps
     work = tm.denoise_work(catalog, model, tokens, cfg.width, cfg.height, steps, fps, cfg.precision, b)
-    dt = tm.denoise_time(catalog, work, gpu, etas, cfg.precision, cfg.cache_speedup, cfg.attention_speedup)
+    dt = tm.denoise_time(catalog, work, gpu, etas, cfg.precision, cfg.cache_speedup, cfg.attention_speedup,
+                         compiled=cfg.compile)
     lin_s, att_s = dt.linear_s, dt.attention_s
     den_flops = fwd.total * n_fwd * b / cfg.cache_speedup
     den_time = dt.total_s

@@ -195,14 +195,14 @@ def calibrate(catalog: Catalog, path: str | Path, model_id: str, gpu_id: str, fo
         cases.append(ft.Case(anchor=anchor, a_gemm=work.linear_flops / (peak * retention),
                              b_weights=work.weight_bytes / bw, a_attn=work.attention_flops / (gpu.bf16_tflops * tm.TERA),
                              c_elem=work.activation_bytes / bw, launches=float(work.launches), serial_s=0.0,
-                             pair=f"{backend}@{gpu.arch}", compiled=compiled, gemm_fixed=None))
+                             pair=f"{backend}@{gpu.group}", compiled=compiled, gemm_fixed=None, group=gpu.group))
         labels.append(str(s.get("shape")))
     if not cases:
         raise InputError(f"--calibrate {path}: no shape with step timings (per_step_median); pass a completed "
                          "diffbench bench run")
     base = ft.fitted_params(catalog)
-    pair = f"{backend}@{gpu.arch}"
-    attn_key = (backend, gpu.arch)
+    pair = f"{backend}@{gpu.group}"
+    attn_key = (backend, gpu.group)
     if attn_key not in base.eta_attn:
         base = ft.FitResult(**{**base.__dict__, "eta_attn": {**base.eta_attn,
                                                              attn_key: tm.attention_eta_prior(catalog, backend, gpu.arch)}})
@@ -213,7 +213,7 @@ def calibrate(catalog: Catalog, path: str | Path, model_id: str, gpu_id: str, fo
         raise InputError(f"--calibrate {path}: {exc}") from None
     shapes = [ShapeFit(shape=lab, measured_step_s=c.anchor.measured_s, predicted_step_s=ft.predict(c, fr))
               for lab, c in zip(labels, cases, strict=True)]
-    eff = GpuEfficiency(gemm=fr.eta_gemm, attention=fr.eta_attn[attn_key] if len(token_counts) >= 2 else None,
+    eff = GpuEfficiency(gemm=min(fr.gemm_eta(gpu.group, gpu.gemm_eta_cap), 1.0), attention=fr.eta_attn[attn_key] if len(token_counts) >= 2 else None,
                         attention_backend=backend,
                         source=f"{Path(path).name}: {len(cases)} shape(s) on {device}")
     return Calibration(gpu_id=gid, model_id=mid, backend=backend, compiled=compiled, efficiency=eff,

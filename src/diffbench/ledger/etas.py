@@ -27,8 +27,8 @@ def resolve_etas(catalog: Catalog, gpu: GpuSpec, attention: str, compiled: bool,
         if v is not None and not 0 < v <= 1:
             raise UsageError(f"{name} {v}: must be in (0, 1]")
     fp = fitted_params(catalog)
-    gemm = fp.eta_gemm
-    attn = fp.eta_attn.get((attention, gpu.arch), attention_eta_prior(catalog, attention, gpu.arch))
+    gemm = fp.gemm_eta(gpu.group, gpu.gemm_eta_cap)
+    attn = fp.eta_attn.get((attention, gpu.group), attention_eta_prior(catalog, attention, gpu.arch))
     source = f"fit over {fp.n_anchors} anchors"
     cal = catalog.efficiency.per_gpu.get(gpu_id or "")
     if cal is not None:
@@ -49,7 +49,7 @@ def resolve_etas(catalog: Catalog, gpu: GpuSpec, attention: str, compiled: bool,
         text=catalog.efficiency.eta_text,
         fp8_gemm_retention=catalog.optimizations.fp8_linear.gemm_retention,
         mem=catalog.efficiency.eta_mem,
-        elementwise_passes=fp.passes[compiled],
+        elementwise_passes=fp.passes_for(compiled, gpu.group),
         launch_s=fp.launch[compiled],
         source=source,
     )

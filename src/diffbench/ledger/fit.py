@@ -10,7 +10,11 @@ Free parameters (all positive; every η in (0, 1]):
   FLOPs-to-bandwidth ratios tell them apart);
 * ``passes_eager`` / ``passes_compiled``: elementwise activation passes per block (see
   :mod:`diffbench.ledger.timing`);
-* ``launch_eager_s``: launch overhead per forward in eager mode (compiled: 0, CUDA graphs).
+* ``launch_eager_s``: launch overhead per forward in eager mode (compiled: 0, CUDA graphs);
+* ``gemm_arch[arch]`` / ``elem_arch[arch]``: per-architecture factors on ``eta_gemm`` and on the elementwise
+  passes, each with a log-normal prior around 1 (σ = ``efficiency.arch_sigma``), so an architecture with few
+  anchors keeps the shared values while one whose anchors disagree (Ada's 72-96 MB L2 keeps a block's
+  activations on chip, so its elementwise passes cost less than HBM bandwidth suggests) gets its own.
 
 A parameter no anchor depends on is not fitted (it keeps its default). The objective is the sum of squared
 ``log(predicted / measured)`` over the anchors not marked ``outlier`` plus the prior terms; it is minimised by
@@ -38,6 +42,7 @@ TARGET = (0.8, 1.25)  # ledger --validate: leave-one-out predicted ÷ published 
 DEFAULTS = {"eta_gemm": 0.7, "passes_eager": 150.0, "passes_compiled": 40.0, "launch_eager_s": 1e-4}
 BOUNDS = {"eta_gemm": (ETA_MIN, 1.0), "passes_eager": (1e-3, 1e3), "passes_compiled": (1e-3, 1e3),
           "launch_eager_s": (1e-6, 1.0)}
+ARCH_FACTOR_BOUNDS = (0.05, 20.0)  # gemm_arch[...] / elem_arch[...]: a factor, not an efficiency
 
 
 @dataclass(frozen=True)
@@ -51,9 +56,11 @@ class Case:
     c_elem: float       # activation bytes ÷ (bandwidth × η_mem) (s per pass)
     launches: float
     serial_s: float     # text encode + VAE decode for end-to-end anchors, else 0
-    pair: str           # "backend@arch"
+    pair: str           # "backend@group" (the group is the architecture unless the GPU names a fit_group)
     compiled: bool
     gemm_fixed: float | None
+    group: str = ""      # the GPU's fit group (its arch unless the catalog names one)
+    gemm_cap: float = 1.0  # upper bound of the GEMM η on this GPU (GpuSpec.gemm_eta_cap)
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,16 @@ class FitResult:
     free: list[str] = field(default_factory=list)
     rms_log_residual: float = 0.0
     iterations: int = 0
+    gemm_arch: dict[str, float] = field(default_factory=dict)
+    elem_arch: dict[str, float] = field(default_factory=dict)
+
+    def gemm_eta(self, group: str, cap: float = 1.0) -> float:
+        """GEMM η on a fit group (an architecture): the shared η times the group's factor, at most ``cap``."""
+        return min(self.eta_gemm * self.gemm_arch.get(group, 1.0), cap)
+
+    def passes_for(self, compiled: bool, group: str) -> float:
+        """Elementwise passes per block (eager or compiled) on a fit group (an architecture)."""
+        return self.passes[compiled] * self.elem_arch.get(group, 1.0)
 
 
 def anchor_case(catalog: Catalog, a: Anchor) -> Case:
@@ -88,6 +105,8 @@ def anchor_case(catalog: Catalog, a: Anchor) -> Case:
         gemm_peak = gpu.fp8_tflops * tm.TERA * catalog.optimizations.fp8_linear.gemm_retention
     elif tm.int4_effective(catalog, gpu, a.precision):
         gemm_peak = peak * catalog.optimizations.int4_linear.gemm_speedup
+    else:
+        gemm_peak = peak / (tm.nf4_factor(catalog, gpu, a.precision) * tm.int8_factor(catalog, gpu, a.precision, a.compile))
     bw = gpu.mem_bw_gbps * 1e9 * catalog.efficiency.eta_mem
     serial = 0.0
     if a.covers == "end_to_end":
@@ -99,17 +118,20 @@ def anchor_case(catalog: Catalog, a: Anchor) -> Case:
     eff = catalog.efficiency
     return Case(anchor=a, a_gemm=work.linear_flops / gemm_peak, b_weights=work.weight_bytes / bw,
                 a_attn=work.attention_flops / peak, c_elem=work.activation_bytes / bw,
-                launches=float(work.launches), serial_s=serial, pair=f"{a.attention}@{gpu.arch}",
-                compiled=a.compile, gemm_fixed=eff.eta_gemm_compiled if a.compile else eff.eta_gemm_eager)
+                launches=float(work.launches), serial_s=serial, pair=f"{a.attention}@{gpu.group}",
+                compiled=a.compile, gemm_fixed=eff.eta_gemm_compiled if a.compile else eff.eta_gemm_eager,
+                group=gpu.group, gemm_cap=gpu.gemm_eta_cap)
 
 
 def predict(case: Case, fr: FitResult) -> float:
     """Predicted seconds of an anchor under fitted parameters."""
     backend, arch = case.pair.split("@")
-    eta_g = case.gemm_fixed if case.gemm_fixed is not None else fr.eta_gemm
+    group = _arch(case)
+    eta_g = case.gemm_fixed if case.gemm_fixed is not None else fr.gemm_eta(group, case.gemm_cap)
     eta_a = fr.eta_attn[(backend, arch)]
     return (max(case.a_gemm / eta_g, case.b_weights) + case.a_attn / eta_a
-            + fr.passes[case.compiled] * case.c_elem + fr.launch[case.compiled] * case.launches + case.serial_s)
+            + fr.passes_for(case.compiled, group) * case.c_elem + fr.launch[case.compiled] * case.launches
+            + case.serial_s)
 
 
 def _priors(catalog: Catalog, cases: list[Case]) -> dict[str, float]:
@@ -117,8 +139,10 @@ def _priors(catalog: Catalog, cases: list[Case]) -> dict[str, float]:
 
     out: dict[str, float] = {}
     for c in cases:
-        b, a = c.pair.split("@")
-        out[c.pair] = attention_eta_prior(catalog, b, a)
+        b, g = c.pair.split("@")
+        gpus = [x for x in catalog.gpus.values() if x.group == g]
+        arch = gpus[0].arch if gpus else g
+        out[c.pair] = attention_eta_prior(catalog, b, arch) if b in catalog.optimizations.attention_backends else 0.35
     return out
 
 
@@ -136,20 +160,31 @@ def fit_cases(catalog: Catalog, cases: list[Case], priors: dict[str, float] | No
         raise UsageError("the time-model fit needs at least one anchor that is not an outlier")
     priors = priors if priors is not None else _priors(catalog, cases)
     pairs = sorted({c.pair for c in cases} | set(priors))
-    names = ["eta_gemm", "passes_eager", "passes_compiled", "launch_eager_s"] + [f"eta_attn[{p}]" for p in pairs]
+    archs = sorted({_arch(c) for c in cases})
+    arch_names = [f"gemm_arch[{a}]" for a in archs] + [f"elem_arch[{a}]" for a in archs]
+    names = (["eta_gemm", "passes_eager", "passes_compiled", "launch_eager_s"] + [f"eta_attn[{p}]" for p in pairs]
+             + arch_names)
     init = dict(DEFAULTS)
     init.update({f"eta_attn[{p}]": priors.get(p, 0.35) for p in pairs})
+    init.update({n: 1.0 for n in arch_names})
     if base is not None:
         init.update({"eta_gemm": base.eta_gemm, "passes_eager": base.passes[False],
                      "passes_compiled": base.passes[True], "launch_eager_s": base.launch[False]})
         init.update({f"eta_attn[{b}@{a}]": v for (b, a), v in base.eta_attn.items() if f"{b}@{a}" in pairs})
+        init.update({f"gemm_arch[{a}]": v for a, v in base.gemm_arch.items() if a in archs})
+        init.update({f"elem_arch[{a}]": v for a, v in base.elem_arch.items() if a in archs})
+    caps = {c.pair: c.gemm_cap for c in cases}
     lo = {n: BOUNDS.get(n, (ETA_MIN, 1.0))[0] for n in names}
-    hi = {n: BOUNDS.get(n, (ETA_MIN, 1.0))[1] for n in names}
+    hi = {n: BOUNDS.get(n, (ETA_MIN, _attn_upper(catalog, n, caps)))[1] for n in names}
+    for n in arch_names:
+        lo[n], hi[n] = ARCH_FACTOR_BOUNDS
     used = {"eta_gemm": any(c.gemm_fixed is None for c in cases),
             "passes_eager": any(not c.compiled for c in cases),
             "passes_compiled": any(c.compiled for c in cases),
             "launch_eager_s": any(not c.compiled for c in cases)}
     used.update({f"eta_attn[{p}]": True for p in pairs})
+    used.update({f"gemm_arch[{a}]": any(c.gemm_fixed is None and _arch(c) == a for c in cases) for a in archs})
+    used.update({f"elem_arch[{a}]": True for a in archs})
     if free_only is not None:
         used = {n: n in free_only for n in names}
         priors = {}
@@ -158,10 +193,12 @@ def fit_cases(catalog: Catalog, cases: list[Case], priors: dict[str, float] | No
         raise UsageError("nothing to fit: every parameter is fixed")
     idx = {n: i for i, n in enumerate(free)}
     sigma = catalog.efficiency.prior_sigma
+    arch_sigma = catalog.efficiency.arch_sigma
     prior_rows = [(idx[f"eta_attn[{p}]"], math.log(v)) for p, v in priors.items() if f"eta_attn[{p}]" in idx]
     if "eta_gemm" in idx and catalog.efficiency.eta_gemm_prior is not None and free_only is None:
         init["eta_gemm"] = catalog.efficiency.eta_gemm_prior
         prior_rows.append((idx["eta_gemm"], math.log(catalog.efficiency.eta_gemm_prior)))
+    arch_rows = [(idx[n], 0.0) for n in arch_names if n in idx and free_only is None]
     z = [math.log(init[n]) for n in free]
     zlo = [math.log(lo[n]) for n in free]
     zhi = [math.log(hi[n]) for n in free]
@@ -177,12 +214,15 @@ def fit_cases(catalog: Catalog, cases: list[Case], priors: dict[str, float] | No
         r: list[float] = []
         jac: list[list[float]] = []
         for c in cases:
-            eta_g = c.gemm_fixed if c.gemm_fixed is not None else v["eta_gemm"]
+            arch = _arch(c)
+            g_key, e_key = f"gemm_arch[{arch}]", f"elem_arch[{arch}]"
+            raw_g = v["eta_gemm"] * v[g_key]
+            eta_g = c.gemm_fixed if c.gemm_fixed is not None else min(raw_g, c.gemm_cap)
             gemm_t = c.a_gemm / eta_g
             att_key = f"eta_attn[{c.pair}]"
             pas_key = "passes_compiled" if c.compiled else "passes_eager"
             att_t = c.a_attn / v[att_key]
-            elem_t = v[pas_key] * c.c_elem
+            elem_t = v[pas_key] * v[e_key] * c.c_elem
             lau_t = 0.0 if c.compiled else v["launch_eager_s"] * c.launches
             t = max(gemm_t, c.b_weights) + att_t + elem_t + lau_t + c.serial_s
             if not 0 < t < math.inf:  # the schema's ranges keep GPU figures away from this; a model with no work
@@ -191,12 +231,17 @@ def fit_cases(catalog: Catalog, cases: list[Case], priors: dict[str, float] | No
                                  f"cannot be fitted; fix the figures of models.{a.model} or gpus.{a.gpu}, or drop it")
             r.append(math.log(t / c.anchor.measured_s))
             row = [0.0] * n_free
-            if c.gemm_fixed is None and gemm_t >= c.b_weights and "eta_gemm" in idx:
+            gemm_live = c.gemm_fixed is None and gemm_t >= c.b_weights and raw_g < c.gemm_cap
+            if gemm_live and "eta_gemm" in idx:
                 row[idx["eta_gemm"]] = -gemm_t / t
+            if gemm_live and g_key in idx:
+                row[idx[g_key]] = -gemm_t / t
             if att_key in idx:
                 row[idx[att_key]] = -att_t / t
             if pas_key in idx:
                 row[idx[pas_key]] = elem_t / t
+            if e_key in idx:
+                row[idx[e_key]] = elem_t / t
             if not c.compiled and "launch_eager_s" in idx:
                 row[idx["launch_eager_s"]] = lau_t / t
             jac.append(row)
@@ -204,6 +249,11 @@ def fit_cases(catalog: Catalog, cases: list[Case], priors: dict[str, float] | No
             r.append((zv[j] - mu) / sigma)
             row = [0.0] * n_free
             row[j] = 1.0 / sigma
+            jac.append(row)
+        for j, mu in arch_rows:
+            r.append((zv[j] - mu) / arch_sigma)
+            row = [0.0] * n_free
+            row[j] = 1.0 / arch_sigma
             jac.append(row)
         return r, jac
 
@@ -243,9 +293,25 @@ def fit_cases(catalog: Catalog, cases: list[Case], priors: dict[str, float] | No
         eta_attn={tuple(p.split("@")): v[f"eta_attn[{p}]"] for p in pairs},  # type: ignore[misc]
         passes={False: v["passes_eager"], True: v["passes_compiled"]},
         launch={False: v["launch_eager_s"], True: 0.0},
-        n_anchors=len(cases), free=free, iterations=it)
+        n_anchors=len(cases), free=free, iterations=it,
+        gemm_arch={a: v[f"gemm_arch[{a}]"] for a in archs}, elem_arch={a: v[f"elem_arch[{a}]"] for a in archs})
     logs = [math.log(predict(c, fr) / c.anchor.measured_s) for c in cases]
     return FitResult(**{**fr.__dict__, "rms_log_residual": math.sqrt(sum(x * x for x in logs) / len(logs))})
+
+
+def _arch(case: Case) -> str:
+    """The fit group of a case: its GPU's ``fit_group``, else the architecture of its backend pair."""
+    return case.group or case.pair.split("@")[1]
+
+
+def _attn_upper(catalog: Catalog, name: str, caps: dict[str, float]) -> float:
+    """Upper bound of a fitted attention η: 1 (of the BF16 peak), or the backend's ``max_eta`` for an 8-bit
+    kernel that runs on the INT8/FP8 tensor cores, times the GPU's FP16-accumulate headroom (``gemm_cap``)."""
+    if not name.startswith("eta_attn["):
+        return 1.0
+    pair = name[len("eta_attn["):-1]
+    be = catalog.optimizations.attention_backends.get(pair.split("@")[0])
+    return (be.max_eta if be is not None else 1.0) * caps.get(pair, 1.0)
 
 
 def _solve(a: list[list[float]], b: list[float]) -> list[float]:
@@ -339,3 +405,34 @@ def validate(catalog: Catalog) -> list[ValidationRow]:
             loo = fit_cases(catalog, rest, priors)
         rows.append(ValidationRow(anchor=c.anchor, loo_s=predict(c, loo), in_sample_s=predict(c, full)))
     return rows
+
+
+@dataclass(frozen=True)
+class GroupSummary:
+    """``ledger --validate`` by architecture (fit group): leave-one-out ratios of its non-outlier anchors."""
+
+    group: str
+    anchors: int
+    within: int
+    min_ratio: float
+    max_ratio: float
+    gemm_factor: float
+    elementwise_factor: float
+
+
+def by_group(catalog: Catalog, rows: list[ValidationRow], fr: FitResult) -> list[GroupSummary]:
+    """One :class:`GroupSummary` per fit group (architecture) with anchors, sorted by group name."""
+    groups: dict[str, list[float]] = {}
+    for r in rows:
+        g = catalog.gpus[r.anchor.gpu].group
+        ratios = groups.setdefault(g, [])
+        if r.anchor.outlier is None:
+            ratios.append(r.ratio)
+    out = []
+    for g, ratios in sorted(groups.items()):
+        ok = [x for x in ratios if TARGET[0] <= x <= TARGET[1]]
+        out.append(GroupSummary(group=g, anchors=len(ratios), within=len(ok),
+                                min_ratio=min(ratios) if ratios else math.nan,
+                                max_ratio=max(ratios) if ratios else math.nan,
+                                gemm_factor=fr.gemm_arch.get(g, 1.0), elementwise_factor=fr.elem_arch.get(g, 1.0)))
+    return out

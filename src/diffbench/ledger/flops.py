@@ -51,7 +51,12 @@ def forward_flops(model: ModelSpec, tokens: Tokens, width: int, height: int) -> 
         n = tokens.seq if g.seq == "joint" else tokens.visual
         p_tok = g.tok_params_d2 * d * d + g.tok_params_ffn * d * den.ffn
         lin = 2.0 * p_tok * n + 2.0 * g.text_kv_d2 * d * d * tokens.text_cross
-        att = 4.0 * n * n * d if g.self_attn else 0.0
+        if not g.self_attn:
+            att = 0.0
+        elif den.attention_kind == "linear":  # ReLU linear attention: KᵀV then Q(KᵀV), 4·N·d·head_dim
+            att = 4.0 * n * d * den.head_dim
+        else:
+            att = 4.0 * n * n * d
         if g.cross_attn:
             att += 4.0 * n * tokens.text_cross * d
         linear += g.count * lin
@@ -92,7 +97,8 @@ def vae_decode_flops(model: ModelSpec, width: int, height: int, latent_frames: i
         assert vae.flops_per_mpx_per_latent_frame is not None
         return vae.flops_per_mpx_per_latent_frame * px / 1e6 * latent_frames
     assert vae.conv_flops_at_1024 is not None
-    n = (width // 8) * (height // 8)
+    c = vae.spatial_compression
+    n = (width // c) * (height // c)
     return vae.conv_flops_at_1024 * px / _REF_PX + 4.0 * n * n * vae.mid_attn_channels
 
 

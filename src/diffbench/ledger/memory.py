@@ -18,7 +18,7 @@ from diffbench.errors import UsageError
 from diffbench.ledger.schema import Catalog, ModelSpec
 from diffbench.ledger.tokens import Tokens
 
-Precision = Literal["bf16", "fp8", "int4"]
+Precision = Literal["bf16", "fp8", "int4", "nf4", "int8"]
 Offload = Literal["none", "model", "group", "sequential"]
 
 

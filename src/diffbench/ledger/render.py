@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from diffbench.ledger.account import LedgerResult
-from diffbench.ledger.fit import TARGET, FitResult, ValidationRow
+from diffbench.ledger.fit import TARGET, FitResult, GroupSummary, ValidationRow
 from diffbench.ledger.multigpu import ParallelPlan
 
 GIB = 2**30
@@ -91,7 +91,20 @@ def ledger_renderable(r: LedgerResult, suggestions: list[str] | None = None,
     return Group(*parts)
 
 
-def validate_table(rows: list[ValidationRow], fr: FitResult) -> Group:
+def group_table(groups: list[GroupSummary]) -> Table:
+    """``ledger --validate`` by architecture: anchors, how many are within the target, the range of their
+    leave-one-out ratios and the architecture's fitted factors on η_gemm and on the elementwise passes."""
+    t = Table(title=f"leave-one-out by architecture (target {TARGET[0]}-{TARGET[1]})")
+    for col in ("architecture", "anchors", "within", "min ratio", "max ratio", "η_gemm ×", "elementwise ×"):
+        t.add_column(col, justify="left" if col == "architecture" else "right")
+    for g in groups:
+        empty = g.anchors == 0
+        t.add_row(g.group, str(g.anchors), f"{g.within}/{g.anchors}", "—" if empty else f"{g.min_ratio:.3f}",
+                  "—" if empty else f"{g.max_ratio:.3f}", f"{g.gemm_factor:.3f}", f"{g.elementwise_factor:.3f}")
+    return t
+
+
+def validate_table(rows: list[ValidationRow], fr: FitResult, groups: list[GroupSummary] | None = None) -> Group:
     """``ledger --validate``: one row per anchor (published, leave-one-out and in-sample predictions); the reasons
     of outliers are footnotes under the table (a long reason in a column would make it unreadable)."""
     t = Table(title=f"time model vs published latencies (leave-one-out; target {TARGET[0]}-{TARGET[1]})")
@@ -121,4 +134,4 @@ def validate_table(rows: list[ValidationRow], fr: FitResult) -> Group:
                    f"η_attn {attn}; elementwise passes/block eager {fr.passes[False]:.1f}, compiled "
                    f"{fr.passes[True]:.1f}; launch {fr.launch[False] * 1e3:.3f} ms/forward eager; "
                    f"RMS log residual {fr.rms_log_residual:.3f}")
-    return Group(t, *footnotes, summary)
+    return Group(t, *footnotes, *([group_table(groups)] if groups else []), summary)

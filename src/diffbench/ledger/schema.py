@@ -14,6 +14,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+Arch = Literal["ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4"]
+"""GPU architectures: NVIDIA Ampere/Ada/Hopper/Blackwell, AMD CDNA 3 (MI300X, MI325X) and CDNA 4 (MI355X)."""
+
+AMD_ARCHS = ("cdna3", "cdna4")
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -68,6 +73,10 @@ class Denoiser(_Strict):
     extra_params: float = Field(default=0.0, ge=0)
     params: float = Field(gt=0, description="parameters used for weight memory (per expert)")
     published_params: float | None = Field(default=None, gt=0)
+    patch_size: int = Field(default=2, gt=0, description="spatial patch side in latent pixels (FLUX, Wan: 2)")
+    patch_t: int = Field(default=1, gt=0, description="temporal patch in latent frames (video)")
+    attention_kind: Literal["softmax", "linear"] = Field(
+        default="softmax", description="linear: attention cost grows with N, not N² (SANA's ReLU linear attention)")
     source: str = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -97,6 +106,8 @@ class Vae(_Strict):
     tile_px: int = Field(default=512, gt=0, description="tile side when tiling is on")
     tiling: bool = Field(default=True, description="decoder supports tiled decode (AutoencoderKLWan does not)")
     flops_per_mpx_per_latent_frame: float | None = Field(default=None, gt=0)
+    spatial_compression: int = Field(default=8, gt=0, description="pixels per latent pixel along each side")
+    latent_channels: int | None = Field(default=None, gt=0)
     source: str = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -112,6 +123,19 @@ class FewStep(_Strict):
     name: str
     steps: int = Field(gt=0)
     forwards_per_step: int = Field(default=1, ge=1, le=2)
+    source: str = Field(min_length=1)
+
+
+class Conditioning(_Strict):
+    """What an image-to-video variant adds to the text-to-video work of the same denoiser.
+
+    ``latent_frames``: conditioning latent frames appended to the denoiser's sequence (0 when the image
+    replaces the first latent frame or enters by channel concatenation); ``cross_tokens``: image-embedding tokens
+    the cross-attention reads besides the text (Wan2.1-I2V's CLIP ViT-H/14: 257). The VAE encode of the
+    conditioning image is not timed."""
+
+    latent_frames: int = Field(default=0, ge=0)
+    cross_tokens: int = Field(default=0, ge=0)
     source: str = Field(min_length=1)
 
 
@@ -135,7 +159,13 @@ class ModelSpec(_Strict):
     text_encoders: list[TextEncoder]
     vae: Vae
     few_step: FewStep | None = None
+    conditioning: Conditioning | None = None
     source: str = Field(min_length=1)
+
+    @property
+    def patch_px(self) -> int:
+        """Pixels per token along each side: VAE spatial compression × denoiser patch (FLUX 8 × 2 = 16)."""
+        return self.vae.spatial_compression * self.denoiser.patch_size
 
 
 GPU_RANGES: dict[str, tuple[float, float, str]] = {
@@ -151,10 +181,18 @@ to a B200's 2,250 TFLOPS and 8,000 GB/s), so a new GPU fits and a unit slip (TFL
 
 
 class GpuSpec(_Strict):
+    """A GPU. ``nvlink_gbps``: the scale-up link per direction (NVLink; AMD Infinity Fabric/xGMI);
+    ``int8_tops``: dense INT8 tensor rate (8-bit attention kernels such as SageAttention's INT8 QKᵀ)."""
+
     display_name: str
-    arch: Literal["ampere", "ada", "hopper", "blackwell"]
+    arch: Arch
     bf16_tflops: float = Field(gt=0)
     fp8_tflops: float | None = Field(default=None, gt=0)
+    int8_tops: float | None = Field(default=None, gt=0)
+    fp16_acc_tflops: float | None = Field(
+        default=None, gt=0, description="dense FP16 rate with FP16 accumulation where it differs (GeForce: 2× BF16)")
+    fit_group: str | None = Field(
+        default=None, min_length=1, description="group whose fitted factors this GPU shares (default: its arch)")
     memory_gib: float = Field(gt=0)
     mem_bw_gbps: float = Field(gt=0)
     nvlink_gbps: float | None = Field(default=None, gt=0, description="per direction")
@@ -174,6 +212,22 @@ class GpuSpec(_Strict):
             raise ValueError(f"{value:g} is outside [{lo:g}, {hi:g}] {unit}, the range of any GPU (a unit slip?); "
                              "give the datasheet figure in those units")
         return value
+
+    @property
+    def group(self) -> str:
+        """The group of the per-architecture factors of the anchor fit: ``fit_group``, else ``arch``."""
+        return self.fit_group or self.arch
+
+    @property
+    def gemm_eta_cap(self) -> float:
+        """Upper bound of the GEMM η (a fraction of ``bf16_tflops``): 1, or the FP16-accumulate rate ÷ BF16 where
+        the datasheet gives one (published runs on such cards sustain more than the FP32-accumulate peak)."""
+        return max(1.0, (self.fp16_acc_tflops or 0.0) / self.bf16_tflops)
+
+    @property
+    def vendor(self) -> str:
+        """``amd`` for CDNA architectures, else ``nvidia``."""
+        return "amd" if self.arch in AMD_ARCHS else "nvidia"
 
 
 class MemoryFacts(_Strict):
@@ -228,6 +282,7 @@ class Efficiency(_Strict):
     eta_gemm_eager: float | None = Field(default=None, gt=0, le=1)
     eta_gemm_compiled: float | None = Field(default=None, gt=0, le=1)
     prior_sigma: float = Field(default=0.5, gt=0)
+    arch_sigma: float = Field(default=0.5, gt=0, description="prior spread (natural log) of per-architecture factors")
     eta_gemm_prior: float | None = Field(default=0.7, gt=0, le=1)
     per_gpu: dict[str, GpuEfficiency] = Field(default_factory=dict)
     source: str = Field(min_length=1)
@@ -265,7 +320,7 @@ class Anchor(_Strict):
     cfg: float | None = Field(default=None, ge=0)
     attention: str = "sdpa"
     compile: bool = False
-    precision: Literal["bf16", "fp8", "int4"] = "bf16"
+    precision: Literal["bf16", "fp8", "int4", "nf4", "int8"] = "bf16"
     measured_s: float = Field(gt=0)
     covers: Literal["denoise", "end_to_end"]
     outlier: str | None = None
@@ -274,13 +329,39 @@ class Anchor(_Strict):
 
 class AttentionBackend(_Strict):
     """``eta``: fraction of the BF16 dense peak the attention core reaches; ``eta_by_arch``: per-architecture
-    values where they differ (sourced; the fit starts from and is pulled toward them)."""
+    values where they differ (sourced; the fit starts from and is pulled toward them). ``tensor_cores``:
+    ``int8``/``fp8`` for a kernel that runs its matmuls on the 8-bit tensor cores, whose η may exceed 1 of the
+    BF16 peak (up to ``max_eta``); ``requires_arch``: the architectures it runs on (empty: all)."""
 
-    eta: float = Field(gt=0, le=1)
+    eta: float = Field(gt=0, le=2)
     eta_by_arch: dict[str, float] = Field(default_factory=dict)
     lossless: bool
     psnr_db: float | None = Field(default=None, gt=0)
     requires_arch: list[str] = Field(default_factory=list)
+    tensor_cores: Literal["bf16", "int8", "fp8"] = "bf16"
+    source: str = Field(min_length=1)
+
+    @property
+    def max_eta(self) -> float:
+        """Upper bound of η as a fraction of the BF16 peak: 1, or 2 for an 8-bit kernel (8-bit rate = 2× BF16)."""
+        return 1.0 if self.tensor_cores == "bf16" else 2.0
+
+    @model_validator(mode="after")
+    def _eta_bound(self) -> AttentionBackend:
+        for where, v in [("eta", self.eta), *((f"eta_by_arch.{a}", x) for a, x in self.eta_by_arch.items())]:
+            if not 0 < v <= self.max_eta:
+                raise ValueError(f"{where} {v}: must be in (0, {self.max_eta:g}] of the BF16 peak "
+                                 f"(tensor_cores {self.tensor_cores})")
+        return self
+
+
+class SdpaRule(_Strict):
+    """Which kernel ``torch.nn.functional.scaled_dot_product_attention`` runs: ``torch`` is a version range
+    (``>=2.5``, ``<2.5``, ``any``), ``arch`` an architecture, ``backend`` the named backend it resolves to."""
+
+    torch: str = Field(min_length=1)
+    arch: str = Field(min_length=1)
+    backend: str = Field(min_length=1)
     source: str = Field(min_length=1)
 
 
@@ -339,10 +420,28 @@ class Offload(_Strict):
     source: str = Field(min_length=1)
 
 
+class WeightQuant(_Strict):
+    """A weight quantization the planner may take (INT8 W8A8 / weight-only, NF4 weight-only).
+
+    ``denoise_speedup``: BF16 denoiser time ÷ quantized time on ``archs`` when both fit (< 1: slower);
+    ``bytes_per_param``: stored bytes per weight, scales included; ``psnr_db``: estimated PSNR vs BF16."""
+
+    method: str
+    archs: list[str] = Field(min_length=1)
+    denoise_speedup: float = Field(gt=0)
+    eager_speedup: float | None = Field(default=None, gt=0, description="the same ratio without torch.compile")
+    bytes_per_param: float = Field(gt=0)
+    psnr_db: float = Field(gt=0)
+    source: str = Field(min_length=1)
+
+
 class Optimizations(_Strict):
     attention_backends: dict[str, AttentionBackend]
+    sdpa_resolution: list[SdpaRule] = Field(default_factory=list)
     fp8_linear: Fp8Linear
     int4_linear: Int4Linear
+    int8_linear: WeightQuant | None = None
+    nf4_weights: WeightQuant | None = None
     step_cache: StepCache
     sparse_attention: SparseAttention
     offload: Offload
@@ -378,6 +477,10 @@ class Catalog(_Strict):
         sp = self.sp_anchor
         if sp.model not in self.models or sp.gpu not in self.gpus:
             raise ValueError(f"sp_anchor: model {sp.model!r} / gpu {sp.gpu!r} must be in the catalog")
+        for i, rule in enumerate(self.optimizations.sdpa_resolution):
+            if rule.backend not in backends:
+                raise ValueError(f"optimizations.sdpa_resolution[{i}]: backend {rule.backend!r} is not an attention "
+                                 "backend")
         for gid in self.efficiency.per_gpu:
             if gid not in self.gpus:
                 raise ValueError(f"efficiency.per_gpu: {gid!r} is not a GPU in the catalog")

@@ -139,6 +139,41 @@ def denoise_work(catalog: Catalog, model: ModelSpec, tokens: Tokens, width: int,
         forwards=n_fwd * batch, launches=launches)
 
 
+def int8_factor(catalog: Catalog, gpu: GpuSpec, precision: str, compiled: bool) -> float:
+    """GEMM time multiplier of INT8 W8A8 against BF16: 1 ÷ ``int8_linear.denoise_speedup`` compiled (÷
+    ``eager_speedup`` eager), 1 for any other precision.
+
+    Raises:
+        UsageError: ``int8`` on an architecture outside ``int8_linear.archs`` or a catalog without it.
+    """
+    if precision != "int8":
+        return 1.0
+    q = catalog.optimizations.int8_linear
+    if q is None or gpu.arch not in q.archs:
+        where = "/".join(q.archs) if q is not None else "no architecture (optimizations.int8_linear is unset)"
+        raise UsageError(f"--precision int8: INT8 kernels run on {where}; {gpu.display_name} is {gpu.arch}; "
+                         "use bf16 or fp8")
+    speedup = q.denoise_speedup if compiled or q.eager_speedup is None else q.eager_speedup
+    return 1.0 / speedup
+
+
+def nf4_factor(catalog: Catalog, gpu: GpuSpec, precision: str) -> float:
+    """GEMM time multiplier of NF4 weight-only (W4A16) against BF16: 1 ÷ ``nf4_weights.denoise_speedup`` on its
+    architectures, 1 for any other precision.
+
+    Raises:
+        UsageError: ``nf4`` on an architecture without its kernels, or a catalog without ``nf4_weights``.
+    """
+    if precision != "nf4":
+        return 1.0
+    nf4 = catalog.optimizations.nf4_weights
+    if nf4 is None or gpu.arch not in nf4.archs:
+        where = "/".join(nf4.archs) if nf4 is not None else "no architecture (optimizations.nf4_weights is unset)"
+        raise UsageError(f"--precision nf4: NF4 kernels run on {where}; {gpu.display_name} is {gpu.arch}; "
+                         "use bf16 or fp8")
+    return 1.0 / nf4.denoise_speedup
+
+
 def int4_effective(catalog: Catalog, gpu: GpuSpec, precision: str) -> bool:
     """INT4 (W4A4 + low-rank) speeds GEMMs only on the architectures with the 4-bit kernels."""
     return precision == "int4" and gpu.arch in catalog.optimizations.int4_linear.requires_arch
@@ -150,10 +185,11 @@ def fp8_effective(gpu: GpuSpec, precision: str) -> bool:
 
 
 def denoise_time(catalog: Catalog, work: DenoiseWork, gpu: GpuSpec, etas: Etas, precision: str,
-                 cache_speedup: float = 1.0, attention_speedup: float = 1.0) -> DenoiseTime:
+                 cache_speedup: float = 1.0, attention_speedup: float = 1.0, compiled: bool = True) -> DenoiseTime:
     """Seconds per kernel class of one request's denoise loop (see the module docstring).
 
-    ``cache_speedup`` divides every class (skipped forwards); ``attention_speedup`` the attention core."""
+    ``cache_speedup`` divides every class (skipped forwards); ``attention_speedup`` the attention core;
+    ``compiled`` picks the INT8 speed ratio (torch.compile or eager)."""
     bw = gpu.mem_bw_gbps * 1e9 * etas.mem
     if fp8_effective(gpu, precision):
         assert gpu.fp8_tflops is not None
@@ -162,6 +198,7 @@ def denoise_time(catalog: Catalog, work: DenoiseWork, gpu: GpuSpec, etas: Etas, 
         compute = work.linear_flops / (gpu.bf16_tflops * TERA * etas.gemm)
         if int4_effective(catalog, gpu, precision):
             compute /= catalog.optimizations.int4_linear.gemm_speedup
+        compute *= nf4_factor(catalog, gpu, precision) * int8_factor(catalog, gpu, precision, compiled)
     weights = work.weight_bytes / bw
     lin = max(compute, weights)
     att = work.attention_flops / (gpu.bf16_tflops * TERA * etas.attention) / attention_speedup

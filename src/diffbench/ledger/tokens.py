@@ -4,6 +4,11 @@ Images (DiT): N_img = (H/16)·(W/16) for an 8× VAE with 2×2 patches (FLUX: aut
 and 64 = 16·2·2 packed input channels, black-forest-labs/flux@802fb47:src/flux/util.py); joint-attention
 models add their text tokens to the attention sequence. Video: N_vid = (1 + (F−1)/4)·(H/16)·(W/16) for a 4×
 temporal VAE (Wan's ``seq_len``, Wan-Video/Wan2.1@9737cba:wan/text2video.py L160-166).
+
+Models whose VAE compresses more or whose patch differs state it in the catalog (``vae.spatial_compression``,
+``denoiser.patch_size``, ``denoiser.patch_t``, ``temporal_compression``): tokens per latent frame =
+(H/(c·p))·(W/(c·p)), latent frames = 1 + (F−1)/t grouped by ``patch_t``. An image-to-video variant adds its
+``conditioning.latent_frames`` to the sequence and its ``conditioning.cross_tokens`` to the cross-attention.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from diffbench.core import shapes as core_shapes
 from diffbench.errors import ShapeError, UsageError
 from diffbench.ledger.schema import ModelSpec
 
-PATCH_PX = 16  # 8× VAE × 2×2 patch (see the module docstring)
+PATCH_PX = 16  # 8× VAE × 2×2 patch, the default of ModelSpec.patch_px (see the module docstring)
 
 
 class Tokens(BaseModel):
@@ -103,12 +108,18 @@ def count_tokens(model: ModelSpec, width: int, height: int, frames: int = 1,
     For a UNet (SDXL) ``visual`` is the latent grid of the first attention level, (H/16)·(W/16).
     """
     latent_frames = 1 if model.kind == "image" else 1 + (frames - 1) // model.temporal_compression
-    visual = latent_frames * (height // PATCH_PX) * (width // PATCH_PX)
+    cond = model.conditioning
+    patch_t = model.denoiser.patch_t
+    token_frames = -(-(latent_frames + (cond.latent_frames if cond else 0)) // patch_t)
+    px = model.patch_px
+    visual = token_frames * (height // px) * (width // px)
     joint = model.text_tokens_joint
     if text_tokens is not None and joint:
         joint = text_tokens
     cross = model.text_tokens_cross
     if text_tokens is not None and cross:
         cross = text_tokens
+    if cond is not None:
+        cross += cond.cross_tokens
     return Tokens(visual=visual, text_joint=joint, text_cross=cross, latent_frames=latent_frames,
                   seq=visual + joint)

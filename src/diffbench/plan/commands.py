@@ -13,7 +13,8 @@ from diffbench.ledger.account import LedgerConfig
 from diffbench.plan.models import PlanConfig
 
 # ledger attention ids -> diffusers attention backend names (diffusers.models.attention_dispatch)
-ATTENTION_BACKENDS = {"sdpa": None, "fa3": "_flash_3", "sage8": "sage"}
+ATTENTION_BACKENDS = {"sdpa": None, "fa3": "_flash_3", "sage8": "sage", "sage": "sage", "flash2": "flash",
+                      "cudnn": "_native_cudnn", "aiter": "aiter", "ck": "flash"}
 
 
 def _shape(cfg: PlanConfig, frames: int) -> str:
