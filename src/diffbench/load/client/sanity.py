@@ -72,10 +72,21 @@ def is_black(img: Image.Image) -> bool:
 
 
 def max_std(img: Image.Image) -> float:
-    """The largest per-channel pixel standard deviation of ``img`` (8-bit levels, population std)."""
-    from PIL import ImageStat
+    """The largest per-channel pixel standard deviation of ``img`` (8-bit levels, population std).
 
-    return float(max(ImageStat.Stat(_rgb(img)).stddev))
+    From Pillow's per-channel histogram (one C pass) with NumPy: sqrt(E[x²] − E[x]²) over the 256 levels of
+    each channel. (``PIL.ImageStat`` gives the same figure from the same histogram but loops over its bins in
+    Python: ~0.5 ms per image whatever its size, which at 1,000 small answers/s costs half a core.)
+    """
+    import numpy as np
+
+    rgb = _rgb(img)
+    hist = np.asarray(rgb.histogram(), dtype=np.float64).reshape(len(rgb.getbands()), 256)
+    levels = np.arange(256, dtype=np.float64)
+    n = hist.sum(axis=1)
+    mean = hist @ levels / n
+    var = np.maximum(hist @ (levels * levels) / n - mean * mean, 0.0)
+    return float(np.sqrt(var).max())
 
 
 def image_kind(img: Image.Image, frame: bool = False) -> tuple[InvalidKind | None, str | None]:
