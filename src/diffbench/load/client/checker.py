@@ -20,8 +20,8 @@ so a fast service would be reported slow (measured by ``benchmarks/bench_load_cl
   most 50 tasks per second per stream of small answers, and a large body is sent without waiting. Each
   returned task wakes the executor's result thread, which takes the GIL from the measuring loop: measured
   with ``benchmarks/bench_load_client.py --only 1000 --score`` on 2 CPUs (alternated runs), a 2 ms window
-  gave a dispatch lag p50 of 3.3-3.6 ms, 20 ms 0.7-1.4 ms (50 ms no better). The window only delays the
-  verdict, which is taken outside the timed region.
+  gave a dispatch lag p50 of 3.3-3.6 ms, 20 ms 0.7-2.4 ms (50 ms no better; that machine's run-to-run
+  noise is of the same size). The window only delays the verdict, which is taken outside the timed region.
 - **Failures are data**: a check that raises, and a worker process that dies (``BrokenProcessPool``),
   give a :class:`~diffbench.load.client.payload.Verdict` that is not ok, with the error ``payload check
   failed in the client: ...``; a broken pool is replaced (at most ``max_restarts`` times, then every
