@@ -71,6 +71,7 @@ def _mix_under_load(cfg: ServerConfig, tmp_path: Path) -> None:
     assert exported == count >= swapped
 
 
+@pytest.mark.slow
 def test_a_lora_mix_against_the_sim_service(tmp_path: Path) -> None:
     sim = SimParams(realtime=True, compile_s=0.0, jitter=0.0, tail_prob=0.0, step_s=0.001)
     _mix_under_load(ServerConfig(engine=EngineConfig(engine="sim", sim=sim, adapters={"a": "/a", "b": "/b"})),
