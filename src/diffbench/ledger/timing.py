@@ -31,7 +31,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from diffbench.errors import UsageError
-from diffbench.ledger.schema import Catalog, GpuSpec, ModelSpec
+from diffbench.ledger.schema import Catalog, GpuSpec, ModelSpec, WeightQuant
 from diffbench.ledger.tokens import Tokens
 
 TERA = 1e12
@@ -139,6 +139,19 @@ def denoise_work(catalog: Catalog, model: ModelSpec, tokens: Tokens, width: int,
         forwards=n_fwd * batch, launches=launches)
 
 
+def _supported(entry: WeightQuant | None, precision: str, key: str, gpu: GpuSpec) -> WeightQuant:
+    """The catalog's ``optimizations.<key>`` entry when ``gpu``'s architecture runs its kernels.
+
+    Raises:
+        UsageError: the entry is unset or ``gpu``'s architecture is not among its ``archs``.
+    """
+    if entry is None or gpu.arch not in entry.archs:
+        where = "/".join(entry.archs) if entry is not None else f"no architecture (optimizations.{key} is unset)"
+        raise UsageError(f"--precision {precision}: {precision.upper()} kernels run on {where}; "
+                         f"{gpu.display_name} is {gpu.arch}; use bf16 or fp8")
+    return entry
+
+
 def int8_factor(catalog: Catalog, gpu: GpuSpec, precision: str, compiled: bool) -> float:
     """GEMM time multiplier of INT8 W8A8 against BF16: 1 ÷ ``int8_linear.denoise_speedup`` compiled (÷
     ``eager_speedup`` eager), 1 for any other precision.
@@ -148,11 +161,7 @@ def int8_factor(catalog: Catalog, gpu: GpuSpec, precision: str, compiled: bool) 
     """
     if precision != "int8":
         return 1.0
-    q = catalog.optimizations.int8_linear
-    if q is None or gpu.arch not in q.archs:
-        where = "/".join(q.archs) if q is not None else "no architecture (optimizations.int8_linear is unset)"
-        raise UsageError(f"--precision int8: INT8 kernels run on {where}; {gpu.display_name} is {gpu.arch}; "
-                         "use bf16 or fp8")
+    q = _supported(catalog.optimizations.int8_linear, "int8", "int8_linear", gpu)
     speedup = q.denoise_speedup if compiled or q.eager_speedup is None else q.eager_speedup
     return 1.0 / speedup
 
@@ -166,12 +175,7 @@ def nf4_factor(catalog: Catalog, gpu: GpuSpec, precision: str) -> float:
     """
     if precision != "nf4":
         return 1.0
-    nf4 = catalog.optimizations.nf4_weights
-    if nf4 is None or gpu.arch not in nf4.archs:
-        where = "/".join(nf4.archs) if nf4 is not None else "no architecture (optimizations.nf4_weights is unset)"
-        raise UsageError(f"--precision nf4: NF4 kernels run on {where}; {gpu.display_name} is {gpu.arch}; "
-                         "use bf16 or fp8")
-    return 1.0 / nf4.denoise_speedup
+    return 1.0 / _supported(catalog.optimizations.nf4_weights, "nf4", "nf4_weights", gpu).denoise_speedup
 
 
 def int4_effective(catalog: Catalog, gpu: GpuSpec, precision: str) -> bool:
