@@ -161,7 +161,7 @@ def test_estimated_wait_comes_from_the_calibration_baselines(gated_engine):
     cal = Calibration(model="sim", fingerprint=fp, fingerprint_id=fingerprint_id(fp), slo_s=30.0,
                       shapes={"32x32": ShapeBaseline(step_s=0.5, steps=2, stages=StageBaselines(
                           text_encode=0.25, denoise=1.0, vae_decode=0.25))})
-    per_request = 2 * 0.5 + 0.25 + 0.25  # steps × step baseline + text encode + VAE decode (§3.4)
+    per_request = 2 * 0.5 + 0.25 + 0.25  # steps × step baseline + text encode + VAE decode (the admission estimate: docs/reference/metrics.md, diffusion_queue_estimated_wait_seconds)
     with TestClient(_app(gated_engine, calibration=cal, shapes=("32x32",))) as c:
         threads = [threading.Thread(target=lambda: c.post(IMG, json={"prompt": "a", "size": "32x32",
                                                                         "num_inference_steps": 2}))

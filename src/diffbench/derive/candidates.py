@@ -129,7 +129,7 @@ def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
 
 
 def lossless_candidates(engine: EngineConfig, backends: list[str]) -> list[Candidate]:
-    """② in the design's order: attention backends (given, else the CUDA ones), compile, fused projections."""
+    """② of the derivation order (docs/guides/derive.md, "The order"): attention backends (given, else the CUDA ones), compile, fused projections."""
     names = backends or (list(CUDA_BACKENDS) if engine.device.startswith("cuda") else [])
     out = [Candidate(f"attention {b}", 2, {"attention_backend": b},
                      {"attention": "fa3"} if b == "_flash_3" else {}) for b in names]
