@@ -96,6 +96,7 @@ class Opts:
     use_uvloop: bool
     score: bool = False
     ref_dir: str = ""
+    defer: bool = False
 
 
 # ------------------------------------------------------------------------------------------- helpers
@@ -159,8 +160,8 @@ def reference_for(size: tuple[int, int], opts: Opts) -> ReferenceRequest | None:
 
 
 async def _diffbench(url: str, size: tuple[int, int], schedule: np.ndarray, rate: float, duration: float,
-                     timeout_s: float, ref: ReferenceRequest | None = None) -> list[RequestRecord]:
-    backend = HttpBackend(Target(base_url=url, timeout_s=timeout_s))
+                     timeout_s: float, ref: ReferenceRequest | None = None, defer: bool = False) -> list[RequestRecord]:
+    backend = HttpBackend(Target(base_url=url, timeout_s=timeout_s, defer_checks=defer))
     await backend.start()
     try:
         planner = RequestPlanner(default_workload(size[0], size[1], 1), ["p"], seed=0,
@@ -177,8 +178,8 @@ async def _diffbench(url: str, size: tuple[int, int], schedule: np.ndarray, rate
 
 def diffbench_run(url: str, size: tuple[int, int], schedule: np.ndarray, rate: float, duration: float,
                   timeout_s: float, opts: Opts) -> list[RequestRecord]:
-    return run_loop(_diffbench(url, size, schedule, rate, duration, timeout_s, reference_for(size, opts)),
-                    opts.use_uvloop)
+    return run_loop(_diffbench(url, size, schedule, rate, duration, timeout_s, reference_for(size, opts),
+                               opts.defer), opts.use_uvloop)
 
 
 def bare_run(url: str, size: tuple[int, int], schedule: np.ndarray, rate: float, timeout_s: float,
@@ -713,6 +714,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--score", action="store_true",
                     help="diffbench scores every answer against a reference (the server's own image), as "
                          "load --reference DIR --quality-sample 1 does; sanity checks are on either way")
+    ap.add_argument("--defer-checks", action="store_true",
+                    help="diffbench holds its checks until each run's last timed answer (load --defer-checks)")
     ap.add_argument("--loop", choices=("uvloop", "asyncio"), default=None,
                     help="event loop for every client (default: uvloop when installed)")
     args = ap.parse_args(argv)
@@ -734,7 +737,7 @@ def main(argv: list[str] | None = None) -> None:
     seconds = args.seconds or (3.0 if args.quick else 10.0)
     opts = Opts(seconds=seconds, repeats=args.repeats, quick=args.quick, use_uvloop=args.loop == "uvloop",
                 inflight_s=3.0 if args.quick else 10.0, inflight_delay_s=4.0 if args.quick else 12.0,
-                probe_s=2.0 if args.quick else 5.0, score=args.score,
+                probe_s=2.0 if args.quick else 5.0, score=args.score, defer=args.defer_checks,
                 ref_dir=tempfile.mkdtemp(prefix="bench_load_client_ref_") if args.score else "")
     if opts.ref_dir:
         atexit.register(shutil.rmtree, opts.ref_dir, True)
@@ -749,7 +752,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         print("QUICK smoke run: short runs; these are not the target figures")
     print(f"{seconds:g} s per run, {args.repeats} interleaved pair(s) per row (bare peer first); diffbench checks: "
-          "decode, size, sanity" + (", scoring against a reference (--score)" if args.score else ""))
+          "decode, size, sanity" + (", scoring against a reference (--score)" if args.score else "")
+          + (", held until each run's last timed answer (--defer-checks)" if args.defer_checks else ""))
     t0 = time.perf_counter()
     table: dict[str, Callable[[], None]] = {
         "500": lambda: row_constant(500.0, opts),

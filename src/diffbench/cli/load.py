@@ -88,6 +88,8 @@ def register(app: typer.Typer) -> None:
         api_key: str | None = typer.Option(_d("api_key"), "--api-key", help=f"Bearer token (or ${API_KEY_ENV})."),
         insecure: bool = typer.Option(_d("insecure"), "--insecure", help="Do not verify TLS certificates."),
         no_decode: bool = typer.Option(_d("no_decode"), "--no-decode", help="Skip decoding images (sizes unchecked)."),
+        defer_checks: bool = typer.Option(_d("defer_checks"), "--defer-checks", help="Hold the payload checks and "
+                                          "scoring until each row's last answer (for a client without spare cores)."),
         jsonl: Path | None = typer.Option(_d("jsonl"), "--jsonl", help="Write one record per request as it ends."),
         json_out: Path | None = typer.Option(_d("json_out"), "--json", help="Write the sweep result (JSON)."),
         csv_out: Path | None = typer.Option(_d("csv_out"), "--csv", help="Write one CSV row per rate / user count."),

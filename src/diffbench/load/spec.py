@@ -95,6 +95,7 @@ class LoadSpec(VllmOptions):
     api_key: str | None = None
     insecure: bool = False
     no_decode: bool = False
+    defer_checks: bool = False
     jsonl: str | None = None
     json_out: str | None = None
     csv_out: str | None = None
@@ -343,7 +344,8 @@ class LoadSpec(VllmOptions):
         return Target(base_url=base_url, dialect=self.dialect, timeout_s=self.timeout,  # type: ignore[arg-type]
                       headers=parse_headers(self.header), api_key=self.api_key, poll_interval_s=self.poll_interval,
                       delete_abandoned=self.delete_abandoned, verify_tls=not self.insecure,
-                      decode_payload=not self.no_decode, abandon_after_s=self.abandon_after,
+                      decode_payload=not self.no_decode, defer_checks=self.defer_checks,
+                      abandon_after_s=self.abandon_after,
                       abandon_fraction=self.abandon_fraction)
 
     @property

@@ -35,7 +35,15 @@ so a fast service would be reported slow (measured by ``benchmarks/bench_load_cl
   its outcome (a process killed with SIGKILL can leave ``diffbench-body-*`` files behind). Measured on a
   busy 2-core machine, 20 hand-offs of 8 MB bodies (trivial check) every 50 ms, the summed delay of a
   1 ms ticker on the loop: 100-140 ms idle, 250-310 ms pickled, 190-200 ms through a file. Smaller
-  bodies are pickled.
+  bodies are pickled. The file is written when the batch is handed to the workers.
+- **Holding** (:meth:`PayloadChecker.hold` / :meth:`PayloadChecker.release`, ``load --defer-checks``): the
+  checks are queued without a task, a file or a worker's CPU until the runner releases them, after the last
+  timed response of a run, or earlier once the held bodies reach ``hold_bytes`` (1 GiB; they are the
+  answers already in memory, so holding copies nothing). On a client machine without a core to spare
+  (the checkers, the measuring process and a local service sharing two CPUs), the checks' CPU then never
+  competes with the measured sends and receptions; the verdicts, and so each record, come after the run's
+  last answer. Released checks go out in tasks of at most ``batch_bytes`` or :data:`MAX_TASK_JOBS` checks,
+  so every worker gets a share.
 """
 
 from __future__ import annotations
@@ -63,6 +71,10 @@ MAX_RESTARTS = 3
 WARM_TRIES = 5
 FILE_BYTES = 256 * 1024
 FAILED = "payload check failed in the client"
+HOLD_BYTES = 1 << 30
+"""Held bodies (bytes) above which :meth:`PayloadChecker.hold` hands its queue to the workers anyway."""
+MAX_TASK_JOBS = 256
+"""Most checks in one task of a released hold (a task of 5,000 small checks would keep one worker busy)."""
 
 Job = tuple[Callable[..., object], tuple[object, ...]]
 
@@ -188,23 +200,27 @@ class PayloadChecker:
         batch_bytes: a task is sent at once when its queued bodies reach this many bytes.
         max_restarts: broken pools replaced before every later check fails.
         file_bytes: a ``bytes`` first argument of at least this size is handed over as a file (None: never).
+        hold_bytes: held bodies above which a hold is handed over anyway (see :meth:`hold`).
     """
 
     def __init__(self, workers: int | None = None, *, window_s: float = WINDOW_S,
                  batch_bytes: int = BATCH_BYTES, max_restarts: int = MAX_RESTARTS,
-                 file_bytes: int | None = FILE_BYTES) -> None:
+                 file_bytes: int | None = FILE_BYTES, hold_bytes: int = HOLD_BYTES) -> None:
         self.workers = default_workers() if workers is None else workers
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
         self.window_s, self.batch_bytes, self.max_restarts = window_s, batch_bytes, max_restarts
-        self.file_bytes = file_bytes
+        self.file_bytes, self.hold_bytes = file_bytes, hold_bytes
         self.files_written = 0
+        self.holding = False
+        self.held_max = 0
+        """Most checks held at once (diagnostics and tests)."""
         self._dir = _shm_dir()
         self._writer: ThreadPoolExecutor | None = None
         self.restarts = 0
         self.batches = 0
         self._pool: ProcessPoolExecutor | None = None
-        self._pending: list[tuple[Job, asyncio.Future[object]]] = []
+        self._pending: list[tuple[Job, asyncio.Future[object], int]] = []
         self._pending_bytes = 0
         self._timer: asyncio.TimerHandle | None = None
         self._inflight: set[asyncio.Task[None]] = set()
@@ -253,32 +269,40 @@ class PayloadChecker:
                 return
             hold *= 2
 
-    async def run(self, fn: Callable[..., Verdict], *args: object, size: int = 0) -> Verdict:
-        """``fn(*args)`` in a worker, batched with the checks queued in the same window.
+    def hold(self) -> None:
+        """Queue every check from now on without handing it to the workers (no task, no file, no worker
+        CPU) until :meth:`release`, or until the held bodies reach ``hold_bytes`` (then what is held goes
+        out and holding goes on)."""
+        self.holding = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
-        ``size`` (bytes) counts towards ``batch_bytes``. Never raises except cancellation; a failure of
-        the check or of the worker is a verdict that is not ok.
+    def release(self) -> None:
+        """Stop holding: everything queued goes to the workers now. A no-op when not holding."""
+        if not self.holding:
+            return
+        self.holding = False
+        self._flush()
+
+    async def run(self, fn: Callable[..., Verdict], *args: object, size: int = 0) -> Verdict:
+        """``fn(*args)`` in a worker, batched with the checks queued in the same window (or held, see
+        :meth:`hold`).
+
+        ``size`` (bytes) counts towards ``batch_bytes`` and ``hold_bytes``. Never raises except
+        cancellation; a failure of the check or of the worker is a verdict that is not ok.
         """
         if self._closed or self._pool is None:
             return Verdict(False, f"{FAILED}: the checker is not running")
         loop = asyncio.get_running_loop()
-        if self.file_bytes is not None and args and isinstance(args[0], bytes) and len(args[0]) >= self.file_bytes:
-            if self._writer is None:
-                self._writer = ThreadPoolExecutor(1, thread_name_prefix="diffbench-body-writer")
-            written = loop.run_in_executor(self._writer, _write_body, args[0], self._dir)
-            try:
-                ref = await written
-            except OSError as exc:  # a full /dev/shm: the check fails as data
-                return Verdict(False, f"{FAILED}: writing the body for the checker: {exc}"[:300])
-            except asyncio.CancelledError:  # the write still finishes in its thread: remove its file then
-                written.add_done_callback(_remove_written)
-                raise
-            self.files_written += 1
-            args = (ref, *args[1:])
         fut: asyncio.Future[object] = loop.create_future()
-        self._pending.append(((fn, args), fut))
+        self._pending.append(((fn, args), fut, size))
         self._pending_bytes += size
-        if self._pending_bytes >= self.batch_bytes or self.window_s <= 0:
+        if self.holding:
+            self.held_max = max(self.held_max, len(self._pending))
+            if self._pending_bytes >= self.hold_bytes:
+                self._flush()
+        elif self._pending_bytes >= self.batch_bytes or self.window_s <= 0:
             self._flush()
         elif self._timer is None:
             self._timer = loop.call_later(self.window_s, self._flush)
@@ -288,12 +312,26 @@ class PayloadChecker:
         return res
 
     def _flush(self) -> None:
+        """Hand what is queued to the workers, in tasks of at most ``batch_bytes`` (a larger body alone)
+        and :data:`MAX_TASK_JOBS` checks; checks whose caller is gone (cancelled) are dropped."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        batch, self._pending, self._pending_bytes = self._pending, [], 0
-        if not batch:
-            return
+        queued, self._pending, self._pending_bytes = self._pending, [], 0
+        batch: list[tuple[Job, asyncio.Future[object], int]] = []
+        size = 0
+        for entry in queued:
+            if entry[1].done():
+                continue
+            if batch and (size + entry[2] > self.batch_bytes or len(batch) >= MAX_TASK_JOBS):
+                self._send(batch)
+                batch, size = [], 0
+            batch.append(entry)
+            size += entry[2]
+        if batch:
+            self._send(batch)
+
+    def _send(self, batch: list[tuple[Job, asyncio.Future[object], int]]) -> None:
         self.batches += 1
         task = asyncio.get_running_loop().create_task(self._deliver(batch))
         self._inflight.add(task)
@@ -323,33 +361,60 @@ class PayloadChecker:
         broken.shutdown(wait=False, cancel_futures=True)
         return True
 
-    async def _deliver(self, batch: list[tuple[Job, asyncio.Future[object]]]) -> None:
-        jobs = [job for job, _ in batch]
+    def _large(self, args: tuple[object, ...]) -> bool:
+        return self.file_bytes is not None and bool(args) and isinstance(args[0], bytes) \
+            and len(args[0]) >= self.file_bytes
+
+    async def _deliver(self, batch: list[tuple[Job, asyncio.Future[object], int]]) -> None:
+        loop = asyncio.get_running_loop()
+        jobs: list[Job] = []
+        futs: list[asyncio.Future[object]] = []
         results: list[object]
         pool = self._pool
         try:
-            pool, cf = self._submit(jobs)
-            results = await asyncio.wrap_future(cf)
-        except BrokenProcessPool as exc:
-            restarted = pool is not None and self._restart(pool)
-            note = "the pool was restarted" if restarted else \
-                f"not restarted (already restarted {self.restarts} times)"
-            err = f"{FAILED}: a checker process died ({type(exc).__name__}: {exc}); {note}"[:300]
-            results = [Verdict(False, err) for _ in batch]
+            for (fn, args), fut, _ in batch:
+                if self._large(args):  # written to a file, see the module docstring
+                    if self._writer is None:
+                        self._writer = ThreadPoolExecutor(1, thread_name_prefix="diffbench-body-writer")
+                    written = loop.run_in_executor(self._writer, _write_body, args[0], self._dir)
+                    try:
+                        ref = await written
+                    except OSError as exc:  # a full /dev/shm: the check fails as data
+                        if not fut.done():
+                            fut.set_result(Verdict(False, f"{FAILED}: writing the body for the checker: {exc}"[:300]))
+                        continue
+                    except asyncio.CancelledError:  # the write still finishes in its thread: remove its file then
+                        written.add_done_callback(_remove_written)
+                        raise
+                    self.files_written += 1
+                    args = (ref, *args[1:])
+                jobs.append((fn, args))
+                futs.append(fut)
+            if not jobs:
+                return
+            try:
+                pool, cf = self._submit(jobs)
+                results = await asyncio.wrap_future(cf)
+            except BrokenProcessPool as exc:
+                restarted = pool is not None and self._restart(pool)
+                note = "the pool was restarted" if restarted else \
+                    f"not restarted (already restarted {self.restarts} times)"
+                err = f"{FAILED}: a checker process died ({type(exc).__name__}: {exc}); {note}"[:300]
+                results = [Verdict(False, err) for _ in jobs]
+            except Exception as exc:  # pickling errors, a shut-down pool: counted, never raised
+                results = [Verdict(False, f"{FAILED}: {type(exc).__name__}: {exc}"[:300]) for _ in jobs]
         except asyncio.CancelledError:
-            for _, fut in batch:
+            for _, fut, _ in batch:
                 fut.cancel()
             raise
-        except Exception as exc:  # pickling errors, a shut-down pool: counted, never raised
-            results = [Verdict(False, f"{FAILED}: {type(exc).__name__}: {exc}"[:300]) for _ in batch]
         finally:
             for _, args in jobs:
                 for a in args:
                     if isinstance(a, FileBody):
                         _remove(a.path)
-        if len(results) != len(batch):  # pragma: no cover - run_batch returns one result per job
-            results = [Verdict(False, f"{FAILED}: {len(results)} results for {len(batch)} checks")] * len(batch)
-        for (_, fut), res in zip(batch, results, strict=True):
+        if len(results) != len(jobs):  # pragma: no cover - run_batch returns one result per job
+            results = [Verdict(False, f"{FAILED}: {len(results)} results for {len(jobs)} checks")] * len(jobs)
+        for fut, res in zip(futs, results, strict=True):
             if not fut.done():
                 fut.set_result(res)
 
@@ -359,12 +424,9 @@ class PayloadChecker:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        for (_, args), fut in self._pending:
+        for _, fut, _ in self._pending:
             if not fut.done():
                 fut.set_result(Verdict(False, f"{FAILED}: the checker was closed"))
-            for a in args:
-                if isinstance(a, FileBody):
-                    _remove(a.path)
         self._pending = []
         for task in list(self._inflight):
             task.cancel()

@@ -108,6 +108,8 @@ class Target(BaseModel):
     it); a number caps the open connections (requests then wait for one inside their deadline).
     ``decode_payload`` False (``--no-decode``) checks the JSON shape and image count only. ``sanity``
     (with decoding) adds the pixel checks of :mod:`~diffbench.load.client.sanity` to every image answer.
+    ``defer_checks`` (``--defer-checks``) holds the payload checks of a run until its last timed answer
+    (:meth:`~diffbench.load.client.checker.PayloadChecker.hold`).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -124,6 +126,7 @@ class Target(BaseModel):
     verify_tls: bool = True
     decode_payload: bool = True
     sanity: bool = True
+    defer_checks: bool = False
     max_connections: int | None = Field(default=None, gt=0)
     abandon_after_s: float | None = Field(default=None, gt=0)
     abandon_fraction: float = Field(default=1.0, gt=0, le=1)
@@ -234,9 +237,20 @@ class HttpBackend:
             if self.target.sanity:
                 video = ("; video frames decoded there too (black frames, pixel hash)" if self._video_frames
                          else "; video frames not checked (PyAV is not installed)")
-            return f"decoded in {where} ({checks}; never on the measuring event loop){video}"
+            held = "; held until each run's last timed answer (--defer-checks)" if self.target.defer_checks else ""
+            return f"decoded in {where} ({checks}; never on the measuring event loop{held}){video}"
         return (f"not decoded (--no-decode): JSON shape and image count read on the event loop up to "
                 f"{NO_DECODE_INLINE_BYTES // 1024} KiB, in {where} above")
+
+    def hold_checks(self) -> None:
+        """Runner hook at a run's start: with ``Target.defer_checks``, hold the payload checks."""
+        if self.target.defer_checks and self._checker is not None:
+            self._checker.hold()
+
+    def release_checks(self) -> None:
+        """Runner hook after a run's last timed answer (or a stop): hand the held checks to the workers."""
+        if self._checker is not None:
+            self._checker.release()
 
     @property
     def checker(self) -> PayloadChecker | None:

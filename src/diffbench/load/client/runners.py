@@ -136,9 +136,50 @@ class _Recorder:
             self.on_record(rec)
 
 
+class _CheckHold:
+    """Holds the backend's payload checks while a run has requests to time (``load --defer-checks``).
+
+    A backend with ``hold_checks()`` / ``release_checks()`` (:class:`~diffbench.load.client.http.HttpBackend`)
+    is held from the run's start; the checks are released once the run sends nothing more and no request
+    is waiting for its answer (the last timed reception), or at once on a stop, so the drain checks them.
+    A backend without the two methods is never held."""
+
+    def __init__(self, backend: Backend) -> None:
+        self._release: Callable[[], None] | None = getattr(backend, "release_checks", None)
+        hold: Callable[[], None] | None = getattr(backend, "hold_checks", None)
+        if hold is None or self._release is None:
+            self._release = None
+        else:
+            hold()
+        self.executing = 0
+        self.sending_done = False
+
+    def enter(self) -> None:
+        """A request starts waiting for its answer."""
+        self.executing += 1
+
+    def leave(self) -> None:
+        """A request's answer is in (or it ended otherwise)."""
+        self.executing -= 1
+        if self.sending_done and self.executing <= 0:
+            self.release()
+
+    def done_sending(self) -> None:
+        """The run starts no more requests."""
+        self.sending_done = True
+        if self.executing <= 0:
+            self.release()
+
+    def release(self) -> None:
+        """Hand the held checks to the workers (idempotent)."""
+        release, self._release = self._release, None
+        if release is not None:
+            release()
+
+
 async def _one_request(backend: Backend, spec: RequestSpec, intended: float, now: Callable[[], float],
                        sem: asyncio.Semaphore | None, recorder: _Recorder, on_sent: OnSent | None,
-                       detached: set[asyncio.Task[None]] | None = None) -> None:
+                       detached: set[asyncio.Task[None]] | None = None, hold: _CheckHold | None = None) -> None:
     """Send one request and record it, whatever happens (cancellation included).
 
     ``on_sent`` gets ``now() - intended`` (seconds) just before the backend's ``execute`` (the record's
@@ -157,7 +198,13 @@ async def _one_request(backend: Backend, spec: RequestSpec, intended: float, now
             phase = "sending"
             if on_sent is not None:
                 on_sent(now() - intended)
-            await backend.execute(spec, a, now)
+            if hold is not None:
+                hold.enter()
+            try:
+                await backend.execute(spec, a, now)
+            finally:
+                if hold is not None:
+                    hold.leave()
         finally:
             if sem is not None:
                 sem.release()
@@ -247,11 +294,14 @@ async def wait_until_ns(target_ns: int, spin_s: float = SPIN_TAIL_S) -> float:
     return (perf_ns() - t_spin) * 1e-9
 
 
-async def _drain(tasks: set[asyncio.Task[None]], control: RunControl, drain_s: float) -> None:
-    """Wait for ``tasks``; after a stop, wait at most ``drain_s`` more (less after
+async def _drain(tasks: set[asyncio.Task[None]], control: RunControl, drain_s: float,
+                 hold: _CheckHold | None = None) -> None:
+    """Wait for ``tasks``; after a stop, release ``hold`` and wait at most ``drain_s`` more (less after
     :meth:`RunControl.request_hurry`) and cancel the rest."""
     if tasks and not control.stopped:
         await control.interruptible(asyncio.wait(set(tasks)))
+    if control.stopped and hold is not None:
+        hold.release()
     if tasks and control.stopped:
         pending = {t for t in tasks if not t.done()}
         if pending and not control.hurried:  # a second Ctrl-C (request_hurry) ends the drain at once
@@ -339,7 +389,8 @@ async def run_open_loop(
             # every arrival due by now goes out in this pass, without sleeping between them
             due = perf_ns()
             while True:
-                task = loop.create_task(_one_request(backend, spec, times[i], now, sem, recorder, on_sent))
+                task = loop.create_task(_one_request(backend, spec, times[i], now, sem, recorder, on_sent,
+                                                     hold=hold))
                 inflight.add(task)
                 task.add_done_callback(inflight.discard)
                 i += 1
@@ -348,13 +399,18 @@ async def run_open_loop(
                     break
                 spec = specs[i]
 
+    hold = _CheckHold(backend)
     with quiet_gc():
         t0 = start_time_ns() if t0_ns is None else int(t0_ns)
         recorder.t0_ns = t0
         now = make_clock(t0)
-        finished = await control.interruptible(dispatch())
-        stop_at = now()
-        await _drain(inflight, control, drain_s)
+        try:
+            finished = await control.interruptible(dispatch())
+            stop_at = now()
+            hold.done_sending()
+            await _drain(inflight, control, drain_s, hold)
+        finally:
+            hold.release()
     window = duration_s if finished else max(min(stop_at, duration_s), 1e-9)
     return RunResult(mode="open", offered_rate=offered_rate, duration_s=window, elapsed_s=now(),
                      planned=n, dispatched=dispatched, t0_ns=t0, interrupted=not finished or control.stopped,
@@ -412,20 +468,25 @@ async def run_closed_loop(
             if ready >= duration_s:
                 return
             count += 1
-            await _one_request(backend, next_spec(), ready, now, None, recorder, sent_hook, checks)
+            await _one_request(backend, next_spec(), ready, now, None, recorder, sent_hook, checks, hold)
             if think_time_s > 0:
                 await asyncio.sleep(think_time_s)
 
     loop = asyncio.get_running_loop()
+    hold = _CheckHold(backend)
     with quiet_gc():
         recorder.t0_ns = t0 = start_time_ns() if t0_ns is None else int(t0_ns)
         now = make_clock(t0)
         checks: set[asyncio.Task[None]] = set()  # payload checks run beside the users (never between requests)
         tasks: set[asyncio.Task[None]] = {loop.create_task(user()) for _ in range(users)}
-        finished = await control.interruptible(asyncio.wait(set(tasks)))
-        stop_at = now()
-        await _drain(tasks, control, drain_s)
-        await _drain(checks, control, drain_s)
+        try:
+            finished = await control.interruptible(asyncio.wait(set(tasks)))
+            stop_at = now()
+            await _drain(tasks, control, drain_s, hold)
+            hold.done_sending()
+            await _drain(checks, control, drain_s, hold)
+        finally:
+            hold.release()
     window = duration_s if finished and not control.stopped else max(min(stop_at, duration_s), 1e-9)
     return RunResult(mode="closed", users=users, duration_s=window, elapsed_s=now(), planned=count,
                      dispatched=count, t0_ns=t0, interrupted=control.stopped,
