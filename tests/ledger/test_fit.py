@@ -145,6 +145,18 @@ def test_consumer_and_amd_anchors_are_shown_but_kept_out_of_the_fit(cat):
     assert r4090.ratio > TARGET[1] and rmi.ratio < TARGET[0]
 
 
+def test_fused_runtimes_are_planned_with_compile(cat):
+    # fal-ai/stable-diffusion-benchmarks@c0fa82c README, SDXL end to end on an A100 80G SXM, 1024², 50 steps, fp16:
+    # TensorRT 9.0 (CUDA graphs, static shapes) 4.102 s, Stable Fast 4.150 s, OneFlow 4.300 s (fused kernels)
+    def total(compile_):
+        return evaluate(cat, LedgerConfig(model="sdxl-base", width=1024, height=1024, steps=50, gpu="a100-sxm-80gb",
+                                          compile=compile_)).total_time_s
+    compiled, eager = total(True), total(False)
+    for published in (4.102, 4.150, 4.300):
+        assert TARGET[0] <= compiled / published <= 1.0  # the compiled passes cover them, a little optimistic
+        assert eager / published > TARGET[1]  # planned eager, a fused runtime would look ≥1.3× slower
+
+
 def test_flux_and_sdxl_totals_match_their_published_times(cat):
     # once predicted FLUX on the A100 ≈1.5× slower than published, and the L20's 26.36 s at 56 s (2.1×)
     def total(gpu, steps=28, compile_=False, model="flux.1-dev"):
