@@ -3,7 +3,7 @@ the same schedule in the same invocation.
 
 Run::
 
-    python benchmarks/bench_load_client.py [--quick] [--only ROW[,ROW]] [--seconds S] [--repeats N] [--score]
+    python benchmarks/bench_load_client.py [--quick] [--only ROW[,ROW]] [--seconds S] [--repeats N] [--score] [--defer-checks]
 
 Rows (``--only`` names): ``500``, ``1000``, ``2000`` (the client pinned to one CPU and the server to
 another), ``inflight`` (5,000 in flight), ``large`` (8 MB answers at 20 req/s), ``sizes`` (1, 8, 32 MB),
@@ -29,7 +29,8 @@ decoded, sanity-checked (black/constant pixels, pixel hash) *and* scored (PSNR, 
 in the checker processes, as a ``--quality-sample 1`` run does; the duplicate-across-seeds check runs over
 each run's records (``mark_duplicates``) before they are summarized. The rows then add "scored / ok" (every
 ok answer must carry a PSNR) beside the usual figures. Sanity checks are on in every run (the default of
-``load``); ``--score`` adds the scoring.
+``load``); ``--score`` adds the scoring. ``--defer-checks`` holds diffbench's checks until each run's last timed
+answer, as ``load --defer-checks`` does.
 
 Noise floor. Each row runs peer, client, peer, client, ... (``--repeats`` pairs, default 2), interleaved so
 a drift in machine load hits both. The figure printed is the median over repeats; the ratio column is the

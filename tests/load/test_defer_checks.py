@@ -4,6 +4,7 @@ runners' hold), the verdicts unchanged, released at once on a stop."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 import pytest
@@ -18,6 +19,7 @@ from diffbench.load.client import (
     run_open_loop,
 )
 from diffbench.load.client import checker as checker_mod
+from diffbench.load.client.base import Attempt
 from diffbench.load.client.checker import MAX_TASK_JOBS, PayloadChecker
 from diffbench.load.client.payload import check_images
 from diffbench.queueing.schedules import constant
@@ -176,3 +178,43 @@ def test_the_flag_reaches_the_target_and_the_reported_check_mode():
     assert "held until each run's last timed answer" in HttpBackend(target).check_mode
     assert "held until" not in HttpBackend(LoadSpec().target("http://127.0.0.1:1")).check_mode
     assert "--defer-checks" in CliRunner().invoke(app, ["load", "--help"], terminal_width=200).output
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads the resident set from /proc")
+def test_a_large_answer_waiting_for_its_check_is_not_kept_in_memory(tmp_path):
+    # a body kept alive while its check waits is memory the next answer cannot reuse: each later multi-MB
+    # answer is then read into fresh pages, page faults inside the timed region
+    mb = 1 << 20
+
+    async def go():
+        backend = HttpBackend(Target(base_url="http://127.0.0.1:1", timeout_s=1.0, defer_checks=True))
+        await backend.start()
+        try:
+            assert backend.checker is not None
+            backend.checker._dir = str(tmp_path)
+            backend.hold_checks()
+            spec = RequestPlanner(default_workload(64, 48, 1), ["a cat"], seed=1).next()
+            base = _rss_bytes()
+            a = Attempt(body=os.urandom(96 * mb))  # written to memory: resident
+            grown = _rss_bytes() - base
+            task = asyncio.ensure_future(backend.check(spec, a))
+            for _ in range(200):  # until the body is in its file (the checks are held)
+                await asyncio.sleep(0.01)
+                if any(p.stat().st_size == 96 * mb for p in tmp_path.iterdir()):
+                    break
+            held = _rss_bytes() - base
+            backend.release_checks()
+            await task
+            return grown, held, a
+        finally:
+            await backend.close()
+
+    grown, held, a = asyncio.run(go())
+    assert grown >= 90 * mb
+    assert held < 32 * mb  # freed once written (before: the caller's reference kept all 96 MB)
+    assert a.outcome == "invalid_payload"  # random bytes are no answer: the check still ran

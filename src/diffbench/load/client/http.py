@@ -517,9 +517,11 @@ class HttpBackend:
                 if spec.reference is not None:  # a replayed reference: checked, sanity-checked and scored
                     if self._checker is None:
                         raise RuntimeError("HttpBackend.start() was not called")
-                    verdict = await self._checker.run(
+                    call = self._checker.run(
                         score_images, body, s.width, s.height, s.n, self.target.dialect == "vllm-omni-chat",
                         encoding, spec.reference.files, sanity, size=len(body))
+                    del body  # the checker holds the only reference (see checker.PayloadChecker.run)
+                    verdict = await call
                     attempt.quality = verdict.quality
                 else:
                     args = (body, s.width, s.height, s.n, self.target.decode_payload, encoding, sanity)
@@ -529,7 +531,9 @@ class HttpBackend:
                     elif self._checker is None:
                         raise RuntimeError("HttpBackend.start() was not called")
                     else:
-                        verdict = await self._checker.run(fn, *args, size=len(body))
+                        call = self._checker.run(fn, *args, size=len(body))
+                        del body, args  # the checker holds the only reference
+                        verdict = await call
                 attempt.stages_s, attempt.peak_memory_bytes = verdict.stages_s, verdict.peak_memory_bytes
                 if verdict.ok and verdict.hashes:
                     attempt.answer_hashes = verdict.hashes
