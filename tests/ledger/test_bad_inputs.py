@@ -76,6 +76,10 @@ ROWS: list[tuple[list[str], int, list[str]]] = [
     ([*BASE, "--replace-anchors"], 2, ["--replace-anchors", "--catalog"]),
     # a bad value in an anchor that is added to the built-in ones: the user's file, line and index
     ([*BASE, "--catalog", "{tmp}/bad_anchor.yaml"], 2, ["bad_anchor.yaml:3", "anchors.1.measured_s"]),
+    # a board power in mW (a unit slip) or a power prior of 0: the user's file, line and key
+    ([*BASE, "--catalog", "{tmp}/mw_power.yaml"], 2, ["mw_power.yaml:3", "gpus.l40s.board_power_w", "[10, 10000] W"]),
+    ([*BASE, "--catalog", "{tmp}/zero_power_prior.yaml"], 2, ["zero_power_prior.yaml:2",
+                                                                "efficiency.tflops_per_watt_prior", "0.01"]),
     ([*BASE, "--measured-s", "1e-9"], 2, ["--measured-s 1e-09", "MFU", "faster than the peak"]),
     ([*BASE, "--text-tokens", "8192"], 2, ["--text-tokens 8192", "FLUX.1-dev", "at most 512",
                                            "models.flux.1-dev"]),
@@ -101,6 +105,8 @@ CATALOGS = {
                     "    pcie_gbps: 25\n    mem_bw_gbps: 1.0e-300\n    source: test\n",
     "inf_peak.yaml": "gpus:\n  h100-sxm:\n    bf16_tflops: .inf\n",
     "bpp_zero.yaml": "memory:\n  bytes_per_param: {bf16: 0}\n",
+    "mw_power.yaml": "gpus:\n  l40s:\n    board_power_w: 350000\n",
+    "zero_power_prior.yaml": "efficiency:\n  tflops_per_watt_prior: 0\n",
     "dup_key.yaml": "gpus:\n  h100-sxm:\n    bf16_tflops: 900\n    bf16_tflops: 100\n",
     "bad_anchor.yaml": "anchors:\n  - {id: a1, model: flux.1-dev, gpu: h100-sxm, width: 1024, height: 1024, steps: 28, "
                        "measured_s: 6.7, covers: denoise, source: test}\n  - {id: a2, model: flux.1-dev, gpu: h100-sxm, "

@@ -195,7 +195,8 @@ def calibrate(catalog: Catalog, path: str | Path, model_id: str, gpu_id: str, fo
         cases.append(ft.Case(anchor=anchor, a_gemm=work.linear_flops / (peak * retention),
                              b_weights=work.weight_bytes / bw, a_attn=work.attention_flops / (gpu.bf16_tflops * tm.TERA),
                              c_elem=work.activation_bytes / bw, launches=float(work.launches), serial_s=0.0,
-                             pair=f"{backend}@{gpu.group}", compiled=compiled, gemm_fixed=None, group=gpu.group))
+                             pair=f"{backend}@{gpu.group}", compiled=compiled, gemm_fixed=None, group=gpu.group,
+                             peak_per_watt=gpu.peak_per_watt))
         labels.append(str(s.get("shape")))
     if not cases:
         raise InputError(f"--calibrate {path}: no shape with step timings (per_step_median); pass a completed "

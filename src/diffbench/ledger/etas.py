@@ -51,5 +51,6 @@ def resolve_etas(catalog: Catalog, gpu: GpuSpec, attention: str, compiled: bool,
         mem=catalog.efficiency.eta_mem,
         elementwise_passes=fp.passes_for(compiled, gpu.group),
         launch_s=fp.launch[compiled],
+        power_fraction=fp.power_fraction(gpu.group, gpu.peak_per_watt),
         source=source,
     )

@@ -15,6 +15,13 @@ Free parameters (all positive; every η in (0, 1]):
   passes, each with a log-normal prior around 1 (σ = ``efficiency.arch_sigma``), so an architecture with few
   anchors keeps the shared values while one whose anchors disagree (Ada's 72-96 MB L2 keeps a block's
   activations on chip, so its elementwise passes cost less than HBM bandwidth suggests) gets its own.
+* ``tflops_per_watt[arch]``: the dense BF16 tensor rate an architecture sustains per watt of datasheet board power
+  (``GpuSpec.board_power_w``). A GPU whose peak needs more (``bf16_tflops ÷ board_power_w`` above it) runs its GEMMs
+  and attention core at ``power_fraction = k ÷ (bf16_tflops ÷ board_power_w)`` of its peak (clocks drop to stay
+  within the board power; the L40S's 362 TF in 350 W), one under it at its peak (the RTX 4090's 165 TF in 450 W). A
+  log-normal prior around ``efficiency.tflops_per_watt_prior`` (σ = ``prior_sigma``; None: no power term). Fitted only
+  for an architecture whose anchors ran on two or more GPUs with a board power and different peak-per-watt ratios:
+  on one GPU it would be one more factor on that architecture's η_gemm.
 
 A parameter no anchor depends on is not fitted (it keeps its default). The objective is the sum of squared
 ``log(predicted / measured)`` over the anchors not marked ``outlier`` plus the prior terms; it is minimised by
@@ -22,9 +29,10 @@ a projected Levenberg-Marquardt iteration on the log-parameters with an analytic
 (a handful of parameters and anchors: milliseconds; ``ledger``/``plan`` keep their cold start, where
 importing scipy.optimize alone takes ≈0.4 s and numpy ≈0.1 s).
 
-Each anchor's prediction is linear in the inverse efficiencies: ``max(a_g/η_g, b_w) + a_a/η_a + passes·c_e
-+ launch·n + serial`` with coefficients from :func:`diffbench.ledger.timing.denoise_work`, the GPU's peaks
-and bandwidth, and the fixed text-encoder/VAE time for end-to-end anchors, so a fitted prediction is exactly
+Each anchor's prediction is linear in the inverse efficiencies: ``max(a_g/(η_g·f), b_w) + a_a/(η_a·f) + passes·c_e
++ launch·n + serial`` (``f`` the power fraction, 1 where the term is off) with coefficients from
+:func:`diffbench.ledger.timing.denoise_work`, the GPU's peaks and bandwidth, and the fixed text-encoder/VAE time
+for end-to-end anchors, so a fitted prediction is exactly
 what :func:`diffbench.ledger.account.evaluate` returns for the anchor's configuration.
 """
 
@@ -43,6 +51,7 @@ DEFAULTS = {"eta_gemm": 0.7, "passes_eager": 150.0, "passes_compiled": 40.0, "la
 BOUNDS = {"eta_gemm": (ETA_MIN, 1.0), "passes_eager": (1e-3, 1e3), "passes_compiled": (1e-3, 1e3),
           "launch_eager_s": (1e-6, 1.0)}
 ARCH_FACTOR_BOUNDS = (0.05, 20.0)  # gemm_arch[...] / elem_arch[...]: a factor, not an efficiency
+POWER_BOUNDS = (0.01, 100.0)  # tflops_per_watt[...]: sustained dense BF16 TF per board watt
 
 
 @dataclass(frozen=True)
@@ -61,6 +70,7 @@ class Case:
     gemm_fixed: float | None
     group: str = ""      # the GPU's fit group (its arch unless the catalog names one)
     gemm_cap: float = 1.0  # upper bound of the GEMM η on this GPU (GpuSpec.gemm_eta_cap)
+    peak_per_watt: float | None = None  # BF16 dense TF ÷ board power W (None: no board power, no power term)
 
 
 @dataclass(frozen=True)
@@ -77,6 +87,16 @@ class FitResult:
     iterations: int = 0
     gemm_arch: dict[str, float] = field(default_factory=dict)
     elem_arch: dict[str, float] = field(default_factory=dict)
+    tflops_per_watt: dict[str, float] = field(default_factory=dict)
+
+    def power_fraction(self, group: str, peak_per_watt: float | None) -> float:
+        """Fraction of the datasheet tensor rate a GPU of fit group ``group`` sustains within its board power:
+        ``min(1, k ÷ peak_per_watt)`` with ``k`` the group's fitted ``tflops_per_watt`` and ``peak_per_watt``
+        the GPU's BF16 dense TF ÷ board W; 1 where either is unknown (the term is off)."""
+        k = self.tflops_per_watt.get(group)
+        if peak_per_watt is None or k is None:
+            return 1.0
+        return min(1.0, k / peak_per_watt)
 
     def gemm_eta(self, group: str, cap: float = 1.0) -> float:
         """GEMM η on a fit group (an architecture): the shared η times the group's factor, at most ``cap``."""
@@ -120,7 +140,8 @@ def anchor_case(catalog: Catalog, a: Anchor) -> Case:
                 a_attn=work.attention_flops / peak, c_elem=work.activation_bytes / bw,
                 launches=float(work.launches), serial_s=serial, pair=f"{a.attention}@{gpu.group}",
                 compiled=a.compile, gemm_fixed=eff.eta_gemm_compiled if a.compile else eff.eta_gemm_eager,
-                group=gpu.group, gemm_cap=gpu.gemm_eta_cap)
+                group=gpu.group, gemm_cap=gpu.gemm_eta_cap,
+                peak_per_watt=gpu.peak_per_watt)
 
 
 def predict(case: Case, fr: FitResult) -> float:
@@ -129,7 +150,8 @@ def predict(case: Case, fr: FitResult) -> float:
     group = _arch(case)
     eta_g = case.gemm_fixed if case.gemm_fixed is not None else fr.gemm_eta(group, case.gemm_cap)
     eta_a = fr.eta_attn[(backend, arch)]
-    return (max(case.a_gemm / eta_g, case.b_weights) + case.a_attn / eta_a
+    f = fr.power_fraction(group, case.peak_per_watt)
+    return (max(case.a_gemm / (eta_g * f), case.b_weights) + case.a_attn / (eta_a * f)
             + fr.passes_for(case.compiled, group) * case.c_elem + fr.launch[case.compiled] * case.launches
             + case.serial_s)
 
@@ -163,10 +185,12 @@ def fit_cases(catalog: Catalog, cases: list[Case], priors: dict[str, float] | No
     archs = sorted({_arch(c) for c in cases})
     arch_names = [f"gemm_arch[{a}]" for a in archs] + [f"elem_arch[{a}]" for a in archs]
     names = (["eta_gemm", "passes_eager", "passes_compiled", "launch_eager_s"] + [f"eta_attn[{p}]" for p in pairs]
-             + arch_names)
+             + arch_names + [f"tflops_per_watt[{a}]" for a in archs])
     init = dict(DEFAULTS)
     init.update({f"eta_attn[{p}]": priors.get(p, 0.35) for p in pairs})
     init.update({n: 1.0 for n in arch_names})
+    k_prior = catalog.efficiency.tflops_per_watt_prior
+    init.update({f"tflops_per_watt[{a}]": k_prior or 1.0 for a in archs})
     if base is not None:
         init.update({"eta_gemm": base.eta_gemm, "passes_eager": base.passes[False],
                      "passes_compiled": base.passes[True], "launch_eager_s": base.launch[False]})
@@ -178,6 +202,8 @@ def fit_cases(catalog: Catalog, cases: list[Case], priors: dict[str, float] | No
     hi = {n: BOUNDS.get(n, (ETA_MIN, _attn_upper(catalog, n, caps)))[1] for n in names}
     for n in arch_names:
         lo[n], hi[n] = ARCH_FACTOR_BOUNDS
+    for a in archs:
+        lo[f"tflops_per_watt[{a}]"], hi[f"tflops_per_watt[{a}]"] = POWER_BOUNDS
     used = {"eta_gemm": any(c.gemm_fixed is None for c in cases),
             "passes_eager": any(not c.compiled for c in cases),
             "passes_compiled": any(c.compiled for c in cases),
@@ -185,6 +211,8 @@ def fit_cases(catalog: Catalog, cases: list[Case], priors: dict[str, float] | No
     used.update({f"eta_attn[{p}]": True for p in pairs})
     used.update({f"gemm_arch[{a}]": any(c.gemm_fixed is None and _arch(c) == a for c in cases) for a in archs})
     used.update({f"elem_arch[{a}]": True for a in archs})
+    used.update({f"tflops_per_watt[{a}]": k_prior is not None and free_only is None and _power_identified(cases, a)
+                 for a in archs})
     if free_only is not None:
         used = {n: n in free_only for n in names}
         priors = {}
@@ -199,6 +227,8 @@ def fit_cases(catalog: Catalog, cases: list[Case], priors: dict[str, float] | No
         init["eta_gemm"] = catalog.efficiency.eta_gemm_prior
         prior_rows.append((idx["eta_gemm"], math.log(catalog.efficiency.eta_gemm_prior)))
     arch_rows = [(idx[n], 0.0) for n in arch_names if n in idx and free_only is None]
+    power_rows = [(idx[f"tflops_per_watt[{a}]"], math.log(k_prior)) for a in archs
+                  if f"tflops_per_watt[{a}]" in idx and k_prior is not None and free_only is None]
     z = [math.log(init[n]) for n in free]
     zlo = [math.log(lo[n]) for n in free]
     zhi = [math.log(hi[n]) for n in free]
@@ -209,19 +239,22 @@ def fit_cases(catalog: Catalog, cases: list[Case], priors: dict[str, float] | No
         vals.update({n: math.exp(zv[i]) for n, i in idx.items()})
         return vals
 
+    keys = [(c, _arch(c)) for c in cases]
+    keys = [(c, arch, f"gemm_arch[{arch}]", f"elem_arch[{arch}]", f"tflops_per_watt[{arch}]", f"eta_attn[{c.pair}]",
+             "passes_compiled" if c.compiled else "passes_eager") for c, arch in keys]
+
     def residuals(zv: list[float]) -> tuple[list[float], list[list[float]]]:
         v = unpack(zv)
         r: list[float] = []
         jac: list[list[float]] = []
-        for c in cases:
-            arch = _arch(c)
-            g_key, e_key = f"gemm_arch[{arch}]", f"elem_arch[{arch}]"
+        for c, arch, g_key, e_key, k_key, att_key, pas_key in keys:
             raw_g = v["eta_gemm"] * v[g_key]
             eta_g = c.gemm_fixed if c.gemm_fixed is not None else min(raw_g, c.gemm_cap)
-            gemm_t = c.a_gemm / eta_g
-            att_key = f"eta_attn[{c.pair}]"
-            pas_key = "passes_compiled" if c.compiled else "passes_eager"
-            att_t = c.a_attn / v[att_key]
+            kp = v[k_key] if k_key in idx else (base.tflops_per_watt.get(arch) if base is not None else None)
+            capped = kp is not None and c.peak_per_watt is not None and kp < c.peak_per_watt
+            f = kp / c.peak_per_watt if capped else 1.0
+            gemm_t = c.a_gemm / (eta_g * f)
+            att_t = c.a_attn / (v[att_key] * f)
             elem_t = v[pas_key] * v[e_key] * c.c_elem
             lau_t = 0.0 if c.compiled else v["launch_eager_s"] * c.launches
             t = max(gemm_t, c.b_weights) + att_t + elem_t + lau_t + c.serial_s
@@ -244,6 +277,8 @@ def fit_cases(catalog: Catalog, cases: list[Case], priors: dict[str, float] | No
                 row[idx[e_key]] = elem_t / t
             if not c.compiled and "launch_eager_s" in idx:
                 row[idx["launch_eager_s"]] = lau_t / t
+            if capped and k_key in idx:
+                row[idx[k_key]] = -((gemm_t if gemm_t >= c.b_weights else 0.0) + att_t) / t
             jac.append(row)
         for j, mu in prior_rows:
             r.append((zv[j] - mu) / sigma)
@@ -255,19 +290,26 @@ def fit_cases(catalog: Catalog, cases: list[Case], priors: dict[str, float] | No
             row = [0.0] * n_free
             row[j] = 1.0 / arch_sigma
             jac.append(row)
+        for j, mu in power_rows:
+            r.append((zv[j] - mu) / sigma)
+            row = [0.0] * n_free
+            row[j] = 1.0 / sigma
+            jac.append(row)
         return r, jac
 
     r, jac = residuals(z)
     cost = sum(x * x for x in r)
     lam = 1e-3
     it = 0
+    normal: tuple[list[float], list[list[float]]] | None = None  # Jᵀr and JᵀJ at z (kept while steps are rejected)
     for it in range(1, max_iter + 1):  # noqa: B007 - the count is reported
-        g = [sum(jac[k][i] * r[k] for k in range(len(r))) for i in range(n_free)]
+        if normal is None:
+            normal = _normal_equations(jac, r, n_free)
+        g, jtj = normal
         # a parameter at a bound whose gradient pushes it outward stays there (projected step)
         pinned = [(z[i] <= zlo[i] + 1e-12 and g[i] > 0) or (z[i] >= zhi[i] - 1e-12 and g[i] < 0)
                   for i in range(n_free)]
-        h = [[0.0 if pinned[i] or pinned[j] else sum(jac[k][i] * jac[k][j] for k in range(len(r)))
-              for j in range(n_free)] for i in range(n_free)]
+        h = [[0.0 if pinned[i] or pinned[j] else jtj[i][j] for j in range(n_free)] for i in range(n_free)]
         g = [0.0 if pinned[i] else g[i] for i in range(n_free)]
         if max(abs(x) for x in g) < 1e-14:
             break
@@ -280,6 +322,7 @@ def fit_cases(catalog: Catalog, cases: list[Case], priors: dict[str, float] | No
         if cost_new <= cost:
             small = cost - cost_new <= 1e-13 * cost + 1e-30
             z, r, jac, cost = z_new, r_new, jac_new, cost_new
+            normal = None
             lam = max(lam / 3, 1e-12)
             if small:
                 break
@@ -294,9 +337,17 @@ def fit_cases(catalog: Catalog, cases: list[Case], priors: dict[str, float] | No
         passes={False: v["passes_eager"], True: v["passes_compiled"]},
         launch={False: v["launch_eager_s"], True: 0.0},
         n_anchors=len(cases), free=free, iterations=it,
-        gemm_arch={a: v[f"gemm_arch[{a}]"] for a in archs}, elem_arch={a: v[f"elem_arch[{a}]"] for a in archs})
+        gemm_arch={a: v[f"gemm_arch[{a}]"] for a in archs}, elem_arch={a: v[f"elem_arch[{a}]"] for a in archs},
+        tflops_per_watt={a: v[f"tflops_per_watt[{a}]"] for a in archs if f"tflops_per_watt[{a}]" in idx}
+        or (dict(base.tflops_per_watt) if base is not None else {}))
     logs = [math.log(predict(c, fr) / c.anchor.measured_s) for c in cases]
     return FitResult(**{**fr.__dict__, "rms_log_residual": math.sqrt(sum(x * x for x in logs) / len(logs))})
+
+
+def _power_identified(cases: list[Case], group: str) -> bool:
+    """Whether a fit group's ``tflops_per_watt`` can be fitted: its cases ran on at least two GPUs with a board
+    power and different peak-per-watt ratios (on one GPU the power cap is one more factor on its η_gemm)."""
+    return len({round(c.peak_per_watt, 9) for c in cases if c.peak_per_watt is not None and _arch(c) == group}) >= 2
 
 
 def _arch(case: Case) -> str:
@@ -314,8 +365,57 @@ def _attn_upper(catalog: Catalog, name: str, caps: dict[str, float]) -> float:
     return (be.max_eta if be is not None else 1.0) * caps.get(pair, 1.0)
 
 
+def _normal_equations(jac: list[list[float]], r: list[float], n: int) -> tuple[list[float], list[list[float]]]:
+    """Jᵀr and JᵀJ of an ``len(r)`` × ``n`` Jacobian, summing only the non-zero entries of each row (each anchor
+    depends on a handful of the parameters)."""
+    g = [0.0] * n
+    jtj = [[0.0] * n for _ in range(n)]
+    for row, rk in zip(jac, r, strict=True):
+        nz = [(i, x) for i, x in enumerate(row) if x]
+        for i, xi in nz:
+            g[i] += xi * rk
+            hi = jtj[i]
+            for j, xj in nz:
+                hi[j] += xi * xj
+    return g, jtj
+
+
 def _solve(a: list[list[float]], b: list[float]) -> list[float]:
-    """Solve a·x = b by Gaussian elimination with partial pivoting (a is small and positive definite)."""
+    """Solve a·x = b for a small symmetric positive definite ``a`` (the damped normal equations) by Cholesky
+    factorisation, a = L·Lᵀ; falls back to Gaussian elimination with partial pivoting if a pivot is not positive."""
+    n = len(b)
+    low: list[list[float]] = []
+    for i in range(n):
+        ai, li = a[i], [0.0] * n
+        for j in range(i + 1):
+            lj = li if j == i else low[j]
+            d = ai[j]
+            for k in range(j):
+                d -= li[k] * lj[k]
+            if j < i:
+                li[j] = d / lj[j]
+            elif d <= 0:
+                return _solve_pivot(a, b)
+            else:
+                li[i] = math.sqrt(d)
+        low.append(li)
+    y = [0.0] * n
+    for i in range(n):
+        li, d = low[i], b[i]
+        for k in range(i):
+            d -= li[k] * y[k]
+        y[i] = d / li[i]
+    x = [0.0] * n
+    for i in range(n - 1, -1, -1):
+        d = y[i]
+        for k in range(i + 1, n):
+            d -= low[k][i] * x[k]
+        x[i] = d / low[i][i]
+    return x
+
+
+def _solve_pivot(a: list[list[float]], b: list[float]) -> list[float]:
+    """Solve a·x = b by Gaussian elimination with partial pivoting."""
     n = len(b)
     m = [row[:] + [b[i]] for i, row in enumerate(a)]
     for col in range(n):

@@ -133,5 +133,6 @@ def validate_table(rows: list[ValidationRow], fr: FitResult, groups: list[GroupS
     summary = Text(f"fit over {fr.n_anchors} anchors ({len(fr.free)} free parameters): η_gemm {fr.eta_gemm:.3f}; "
                    f"η_attn {attn}; elementwise passes/block eager {fr.passes[False]:.1f}, compiled "
                    f"{fr.passes[True]:.1f}; launch {fr.launch[False] * 1e3:.3f} ms/forward eager; "
-                   f"RMS log residual {fr.rms_log_residual:.3f}")
+                   + "".join(f"sustained {v:.3f} TF per board W on {g}; " for g, v in sorted(fr.tflops_per_watt.items()))
+                   + f"RMS log residual {fr.rms_log_residual:.3f}")
     return Group(t, *footnotes, *([group_table(groups)] if groups else []), summary)

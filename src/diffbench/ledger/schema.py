@@ -175,6 +175,7 @@ GPU_RANGES: dict[str, tuple[float, float, str]] = {
     "mem_bw_gbps": (10, 100_000, "GB/s"),
     "nvlink_gbps": (1, 100_000, "GB/s"),
     "pcie_gbps": (0.1, 10_000, "GB/s"),
+    "board_power_w": (10, 10_000, "W"),
 }
 """Plausible (lowest, highest, unit) of each GPU figure: ~10× around today's range (an L4's 121 TFLOPS and 300 GB/s
 to a B200's 2,250 TFLOPS and 8,000 GB/s), so a new GPU fits and a unit slip (TFLOPS given as FLOPS) does not."""
@@ -182,7 +183,9 @@ to a B200's 2,250 TFLOPS and 8,000 GB/s), so a new GPU fits and a unit slip (TFL
 
 class GpuSpec(_Strict):
     """A GPU. ``nvlink_gbps``: the scale-up link per direction (NVLink; AMD Infinity Fabric/xGMI);
-    ``int8_tops``: dense INT8 tensor rate (8-bit attention kernels such as SageAttention's INT8 QKᵀ)."""
+    ``int8_tops``: dense INT8 tensor rate (8-bit attention kernels such as SageAttention's INT8 QKᵀ);
+    ``board_power_w``: the datasheet's maximum board power, which bounds the sustained tensor rate
+    (:meth:`diffbench.ledger.fit.FitResult.power_fraction`)."""
 
     display_name: str
     arch: Arch
@@ -197,6 +200,8 @@ class GpuSpec(_Strict):
     mem_bw_gbps: float = Field(gt=0)
     nvlink_gbps: float | None = Field(default=None, gt=0, description="per direction")
     pcie_gbps: float = Field(gt=0, description="effective per direction")
+    board_power_w: float | None = Field(
+        default=None, gt=0, description="datasheet board power (TDP/TBP/TGP), W; unset: no power term for this GPU")
     provisional: bool = False
     source: str = Field(min_length=1)
 
@@ -223,6 +228,11 @@ class GpuSpec(_Strict):
         """Upper bound of the GEMM η (a fraction of ``bf16_tflops``): 1, or the FP16-accumulate rate ÷ BF16 where
         the datasheet gives one (published runs on such cards sustain more than the FP32-accumulate peak)."""
         return max(1.0, (self.fp16_acc_tflops or 0.0) / self.bf16_tflops)
+
+    @property
+    def peak_per_watt(self) -> float | None:
+        """BF16 dense TF per board watt (``bf16_tflops ÷ board_power_w``), None without a board power."""
+        return self.bf16_tflops / self.board_power_w if self.board_power_w else None
 
     @property
     def vendor(self) -> str:
@@ -272,6 +282,7 @@ class Efficiency(_Strict):
     small-token GEMMs, elementwise/norm kernels); ``eta_gemm_eager`` / ``eta_gemm_compiled``: fix the
     GEMM η instead of fitting it; ``prior_sigma``: spread (natural log) of the priors that pull a fitted
     attention η toward its sourced value and the GEMM η toward ``eta_gemm_prior`` (None: no GEMM prior);
+    ``tflops_per_watt_prior``: centre of the prior of the power term's sustained TF per board watt (None: off);
     ``per_gpu``: calibrated overrides by GPU id."""
 
     eta_vae: float = Field(gt=0, le=1)
@@ -284,6 +295,10 @@ class Efficiency(_Strict):
     prior_sigma: float = Field(default=0.5, gt=0)
     arch_sigma: float = Field(default=0.5, gt=0, description="prior spread (natural log) of per-architecture factors")
     eta_gemm_prior: float | None = Field(default=0.7, gt=0, le=1)
+    tflops_per_watt_prior: float | None = Field(
+        default=None, ge=0.01, le=100,
+        description="centre of the log-normal prior (σ = prior_sigma) of the fitted sustained dense BF16 TF per board "
+                    "watt; None: no power term")
     per_gpu: dict[str, GpuEfficiency] = Field(default_factory=dict)
     source: str = Field(min_length=1)
 

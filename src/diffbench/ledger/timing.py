@@ -22,6 +22,9 @@ samples), elementwise work scales with B, the launch overhead is paid once per b
 encode and VAE decode run per sample (B × their batch-1 time; the VAE decodes sample by sample, so its
 memory peak is one sample's).
 
+Power: the GEMM and attention rates are multiplied by ``Etas.power_fraction`` (1, or less on a GPU whose datasheet
+peak needs more power than its board power sustains; :meth:`diffbench.ledger.fit.FitResult.power_fraction`).
+
 η_gemm, η_attn per (backend, architecture), the passes and the launch overhead are fitted jointly over the
 catalog's anchors (:mod:`diffbench.ledger.fit`). MFU = FLOPs / (time × GPUs × BF16 dense peak).
 """
@@ -43,7 +46,8 @@ class Etas(BaseModel):
 
     ``mem``: fraction of the memory bandwidth reached by memory-bound kernels; ``elementwise_passes``:
     activation-sized reads+writes per block and token (eager or compiled, fitted); ``launch_s``: seconds
-    of launch overhead per denoiser forward (fitted, eager only); ``source``: where gemm/attention came
+    of launch overhead per denoiser forward (fitted, eager only); ``power_fraction``: fraction of the tensor peaks
+    sustained within the board power (GEMM and attention core; 1 when the power term is off); ``source``: where gemm/attention came
     from (the anchor fit, a ``per_gpu`` calibration, or a command-line override)."""
 
     model_config = ConfigDict(frozen=True)
@@ -56,6 +60,7 @@ class Etas(BaseModel):
     mem: float = 0.8
     elementwise_passes: float = 0.0
     launch_s: float = 0.0
+    power_fraction: float = 1.0
     source: str = ""
 
 
@@ -197,15 +202,15 @@ def denoise_time(catalog: Catalog, work: DenoiseWork, gpu: GpuSpec, etas: Etas, 
     bw = gpu.mem_bw_gbps * 1e9 * etas.mem
     if fp8_effective(gpu, precision):
         assert gpu.fp8_tflops is not None
-        compute = work.linear_flops / (gpu.fp8_tflops * TERA * etas.gemm * etas.fp8_gemm_retention)
+        compute = work.linear_flops / (gpu.fp8_tflops * TERA * etas.gemm * etas.fp8_gemm_retention * etas.power_fraction)
     else:
-        compute = work.linear_flops / (gpu.bf16_tflops * TERA * etas.gemm)
+        compute = work.linear_flops / (gpu.bf16_tflops * TERA * etas.gemm * etas.power_fraction)
         if int4_effective(catalog, gpu, precision):
             compute /= catalog.optimizations.int4_linear.gemm_speedup
         compute *= nf4_factor(catalog, gpu, precision) * int8_factor(catalog, gpu, precision, compiled)
     weights = work.weight_bytes / bw
     lin = max(compute, weights)
-    att = work.attention_flops / (gpu.bf16_tflops * TERA * etas.attention) / attention_speedup
+    att = work.attention_flops / (gpu.bf16_tflops * TERA * etas.attention * etas.power_fraction) / attention_speedup
     elem = etas.elementwise_passes * work.activation_bytes / bw
     over = etas.launch_s * work.launches
     c = cache_speedup
