@@ -258,14 +258,25 @@ def test_fit_prediction_is_what_evaluate_returns(cat):
 
 
 def test_fit_is_fast(cat):
-    from diffbench.ledger.fit import catalog_cases, fit_cases
+    # the fit runs at every ledger/plan start. Its cost is counted in prediction passes over the anchors measured
+    # interleaved in the same run (a busy machine slows both alike), never in seconds: ~1,000 passes today (81
+    # Levenberg-Marquardt iterations over 17 free parameters, each with its Jacobian); 3,000 is the budget
+    # (a pass is ~35-70 µs here, so ~0.1-0.2 s)
+    from diffbench.ledger.fit import catalog_cases, fit_cases, predict
 
     cases = catalog_cases(cat)
-    fit_cases(cat, cases)  # warm (numpy import)
-    t0 = time.perf_counter()
+    fr = fit_cases(cat, cases)  # also warms numpy
+    assert fr.iterations < 200  # converged before the iteration cap
+    ratios = []
     for _ in range(5):
+        t0 = time.perf_counter()
         fit_cases(cat, cases)
-    assert (time.perf_counter() - t0) / 5 < 0.05  # milliseconds in practice; generous for busy CI cores
+        fit_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for _ in range(10):
+            [predict(c, fr) for c in cases]
+        ratios.append(fit_s / ((time.perf_counter() - t0) / 10))
+    assert sorted(ratios)[2] < 3000
 
 
 def test_weight_bound_small_shapes_and_fp8_int4_weights(cat):
