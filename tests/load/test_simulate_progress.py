@@ -26,7 +26,7 @@ ROW_NOTE = re.compile(r"^\s*[\d.]+ (req/s|users): ")  # "  20 req/s: latency fro
 
 
 def _run(args: list[str], progress: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DIFFBENCH_PROGRESS": progress, "COLUMNS": "160",
+    env = {**os.environ, "DIFFBENCH_PROGRESS": progress, "COLUMNS": "400",  # a row note never wraps onto a line of its own
            "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
     return subprocess.run([sys.executable, "-m", "diffbench.cli.main", *args], capture_output=True, text=True,
                           env=env, cwd=cwd, timeout=120)

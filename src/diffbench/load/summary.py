@@ -424,8 +424,8 @@ def summarize_columns(
     if send_lag.size and float(np.percentile(send_lag, 99)) > LAG_P99_WARN_S:
         p99 = float(np.percentile(send_lag, 99))
         warnings.append(f"client send lag p99 {p99 * 1e3:.1f} ms (lag without the --max-inflight wait) exceeds "
-                        f"{LAG_P99_WARN_S * 1e3:.0f} ms: the client did not send on time (a busy client machine: "
-                        f"--defer-checks keeps the payload checks out of the run, --workers adds processes)")
+                        f"{LAG_P99_WARN_S * 1e3:.0f} ms: the client did not send on time (on a busy client, try "
+                        f"--defer-checks)")
     elif s_lag.n and s_lag.p99 > LAG_P99_WARN_S:
         warnings.append(f"lag p99 {s_lag.p99 * 1e3:.1f} ms is the wait for a --max-inflight slot "
                         f"(client queue p99 {s_cq.p99 * 1e3:.1f} ms): the cap, not the client, held requests")
