@@ -54,6 +54,11 @@ ARCH_FACTOR_BOUNDS = (0.05, 20.0)  # gemm_arch[...] / elem_arch[...]: a factor, 
 POWER_BOUNDS = (0.01, 100.0)  # tflops_per_watt[...]: sustained dense BF16 TF per board watt
 
 
+def _power_fraction(k: float | None, peak_per_watt: float | None) -> float:
+    """``min(1, k ÷ peak_per_watt)``; 1 where either is unknown (the power term is off)."""
+    return 1.0 if k is None or peak_per_watt is None else min(1.0, k / peak_per_watt)
+
+
 @dataclass(frozen=True)
 class Case:
     """One anchor as the coefficients of its predicted seconds (see the module docstring)."""
@@ -93,10 +98,7 @@ class FitResult:
         """Fraction of the datasheet tensor rate a GPU of fit group ``group`` sustains within its board power:
         ``min(1, k ÷ peak_per_watt)`` with ``k`` the group's fitted ``tflops_per_watt`` and ``peak_per_watt``
         the GPU's BF16 dense TF ÷ board W; 1 where either is unknown (the term is off)."""
-        k = self.tflops_per_watt.get(group)
-        if peak_per_watt is None or k is None:
-            return 1.0
-        return min(1.0, k / peak_per_watt)
+        return _power_fraction(self.tflops_per_watt.get(group), peak_per_watt)
 
     def gemm_eta(self, group: str, cap: float = 1.0) -> float:
         """GEMM η on a fit group (an architecture): the shared η times the group's factor, at most ``cap``."""
@@ -251,8 +253,8 @@ def fit_cases(catalog: Catalog, cases: list[Case], priors: dict[str, float] | No
             raw_g = v["eta_gemm"] * v[g_key]
             eta_g = c.gemm_fixed if c.gemm_fixed is not None else min(raw_g, c.gemm_cap)
             kp = v[k_key] if k_key in idx else (base.tflops_per_watt.get(arch) if base is not None else None)
-            capped = kp is not None and c.peak_per_watt is not None and kp < c.peak_per_watt
-            f = kp / c.peak_per_watt if capped else 1.0
+            f = _power_fraction(kp, c.peak_per_watt)
+            capped = f < 1.0
             gemm_t = c.a_gemm / (eta_g * f)
             att_t = c.a_attn / (v[att_key] * f)
             elem_t = v[pas_key] * v[e_key] * c.c_elem

@@ -42,8 +42,8 @@ so a fast service would be reported slow (measured by ``benchmarks/bench_load_cl
   fresh pages).
 - **Holding** (:meth:`PayloadChecker.hold` / :meth:`PayloadChecker.release`, ``load --defer-checks``): the
   checks are queued without a task, a file or a worker's CPU until the runner releases them, after the last
-  timed response of a run, or earlier once the held bodies reach ``hold_bytes`` (1 GiB; they are the
-  answers already in memory, so holding copies nothing). On a client machine without a core to spare
+  timed response of a run, or earlier once the held bodies reach ``hold_bytes`` (1 GiB; the large ones wait
+  in their files, the small ones in memory). On a client machine without a core to spare
   (the checkers, the measuring process and a local service sharing two CPUs), the checks' CPU then never
   competes with the measured sends and receptions; the verdicts, and so each record, come after the run's
   last answer. Released checks go out in tasks of at most ``batch_bytes`` or :data:`MAX_TASK_JOBS` checks,
