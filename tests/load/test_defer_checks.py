@@ -229,3 +229,25 @@ def test_a_large_answer_waiting_for_its_check_is_not_kept_in_memory(tmp_path):
     assert grown >= 90 * mb
     assert held < 32 * mb  # freed once written (before: the caller's reference kept all 96 MB)
     assert a.outcome == "invalid_payload"  # random bytes are no answer: the check still ran
+
+
+def test_a_body_that_cannot_go_to_a_file_is_pickled_and_still_checked(monkeypatch):
+    # a full /dev/shm (ENOSPC) used to fail the check; the body now goes pickled and gets its real verdict
+    def full(body, directory):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checker_mod, "_write_body", full)
+    bodies = _bodies()[:5]
+
+    async def go():
+        checker = PayloadChecker(1, file_bytes=1)  # every body would go through a file
+        await checker.start()
+        try:
+            got = await asyncio.gather(*(checker.run(check_images, *b, size=len(b[0])) for b in bodies))
+            return got, checker.files_written
+        finally:
+            await checker.close()
+
+    got, written = asyncio.run(go())
+    assert written == 0
+    assert [(v.ok, v.error) for v in got] == [(check_images(*b).ok, check_images(*b).error) for b in bodies]
