@@ -27,6 +27,8 @@ def register(app: typer.Typer) -> None:
         precision: str = typer.Option("bf16", "--precision", help="Denoiser weights/linear: bf16, fp8, int4, nf4, int8."),
         attention: str = typer.Option("sdpa", "--attention", help="Attention backend: sdpa, flash2, cudnn, fa3, sage, sage8, ck, aiter."),
         compile_: bool = typer.Option(False, "--compile", help="Assume torch.compile (fewer elementwise passes, no launch overhead; fitted)."),
+        accumulate: str = typer.Option("fp32", "--accumulate", help="GEMM accumulation: fp32 (PyTorch's), or fp16 "
+                                       "for a runtime with FP16-accumulate kernels (GeForce: 2× rate)."),
         vae_tiling: bool = typer.Option(False, "--vae-tiling", help="Tiled VAE decode."),
         offload: str = typer.Option("none", "--offload", help="none, model, group, sequential."),
         eta_gemm: float | None = typer.Option(None, "--eta-gemm", help="Override the GEMM efficiency (0-1]."),
@@ -100,7 +102,7 @@ def register(app: typer.Typer) -> None:
         try:
             lc = LedgerConfig(model=model, width=width, height=height, frames=frames, steps=steps, cfg=cfg,
                               text_tokens=text_tokens, gpu=gpu, precision=precision, attention=attention,
-                              compile=compile_, vae_tiling=vae_tiling, offload=offload, eta_gemm=eta_gemm,
+                              compile=compile_, accumulate=accumulate, vae_tiling=vae_tiling, offload=offload, eta_gemm=eta_gemm,
                               eta_attn=eta_attn, eta_vae=eta_vae, margin=margin, measured_s=measured_s,
                               batch=batch)
         except ValidationError as exc:

@@ -46,6 +46,7 @@ class LedgerConfig(BaseModel):
     precision: mem.Precision = "bf16"
     attention: str = "sdpa"
     compile: bool = False
+    accumulate: tm.Accumulate = "fp32"
     vae_tiling: bool = False
     offload: mem.Offload = "none"
     cache_speedup: float = Field(default=1.0, ge=1.0, description="step-cache speed-up of the denoise loop")
@@ -152,6 +153,17 @@ def evaluate(catalog: Catalog, cfg: LedgerConfig) -> LedgerResult:
         tm.nf4_factor(catalog, gpu, "nf4")  # raises where the kernels do not run
         assert nf4 is not None
         notes.append(f"nf4 ({nf4.method}): denoiser {nf4.denoise_speedup:g}× the bf16 speed, 4-bit weights")
+    if cfg.accumulate == "fp16":
+        acc = tm.accumulate_factor(gpu, "fp16")
+        if acc > 1.0 and cfg.precision in ("bf16", "fp8"):
+            notes.append(f"FP16 accumulation: denoiser GEMMs at {acc:.2f}× the FP32-accumulate rate of the "
+                         f"{gpu.display_name} (its datasheet's FP16-accumulate peak); rounding grows with the "
+                         "reduction length, so compare the outputs with diffbench quality")
+        elif acc > 1.0:
+            notes.append(f"--accumulate fp16 has no effect with --precision {cfg.precision} (bf16 and fp8 GEMMs only)")
+        else:
+            notes.append(f"--accumulate fp16 has no effect on the {gpu.display_name}: it runs FP32 accumulation at "
+                         "its full rate (only GeForce cards halve it)")
     if gpu.provisional:
         notes.append(f"{gpu.display_name} peak figures are provisional (see its catalog source)")
     from diffbench.ledger.fit import fit_warning, fitted_params
@@ -169,7 +181,7 @@ def evaluate(catalog: Catalog, cfg: LedgerConfig) -> LedgerResult:
     n_fwd = steps * fps
     work = tm.denoise_work(catalog, model, tokens, cfg.width, cfg.height, steps, fps, cfg.precision, b)
     dt = tm.denoise_time(catalog, work, gpu, etas, cfg.precision, cfg.cache_speedup, cfg.attention_speedup,
-                         compiled=cfg.compile)
+                         compiled=cfg.compile, accumulate=cfg.accumulate)
     lin_s, att_s = dt.linear_s, dt.attention_s
     den_flops = fwd.total * n_fwd * b / cfg.cache_speedup
     den_time = dt.total_s

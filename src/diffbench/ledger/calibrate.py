@@ -214,7 +214,7 @@ def calibrate(catalog: Catalog, path: str | Path, model_id: str, gpu_id: str, fo
         raise InputError(f"--calibrate {path}: {exc}") from None
     shapes = [ShapeFit(shape=lab, measured_step_s=c.anchor.measured_s, predicted_step_s=ft.predict(c, fr))
               for lab, c in zip(labels, cases, strict=True)]
-    eff = GpuEfficiency(gemm=min(fr.gemm_eta(gpu.group, gpu.gemm_eta_cap), 1.0), attention=fr.eta_attn[attn_key] if len(token_counts) >= 2 else None,
+    eff = GpuEfficiency(gemm=fr.gemm_eta(gpu.group), attention=fr.eta_attn[attn_key] if len(token_counts) >= 2 else None,
                         attention_backend=backend,
                         source=f"{Path(path).name}: {len(cases)} shape(s) on {device}")
     return Calibration(gpu_id=gid, model_id=mid, backend=backend, compiled=compiled, efficiency=eff,

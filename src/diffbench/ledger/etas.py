@@ -27,7 +27,7 @@ def resolve_etas(catalog: Catalog, gpu: GpuSpec, attention: str, compiled: bool,
         if v is not None and not 0 < v <= 1:
             raise UsageError(f"{name} {v}: must be in (0, 1]")
     fp = fitted_params(catalog)
-    gemm = fp.gemm_eta(gpu.group, gpu.gemm_eta_cap)
+    gemm = fp.gemm_eta(gpu.group)
     attn = fp.eta_attn.get((attention, gpu.group), attention_eta_prior(catalog, attention, gpu.arch))
     source = f"fit over {fp.n_anchors} anchors"
     cal = catalog.efficiency.per_gpu.get(gpu_id or "")
@@ -52,5 +52,6 @@ def resolve_etas(catalog: Catalog, gpu: GpuSpec, attention: str, compiled: bool,
         elementwise_passes=fp.passes_for(compiled, gpu.group),
         launch_s=fp.launch[compiled],
         power_fraction=fp.power_fraction(gpu.group, gpu.peak_per_watt),
+        tflops_per_watt=fp.tflops_per_watt.get(gpu.group),
         source=source,
     )

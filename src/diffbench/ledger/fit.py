@@ -55,8 +55,9 @@ POWER_BOUNDS = (0.01, 100.0)  # tflops_per_watt[...]: sustained dense BF16 TF pe
 
 
 def _power_fraction(k: float | None, peak_per_watt: float | None) -> float:
-    """``min(1, k ÷ peak_per_watt)``; 1 where either is unknown (the power term is off)."""
-    return 1.0 if k is None or peak_per_watt is None else min(1.0, k / peak_per_watt)
+    from diffbench.ledger.timing import power_fraction_of
+
+    return power_fraction_of(k, peak_per_watt)
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,9 @@ class Case:
     compiled: bool
     gemm_fixed: float | None
     group: str = ""      # the GPU's fit group (its arch unless the catalog names one)
-    gemm_cap: float = 1.0  # upper bound of the GEMM η on this GPU (GpuSpec.gemm_eta_cap)
     peak_per_watt: float | None = None  # BF16 dense TF ÷ board power W (None: no board power, no power term)
+    accumulate: float = 1.0  # the GEMMs' FP16-accumulate speed factor (timing.gemm_accumulate); their power term
+    # is taken against peak_per_watt × accumulate
 
 
 @dataclass(frozen=True)
@@ -124,11 +126,14 @@ def anchor_case(catalog: Catalog, a: Anchor) -> Case:
     gemm_peak = peak  # the GEMM rate at η_gemm = 1 for this precision (timing.denoise_time)
     if tm.fp8_effective(gpu, a.precision):
         assert gpu.fp8_tflops is not None
-        gemm_peak = gpu.fp8_tflops * tm.TERA * catalog.optimizations.fp8_linear.gemm_retention
+        gemm_peak = (gpu.fp8_tflops * tm.TERA * catalog.optimizations.fp8_linear.gemm_retention
+                     * tm.accumulate_factor(gpu, a.accumulate))
     elif tm.int4_effective(catalog, gpu, a.precision):
         gemm_peak = peak * catalog.optimizations.int4_linear.gemm_speedup
     else:
         gemm_peak = peak / (tm.nf4_factor(catalog, gpu, a.precision) * tm.int8_factor(catalog, gpu, a.precision, a.compile))
+        if a.precision in ("bf16", "fp8"):
+            gemm_peak *= tm.accumulate_factor(gpu, a.accumulate)
     bw = gpu.mem_bw_gbps * 1e9 * catalog.efficiency.eta_mem
     serial = 0.0
     if a.covers == "end_to_end":
@@ -142,18 +147,19 @@ def anchor_case(catalog: Catalog, a: Anchor) -> Case:
                 a_attn=work.attention_flops / peak, c_elem=work.activation_bytes / bw,
                 launches=float(work.launches), serial_s=serial, pair=f"{a.attention}@{gpu.group}",
                 compiled=a.compile, gemm_fixed=eff.eta_gemm_compiled if a.compile else eff.eta_gemm_eager,
-                group=gpu.group, gemm_cap=gpu.gemm_eta_cap,
-                peak_per_watt=gpu.peak_per_watt)
+                group=gpu.group,
+                peak_per_watt=gpu.peak_per_watt, accumulate=tm.gemm_accumulate(gpu, a.precision, a.accumulate))
 
 
 def predict(case: Case, fr: FitResult) -> float:
     """Predicted seconds of an anchor under fitted parameters."""
     backend, arch = case.pair.split("@")
     group = _arch(case)
-    eta_g = case.gemm_fixed if case.gemm_fixed is not None else fr.gemm_eta(group, case.gemm_cap)
+    eta_g = case.gemm_fixed if case.gemm_fixed is not None else fr.gemm_eta(group)
     eta_a = fr.eta_attn[(backend, arch)]
     f = fr.power_fraction(group, case.peak_per_watt)
-    return (max(case.a_gemm / (eta_g * f), case.b_weights) + case.a_attn / (eta_a * f)
+    f_g = fr.power_fraction(group, _gemm_ppw(case))
+    return (max(case.a_gemm / (eta_g * f_g), case.b_weights) + case.a_attn / (eta_a * f)
             + fr.passes_for(case.compiled, group) * case.c_elem + fr.launch[case.compiled] * case.launches
             + case.serial_s)
 
@@ -199,9 +205,8 @@ def fit_cases(catalog: Catalog, cases: list[Case], priors: dict[str, float] | No
         init.update({f"eta_attn[{b}@{a}]": v for (b, a), v in base.eta_attn.items() if f"{b}@{a}" in pairs})
         init.update({f"gemm_arch[{a}]": v for a, v in base.gemm_arch.items() if a in archs})
         init.update({f"elem_arch[{a}]": v for a, v in base.elem_arch.items() if a in archs})
-    caps = {c.pair: c.gemm_cap for c in cases}
     lo = {n: BOUNDS.get(n, (ETA_MIN, 1.0))[0] for n in names}
-    hi = {n: BOUNDS.get(n, (ETA_MIN, _attn_upper(catalog, n, caps)))[1] for n in names}
+    hi = {n: BOUNDS.get(n, (ETA_MIN, _attn_upper(catalog, n)))[1] for n in names}
     for n in arch_names:
         lo[n], hi[n] = ARCH_FACTOR_BOUNDS
     for a in archs:
@@ -251,11 +256,11 @@ def fit_cases(catalog: Catalog, cases: list[Case], priors: dict[str, float] | No
         jac: list[list[float]] = []
         for c, arch, g_key, e_key, k_key, att_key, pas_key in keys:
             raw_g = v["eta_gemm"] * v[g_key]
-            eta_g = c.gemm_fixed if c.gemm_fixed is not None else min(raw_g, c.gemm_cap)
+            eta_g = c.gemm_fixed if c.gemm_fixed is not None else min(raw_g, 1.0)
             kp = v[k_key] if k_key in idx else (base.tflops_per_watt.get(arch) if base is not None else None)
             f = _power_fraction(kp, c.peak_per_watt)
-            capped = f < 1.0
-            gemm_t = c.a_gemm / (eta_g * f)
+            f_g = _power_fraction(kp, _gemm_ppw(c))
+            gemm_t = c.a_gemm / (eta_g * f_g)
             att_t = c.a_attn / (v[att_key] * f)
             elem_t = v[pas_key] * v[e_key] * c.c_elem
             lau_t = 0.0 if c.compiled else v["launch_eager_s"] * c.launches
@@ -266,7 +271,7 @@ def fit_cases(catalog: Catalog, cases: list[Case], priors: dict[str, float] | No
                                  f"cannot be fitted; fix the figures of models.{a.model} or gpus.{a.gpu}, or drop it")
             r.append(math.log(t / c.anchor.measured_s))
             row = [0.0] * n_free
-            gemm_live = c.gemm_fixed is None and gemm_t >= c.b_weights and raw_g < c.gemm_cap
+            gemm_live = c.gemm_fixed is None and gemm_t >= c.b_weights and raw_g < 1.0
             if gemm_live and "eta_gemm" in idx:
                 row[idx["eta_gemm"]] = -gemm_t / t
             if gemm_live and g_key in idx:
@@ -279,8 +284,9 @@ def fit_cases(catalog: Catalog, cases: list[Case], priors: dict[str, float] | No
                 row[idx[e_key]] = elem_t / t
             if not c.compiled and "launch_eager_s" in idx:
                 row[idx["launch_eager_s"]] = lau_t / t
-            if capped and k_key in idx:
-                row[idx[k_key]] = -((gemm_t if gemm_t >= c.b_weights else 0.0) + att_t) / t
+            if k_key in idx and (f < 1.0 or f_g < 1.0):
+                row[idx[k_key]] = -((gemm_t if gemm_t >= c.b_weights and f_g < 1.0 else 0.0)
+                                    + (att_t if f < 1.0 else 0.0)) / t
             jac.append(row)
         for j, mu in prior_rows:
             r.append((zv[j] - mu) / sigma)
@@ -352,19 +358,24 @@ def _power_identified(cases: list[Case], group: str) -> bool:
     return len({round(c.peak_per_watt, 9) for c in cases if c.peak_per_watt is not None and _arch(c) == group}) >= 2
 
 
+def _gemm_ppw(case: Case) -> float | None:
+    """TF per board W of the rate the case's GEMMs run on (its BF16 rate × the FP16-accumulate factor)."""
+    return case.peak_per_watt * case.accumulate if case.peak_per_watt is not None else None
+
+
 def _arch(case: Case) -> str:
     """The fit group of a case: its GPU's ``fit_group``, else the architecture of its backend pair."""
     return case.group or case.pair.split("@")[1]
 
 
-def _attn_upper(catalog: Catalog, name: str, caps: dict[str, float]) -> float:
+def _attn_upper(catalog: Catalog, name: str) -> float:
     """Upper bound of a fitted attention η: 1 (of the BF16 peak), or the backend's ``max_eta`` for an 8-bit
-    kernel that runs on the INT8/FP8 tensor cores, times the GPU's FP16-accumulate headroom (``gemm_cap``)."""
+    kernel that runs on the INT8/FP8 tensor cores."""
     if not name.startswith("eta_attn["):
         return 1.0
     pair = name[len("eta_attn["):-1]
     be = catalog.optimizations.attention_backends.get(pair.split("@")[0])
-    return (be.max_eta if be is not None else 1.0) * caps.get(pair, 1.0)
+    return be.max_eta if be is not None else 1.0
 
 
 def _normal_equations(jac: list[list[float]], r: list[float], n: int) -> tuple[list[float], list[list[float]]]:

@@ -193,7 +193,8 @@ class GpuSpec(_Strict):
     fp8_tflops: float | None = Field(default=None, gt=0)
     int8_tops: float | None = Field(default=None, gt=0)
     fp16_acc_tflops: float | None = Field(
-        default=None, gt=0, description="dense FP16 rate with FP16 accumulation where it differs (GeForce: 2× BF16)")
+        default=None, gt=0, description="dense FP16 rate with FP16 accumulation where it differs (GeForce: 2× BF16); "
+        "used by --accumulate fp16 (diffbench.ledger.timing.accumulate_factor)")
     fit_group: str | None = Field(
         default=None, min_length=1, description="group whose fitted factors this GPU shares (default: its arch)")
     memory_gib: float = Field(gt=0)
@@ -222,12 +223,6 @@ class GpuSpec(_Strict):
     def group(self) -> str:
         """The group of the per-architecture factors of the anchor fit: ``fit_group``, else ``arch``."""
         return self.fit_group or self.arch
-
-    @property
-    def gemm_eta_cap(self) -> float:
-        """Upper bound of the GEMM η (a fraction of ``bf16_tflops``): 1, or the FP16-accumulate rate ÷ BF16 where
-        the datasheet gives one (published runs on such cards sustain more than the FP32-accumulate peak)."""
-        return max(1.0, (self.fp16_acc_tflops or 0.0) / self.bf16_tflops)
 
     @property
     def peak_per_watt(self) -> float | None:
@@ -323,7 +318,8 @@ class Anchor(_Strict):
     """One published single-GPU latency the time model is fitted to (seconds per request).
 
     ``covers``: ``denoise`` (the loop only, e.g. latent output) or ``end_to_end`` (text encode + denoise +
-    VAE decode); ``outlier``: a reason to keep it out of the fit (``--validate`` still shows it)."""
+    VAE decode); ``accumulate``: ``fp16`` for a runtime whose GEMMs accumulate in FP16
+    (:func:`diffbench.ledger.timing.accumulate_factor`); ``outlier``: a reason to keep it out of the fit (``--validate`` still shows it)."""
 
     id: str = Field(min_length=1)
     model: str
@@ -336,6 +332,7 @@ class Anchor(_Strict):
     attention: str = "sdpa"
     compile: bool = False
     precision: Literal["bf16", "fp8", "int4", "nf4", "int8"] = "bf16"
+    accumulate: Literal["fp32", "fp16"] = "fp32"
     measured_s: float = Field(gt=0)
     covers: Literal["denoise", "end_to_end"]
     outlier: str | None = None

@@ -7,6 +7,8 @@ L56-83, L204-248, with one efficiency per kernel class; docs/concepts/time-model
   per forward; the weights are read once per forward, so small-token shapes and FP8/INT4 weights show up.
   FP8 runs on the FP8 peak × ``fp8_linear.gemm_retention`` on GPUs with FP8 tensor cores; INT4 divides the
   BF16 GEMM time by ``int4_linear.gemm_speedup`` on the architectures that have the 4-bit kernels.
+  ``accumulate="fp16"`` (a runtime whose 16-bit and FP8 GEMMs accumulate in FP16) runs both on the GPU's
+  FP16-accumulate rate where its datasheet gives one (GeForce: 2× the FP32-accumulate rate; :func:`accumulate_factor`).
 * attention core: ``FLOPs ÷ (peak × η_attn)`` with η of the backend on this architecture.
 * elementwise/norm work: ``passes × activation bytes ÷ (bandwidth × η_mem)``; the activation bytes are
   the hidden state (2·d bytes per token in bf16) of every block, ``passes`` the number of
@@ -23,13 +25,17 @@ encode and VAE decode run per sample (B × their batch-1 time; the VAE decodes s
 memory peak is one sample's).
 
 Power: the GEMM and attention rates are multiplied by ``Etas.power_fraction`` (1, or less on a GPU whose datasheet
-peak needs more power than its board power sustains; :meth:`diffbench.ledger.fit.FitResult.power_fraction`).
+peak needs more power than its board power sustains; :meth:`diffbench.ledger.fit.FitResult.power_fraction`). GEMMs
+at the FP16-accumulate rate are held to the same sustained TF per watt (``Etas.tflops_per_watt``), measured against
+that rate: :func:`power_fraction_of`.
 
 η_gemm, η_attn per (backend, architecture), the passes and the launch overhead are fitted jointly over the
 catalog's anchors (:mod:`diffbench.ledger.fit`). MFU = FLOPs / (time × GPUs × BF16 dense peak).
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -47,7 +53,8 @@ class Etas(BaseModel):
     ``mem``: fraction of the memory bandwidth reached by memory-bound kernels; ``elementwise_passes``:
     activation-sized reads+writes per block and token (eager or compiled, fitted); ``launch_s``: seconds
     of launch overhead per denoiser forward (fitted, eager only); ``power_fraction``: fraction of the tensor peaks
-    sustained within the board power (GEMM and attention core; 1 when the power term is off); ``source``: where gemm/attention came
+    sustained within the board power (GEMM and attention core; 1 when the power term is off); ``tflops_per_watt``:
+    the fitted k behind it (FP16-accumulate GEMMs: :func:`power_fraction_of`); ``source``: where gemm/attention came
     from (the anchor fit, a ``per_gpu`` calibration, or a command-line override)."""
 
     model_config = ConfigDict(frozen=True)
@@ -61,6 +68,7 @@ class Etas(BaseModel):
     elementwise_passes: float = 0.0
     launch_s: float = 0.0
     power_fraction: float = 1.0
+    tflops_per_watt: float | None = None  # the fitted sustained TF per board W of this GPU's group (None: term off)
     source: str = ""
 
 
@@ -188,23 +196,55 @@ def int4_effective(catalog: Catalog, gpu: GpuSpec, precision: str) -> bool:
     return precision == "int4" and gpu.arch in catalog.optimizations.int4_linear.requires_arch
 
 
+Accumulate = Literal["fp32", "fp16"]
+
+
+def power_fraction_of(k: float | None, peak_per_watt: float | None) -> float:
+    """Fraction of a tensor rate sustained within the board power: ``min(1, k ÷ peak_per_watt)``, with ``k`` the
+    sustained TF per board W and ``peak_per_watt`` the rate's TF ÷ board W; 1 where either is unknown (no power
+    term)."""
+    return 1.0 if k is None or peak_per_watt is None else min(1.0, k / peak_per_watt)
+
+
+def gemm_accumulate(gpu: GpuSpec, precision: str, accumulate: str) -> float:
+    """:func:`accumulate_factor` where it applies: bf16 GEMMs, and fp8 GEMMs on FP8 tensor cores or computed in 16
+    bits; 1 for the int4/nf4/int8 kernels."""
+    return accumulate_factor(gpu, accumulate) if precision in ("bf16", "fp8") else 1.0
+
+
+def accumulate_factor(gpu: GpuSpec, accumulate: str) -> float:
+    """Speed of 16-bit and FP8 GEMMs that accumulate in FP16, relative to FP32 accumulation: the GPU's
+    FP16-accumulate rate ÷ its BF16 (FP32-accumulate) rate where the datasheet gives one (``fp16_acc_tflops``:
+    GeForce Ada, 330.3 ÷ 165.2 TF for FP16 and 660.6 ÷ 330.3 TF for FP8 on the RTX 4090, NVIDIA Ada whitepaper
+    appendix), else 1 (data-centre parts run FP32 accumulation at the full rate). PyTorch's own GEMMs accumulate
+    in FP32; runtimes that swap in FP16-accumulate kernels (cuBLAS HGEMM with FP16 compute, FP8 matmuls with fast
+    accumulation) reach the higher rate."""
+    if accumulate == "fp16" and gpu.fp16_acc_tflops is not None:
+        return max(1.0, gpu.fp16_acc_tflops / gpu.bf16_tflops)
+    return 1.0
+
+
 def fp8_effective(gpu: GpuSpec, precision: str) -> bool:
     """FP8 speeds linear layers only on GPUs with FP8 tensor cores; elsewhere it is storage only."""
     return precision == "fp8" and gpu.fp8_tflops is not None
 
 
 def denoise_time(catalog: Catalog, work: DenoiseWork, gpu: GpuSpec, etas: Etas, precision: str,
-                 cache_speedup: float = 1.0, attention_speedup: float = 1.0, compiled: bool = True) -> DenoiseTime:
+                 cache_speedup: float = 1.0, attention_speedup: float = 1.0, compiled: bool = True,
+                 accumulate: str = "fp32") -> DenoiseTime:
     """Seconds per kernel class of one request's denoise loop (see the module docstring).
 
     ``cache_speedup`` divides every class (skipped forwards); ``attention_speedup`` the attention core;
-    ``compiled`` picks the INT8 speed ratio (torch.compile or eager)."""
+    ``compiled`` picks the INT8 speed ratio (torch.compile or eager); ``accumulate`` the GEMMs' accumulation
+    (:func:`accumulate_factor`: bf16 and fp8 GEMMs only; the attention kernels accumulate in FP32)."""
     bw = gpu.mem_bw_gbps * 1e9 * etas.mem
+    acc = gemm_accumulate(gpu, precision, accumulate)
+    f_gemm = etas.power_fraction if acc == 1.0 else power_fraction_of(etas.tflops_per_watt, _ppw(gpu, acc))
     if fp8_effective(gpu, precision):
         assert gpu.fp8_tflops is not None
-        compute = work.linear_flops / (gpu.fp8_tflops * TERA * etas.gemm * etas.fp8_gemm_retention * etas.power_fraction)
+        compute = work.linear_flops / (gpu.fp8_tflops * TERA * etas.gemm * etas.fp8_gemm_retention * f_gemm * acc)
     else:
-        compute = work.linear_flops / (gpu.bf16_tflops * TERA * etas.gemm * etas.power_fraction)
+        compute = work.linear_flops / (gpu.bf16_tflops * TERA * etas.gemm * f_gemm * acc)
         if int4_effective(catalog, gpu, precision):
             compute /= catalog.optimizations.int4_linear.gemm_speedup
         compute *= nf4_factor(catalog, gpu, precision) * int8_factor(catalog, gpu, precision, compiled)
@@ -216,6 +256,11 @@ def denoise_time(catalog: Catalog, work: DenoiseWork, gpu: GpuSpec, etas: Etas, 
     c = cache_speedup
     return DenoiseTime(linear_s=lin / c, memory_bound_s=(lin - compute) / c, attention_s=att / c,
                        elementwise_s=elem / c, overhead_s=over / c)
+
+
+def _ppw(gpu: GpuSpec, acc: float) -> float | None:
+    """TF per board W of the GPU's BF16 rate times ``acc`` (None without a board power)."""
+    return gpu.peak_per_watt * acc if gpu.peak_per_watt is not None else None
 
 
 def attention_eta_prior(catalog: Catalog, backend: str, arch: str) -> float:
