@@ -435,7 +435,8 @@ class Offload(_Strict):
 class WeightQuant(_Strict):
     """A weight quantization the planner may take (INT8 W8A8 / weight-only, NF4 weight-only).
 
-    ``denoise_speedup``: BF16 denoiser time ÷ quantized time on ``archs`` when both fit (< 1: slower);
+    ``denoise_speedup``: BF16 ÷ quantized time of the denoiser GEMMs on ``archs`` when both fit (< 1: slower; the
+    timing divides the GEMM time by it, :func:`diffbench.ledger.timing.int8_factor` / ``nf4_factor``);
     ``bytes_per_param``: stored bytes per weight, scales included; ``psnr_db``: estimated PSNR vs BF16."""
 
     method: str
