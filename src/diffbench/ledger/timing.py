@@ -217,8 +217,8 @@ def accumulate_factor(gpu: GpuSpec, accumulate: str) -> float:
     FP16-accumulate rate ÷ its BF16 (FP32-accumulate) rate where the datasheet gives one (``fp16_acc_tflops``:
     GeForce Ada, 330.3 ÷ 165.2 TF for FP16 and 660.6 ÷ 330.3 TF for FP8 on the RTX 4090, NVIDIA Ada whitepaper
     appendix), else 1 (data-centre parts run FP32 accumulation at the full rate). PyTorch's own GEMMs accumulate
-    in FP32; runtimes that swap in FP16-accumulate kernels (cuBLAS HGEMM with FP16 compute, FP8 matmuls with fast
-    accumulation) reach the higher rate."""
+    in FP32; runtimes that swap in FP16-accumulate kernels (cuBLAS HGEMM with FP16 compute) reach the higher rate,
+    and so, by assumption (no published figure), do FP8 matmuls with fast accumulation (``use_fast_accum=True``)."""
     if accumulate == "fp16" and gpu.fp16_acc_tflops is not None:
         return max(1.0, gpu.fp16_acc_tflops / gpu.bf16_tflops)
     return 1.0
