@@ -44,10 +44,16 @@ def test_fp16_accumulation_on_the_4090_closed_form(cat, precision):
     base_rate = 165e12 if precision == "bf16" else 330e12
     assert fp32.denoise_linear_s == pytest.approx(_linear_flops(cat) / (base_rate * eta * retention), rel=1e-9)
     assert fp16.denoise_attention_s == pytest.approx(fp32.denoise_attention_s, rel=1e-12)
-    assert any("FP16 accumulation" in n for n in fp16.notes)
+    # the note gives the rate and what the board power leaves of it (the GEMM seconds above: 2.00 × 88 % = 1.75×)
+    note = next(n for n in fp16.notes if "FP16 accumulation" in n)
+    speed = fp32.denoise_linear_s / fp16.denoise_linear_s
+    assert f"{330.3 / 165:.2f}× the FP32-accumulate rate" in note and f"{power:.0%} of that rate" in note
+    assert f"{speed:.2f}× in all" in note and speed == pytest.approx(330.3 / 165 * power, rel=1e-9)
 
 
-@pytest.mark.parametrize("gpu, precision, says", [("h100-sxm", "bf16", "full rate"), ("l40s", "fp8", "full rate"),
+@pytest.mark.parametrize("gpu, precision, says", [("h100-sxm", "bf16", "no FP16-accumulate rate"),
+                                                  ("l40s", "fp8", "no FP16-accumulate rate"),
+                                                  ("l20", "bf16", "no FP16-accumulate rate"),
                                                   ("rtx-4090", "nf4", "bf16 and fp8 GEMMs only")])
 def test_fp16_accumulation_changes_nothing_where_it_does_not_apply(cat, gpu, precision, says):
     a = evaluate(cat, LedgerConfig(**KW, gpu=gpu, precision=precision))
@@ -84,3 +90,34 @@ def test_cli_accumulate(capsys):
                  "--accumulate", "fp61"]) == 2
     err = capsys.readouterr().err
     assert "--accumulate" in err and "fp16" in err
+
+
+def test_validate_refuses_the_options_it_would_ignore(capsys):
+    """``--validate --accumulate FP16`` (or any accounting option) once exited 0, the option silently unused."""
+    for extra in (["--accumulate", "FP16"], ["--precision", "fp8"], ["--model", "flux.1-dev", "--gpu", "h100-sxm"]):
+        assert main(["ledger", "--validate", *extra]) == 2, extra
+        err = capsys.readouterr().err
+        assert err.startswith("error: --validate") and extra[0] in err and "drop" in err
+
+
+def test_a_catalog_fp16_accumulate_rate_below_the_bf16_peak_is_refused(tmp_path, capsys):
+    """A GPU entry whose FP16-accumulate rate is below its BF16 peak was taken, and the note then said the GPU ran
+    FP32 accumulation at its full rate."""
+    f = tmp_path / "c.yaml"
+    f.write_text("gpus:\n  rtx-4090:\n    fp16_acc_tflops: 100\n")
+    assert main(["ledger", "--model", "flux.1-dev", "--size", "1024x1024", "--gpu", "rtx-4090",
+                 "--catalog", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "c.yaml:2" in err and "gpus.rtx-4090" in err and "fp16_acc_tflops 100 is below bf16_tflops 165" in err
+
+
+def test_fit_suggestions_name_only_what_changes(cat):
+    """FLUX.1-dev in fp8 on a 4090 does not fit: "--precision fp8 --offload group" was suggested to a run already
+    in fp8 (the same as "--offload group")."""
+    from diffbench.ledger.account import fit_suggestions
+
+    out = fit_suggestions(cat, LedgerConfig(**KW, gpu="rtx-4090", precision="fp8"))
+    assert not any("--precision fp8" in s for s in out)
+    assert any(s.startswith("--offload group") for s in out)
+    bf16 = fit_suggestions(cat, LedgerConfig(**KW, gpu="rtx-4090"))
+    assert any(s.startswith("--precision fp8 --offload group") for s in bf16)

@@ -59,6 +59,21 @@ def register(app: typer.Typer) -> None:
         With --validate (no --model/--size/--gpu needed): the time model's leave-one-out table over the
         catalog's anchors; exit 1 (gate failed) when a non-outlier ratio is outside 0.8-1.25."""
         if validate:
+            given = [flag for flag, v, default in (
+                ("--model", model, None), ("--size", size, None), ("--gpu", gpu, None), ("--steps", steps, None),
+                ("--frames", frames, None), ("--cfg", cfg, None), ("--text-tokens", text_tokens, None),
+                ("--precision", precision, "bf16"), ("--attention", attention, "sdpa"), ("--compile", compile_, False),
+                ("--accumulate", accumulate, "fp32"), ("--vae-tiling", vae_tiling, False), ("--offload", offload, "none"),
+                ("--eta-gemm", eta_gemm, None), ("--eta-attn", eta_attn, None), ("--eta-vae", eta_vae, None),
+                ("--margin", margin, None), ("--measured-s", measured_s, None), ("--gpus-per-node", gpus_per_node, 8),
+                ("--batch", batch, 1), ("--calibrate", calibrate, None), ("--calibrate-force", calibrate_force, False),
+            ) if v != default]
+            if given:
+                from diffbench.errors import UsageError
+
+                raise UsageError(f"--validate checks the catalog's anchors and takes no {', '.join(given)}; drop "
+                                 f"{'it' if len(given) == 1 else 'them'} (only --catalog, --replace-anchors, --json "
+                                 "and --mkdir apply), or leave out --validate to account for one configuration")
             _validate(catalog, json_path, mkdir, replace_anchors)
             return
         from diffbench.errors import UsageError

@@ -156,14 +156,17 @@ def evaluate(catalog: Catalog, cfg: LedgerConfig) -> LedgerResult:
     if cfg.accumulate == "fp16":
         acc = tm.accumulate_factor(gpu, "fp16")
         if acc > 1.0 and cfg.precision in ("bf16", "fp8"):
+            f_acc = tm.gemm_power_fraction(gpu, etas, acc)
+            held = (f"; {f_acc / etas.power_fraction:.0%} of that rate is sustained within its {gpu.board_power_w:g} W "
+                    f"board power, so {acc * f_acc / etas.power_fraction:.2f}× in all") if f_acc < etas.power_fraction else ""
             notes.append(f"FP16 accumulation: denoiser GEMMs at {acc:.2f}× the FP32-accumulate rate of the "
-                         f"{gpu.display_name} (its datasheet's FP16-accumulate peak); rounding grows with the "
+                         f"{gpu.display_name} (its datasheet's FP16-accumulate peak){held}; rounding grows with the "
                          "reduction length, so compare the outputs with diffbench quality")
         elif acc > 1.0:
             notes.append(f"--accumulate fp16 has no effect with --precision {cfg.precision} (bf16 and fp8 GEMMs only)")
         else:
-            notes.append(f"--accumulate fp16 has no effect on the {gpu.display_name}: it runs FP32 accumulation at "
-                         "its full rate (only GeForce cards halve it)")
+            notes.append(f"--accumulate fp16 has no effect on the {gpu.display_name}: the catalog gives it no "
+                         "FP16-accumulate rate above its BF16 peak (fp16_acc_tflops; GeForce cards have one)")
     if gpu.provisional:
         notes.append(f"{gpu.display_name} peak figures are provisional (see its catalog source)")
     from diffbench.ledger.fit import fit_warning, fitted_params
@@ -251,15 +254,22 @@ def evaluate(catalog: Catalog, cfg: LedgerConfig) -> LedgerResult:
 
 def fit_suggestions(catalog: Catalog, cfg: LedgerConfig) -> list[str]:
     """What would make a configuration fit one GPU: tiling, offload, lower precision, a bigger GPU."""
-    tries: list[tuple[str, dict[str, object]]] = [
-        ("--vae-tiling", {"vae_tiling": True}),
-        ("--offload model", {"offload": "model", "vae_tiling": True}),
-        ("--offload group", {"offload": "group", "vae_tiling": True}),
-        ("--precision fp8", {"precision": "fp8", "vae_tiling": True}),
-        ("--precision fp8 --offload group", {"precision": "fp8", "offload": "group", "vae_tiling": True}),
+    tries: list[dict[str, object]] = [
+        {"vae_tiling": True},
+        {"offload": "model", "vae_tiling": True},
+        {"offload": "group", "vae_tiling": True},
+        {"precision": "fp8", "vae_tiling": True},
+        {"precision": "fp8", "offload": "group", "vae_tiling": True},
     ]
     out: list[str] = []
-    for label, change in tries:
+    seen: set[str] = set()
+    for change in tries:
+        # name only what differs from the configuration (fp8 already on: "--precision fp8" is no suggestion)
+        named = [f"--{k} {v}" for k, v in change.items() if k != "vae_tiling" and getattr(cfg, k) != v]
+        label = " ".join(named) if named else "--vae-tiling"
+        if label in seen or (not named and len(change) > 1):
+            continue
+        seen.add(label)
         r = evaluate(catalog, cfg.model_copy(update=change))
         if r.fits:
             out.append(f"{label} (peak {r.peak_memory_bytes / 2**30:.1f} GiB, {r.total_time_s:.2f} s)")

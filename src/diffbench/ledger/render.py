@@ -42,7 +42,8 @@ def ledger_renderable(r: LedgerResult, suggestions: list[str] | None = None,
     shape = f"{r.width}x{r.height}" + (f", {r.frames} frames" if r.frames > 1 else "")
     head = Text(f"{r.model_name} · {shape} · {r.steps} steps · {r.forwards_per_step} forward(s)/step · "
                 f"{r.gpu_name} · {r.config.precision}, {r.config.attention}, "
-                f"{'compiled' if r.config.compile else 'eager'}", style="bold")
+                f"{'compiled' if r.config.compile else 'eager'}"
+                + (", FP16 accumulation" if r.config.accumulate == "fp16" else ""), style="bold")
     tok = Text(f"tokens: {r.tokens.visual:,} visual + {r.tokens.text_joint} joint text"
                + (f" (+{r.tokens.text_cross} cross-attention text)" if r.tokens.text_cross else "")
                + f" = N {r.tokens.seq:,}; per forward {fmt_flops(r.forward.linear)} linear + "
@@ -125,7 +126,7 @@ def validate_table(rows: list[ValidationRow], fr: FitResult, groups: list[GroupS
         elif not ok:
             note = "OUTSIDE TARGET"
         setting = (f"{shape}, {a.steps} steps, {a.attention}, {'compiled' if a.compile else 'eager'}, {a.precision}, "
-                   f"{a.covers.replace('_', ' ')}")
+                   + ("fp16 acc, " if a.accumulate == "fp16" else "") + f"{a.covers.replace('_', ' ')}")
         t.add_row(a.id, a.model, a.gpu, setting, f"{a.measured_s:,.2f} s", "—" if r.loo_s != r.loo_s else f"{r.loo_s:,.2f} s",
                   "—" if r.loo_s != r.loo_s else f"{r.ratio:.3f}",
                   f"{r.in_sample_s / a.measured_s:.3f}", note)

@@ -224,6 +224,14 @@ class GpuSpec(_Strict):
         """The group of the per-architecture factors of the anchor fit: ``fit_group``, else ``arch``."""
         return self.fit_group or self.arch
 
+    @model_validator(mode="after")
+    def _fp16_acc_at_least_bf16(self) -> GpuSpec:
+        if self.fp16_acc_tflops is not None and self.fp16_acc_tflops < self.bf16_tflops:
+            raise ValueError(f"fp16_acc_tflops {self.fp16_acc_tflops:g} is below bf16_tflops {self.bf16_tflops:g}: "
+                             "the FP16-accumulate rate is the faster one (GeForce: 2× the FP32-accumulate rate); "
+                             "give the datasheet's FP16-accumulate figure, or leave it out where it equals the BF16 peak")
+        return self
+
     @property
     def peak_per_watt(self) -> float | None:
         """BF16 dense TF per board watt (``bf16_tflops ÷ board_power_w``), None without a board power."""

@@ -239,7 +239,7 @@ def denoise_time(catalog: Catalog, work: DenoiseWork, gpu: GpuSpec, etas: Etas, 
     (:func:`accumulate_factor`: bf16 and fp8 GEMMs only; the attention kernels accumulate in FP32)."""
     bw = gpu.mem_bw_gbps * 1e9 * etas.mem
     acc = gemm_accumulate(gpu, precision, accumulate)
-    f_gemm = etas.power_fraction if acc == 1.0 else power_fraction_of(etas.tflops_per_watt, _ppw(gpu, acc))
+    f_gemm = gemm_power_fraction(gpu, etas, acc)
     if fp8_effective(gpu, precision):
         assert gpu.fp8_tflops is not None
         compute = work.linear_flops / (gpu.fp8_tflops * TERA * etas.gemm * etas.fp8_gemm_retention * f_gemm * acc)
@@ -256,6 +256,13 @@ def denoise_time(catalog: Catalog, work: DenoiseWork, gpu: GpuSpec, etas: Etas, 
     c = cache_speedup
     return DenoiseTime(linear_s=lin / c, memory_bound_s=(lin - compute) / c, attention_s=att / c,
                        elementwise_s=elem / c, overhead_s=over / c)
+
+
+def gemm_power_fraction(gpu: GpuSpec, etas: Etas, acc: float) -> float:
+    """Fraction of the GEMM rate sustained within the board power when the GEMMs run ``acc``× the BF16 rate
+    (:func:`accumulate_factor`): ``etas.power_fraction`` at ``acc`` = 1, else the fitted TF per watt against the
+    faster rate (:func:`power_fraction_of`)."""
+    return etas.power_fraction if acc == 1.0 else power_fraction_of(etas.tflops_per_watt, _ppw(gpu, acc))
 
 
 def _ppw(gpu: GpuSpec, acc: float) -> float | None:
