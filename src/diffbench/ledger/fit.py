@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 
 from diffbench.errors import InputError, UsageError
 from diffbench.ledger.schema import Anchor, Catalog
+from diffbench.ledger.timing import power_fraction_of
 
 ETA_MIN = 1e-3
 TARGET = (0.8, 1.25)  # ledger --validate: leave-one-out predicted ÷ published must lie inside
@@ -54,10 +55,7 @@ ARCH_FACTOR_BOUNDS = (0.05, 20.0)  # gemm_arch[...] / elem_arch[...]: a factor, 
 POWER_BOUNDS = (0.01, 100.0)  # tflops_per_watt[...]: sustained dense BF16 TF per board watt
 
 
-def _power_fraction(k: float | None, peak_per_watt: float | None) -> float:
-    from diffbench.ledger.timing import power_fraction_of
-
-    return power_fraction_of(k, peak_per_watt)
+_power_fraction = power_fraction_of
 
 
 @dataclass(frozen=True)
