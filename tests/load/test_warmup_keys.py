@@ -82,9 +82,9 @@ def _check_warm(result: LoadResult, records: list[RequestRecord]) -> None:
         assert row.per_shape[key].n == len(mine) and row.per_shape[key].outcomes["ok"] == len(mine)
     first, rest = _first_and_rest(records, "64x64 s2 n4")
     assert len(rest) >= 2
-    # within the warm spread the service itself measured for that key: not above its slowest warm request
-    # by more than the spread's own width
-    assert first <= max(rest) + (max(rest) - min(rest))
+    # no compile in it: the sim's first call at a key pays compile_s (5 s) on top of ~30 ms of work; the warm
+    # spread itself is too narrow a bound on a loaded 2-CPU machine (34 ms against 28-29 ms failed once)
+    assert first < SimParams().compile_s / 2
     assert row.cold_start == [] and not [w for w in row.warnings if w.startswith(COLD_START)]
     assert row.server is not None and row.server.recompiles == 0
 
@@ -178,7 +178,7 @@ def test_load_names_a_compile_and_warms_each_key_on_serve_compile_tiny_flux(tmp_
         (wrow,) = warm.rates
         assert sorted(wrow.per_shape) == keys
         first, rest = _first_and_rest(records, "64x64 s2 n2")
-        assert first <= max(rest) + (max(rest) - min(rest))
+        assert first <= 3 * float(np.median(rest))  # below the cold-start rule's 3× the rest of its key
         assert wrow.cold_start == []
     finally:
         if proc.poll() is None:
