@@ -16,7 +16,8 @@ from diffbench.server.config import ServerConfig
 @pytest.fixture(autouse=True)
 def _service_log_reaches_caplog(monkeypatch: pytest.MonkeyPatch) -> None:
     """``serve`` run in-process by an earlier test (``server.runner.service_log``) leaves the ``diffbench.server``
-    logger with ``propagate = False`` and its ``--log-level`` for the rest of the process. Each test here starts
+    logger with ``propagate = False`` and its ``--log-level`` for the rest of the process, and a library's
+    ``logging.config.dictConfig`` would disable it. Each test here starts
     from the logger's defaults again (restored after), so the tests that read the step log through ``caplog`` do
     not depend on the order of the suite. (A full run once found no step-log record in the tiny-flux cancel test;
     its cause was not established: that test passes here after ``service_log("warning")`` even without this.)"""
@@ -25,6 +26,7 @@ def _service_log_reaches_caplog(monkeypatch: pytest.MonkeyPatch) -> None:
     log = logging.getLogger("diffbench.server")
     monkeypatch.setattr(log, "propagate", True)
     monkeypatch.setattr(log, "level", logging.NOTSET)
+    monkeypatch.setattr(log, "disabled", False)  # logging.config.dictConfig disables existing loggers by default
 
 
 def sim_params(**kw: object) -> SimParams:
